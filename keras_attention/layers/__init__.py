@@ -1,0 +1,28 @@
+"""Keras attention layers, each built on `keras_attention.ops`."""
+
+from keras_attention.layers.additive_attention import AdditiveAttention
+from keras_attention.layers.base_attention import ScoreAttention, WeightedScoreAttention
+from keras_attention.layers.cosine_attention import CosineAttention
+from keras_attention.layers.dot_product_attention import DotProductAttention
+from keras_attention.layers.location_attention import LocationAttention
+from keras_attention.layers.multiplicative_attention import MultiplicativeAttention
+from keras_attention.layers.position_encoding import (
+    PositionEmbedding,
+    SinusoidalPositionEncoding,
+)
+from keras_attention.layers.token_and_position_embedding import (
+    TokenAndPositionEmbedding,
+)
+
+__all__ = [
+    "AdditiveAttention",
+    "CosineAttention",
+    "DotProductAttention",
+    "LocationAttention",
+    "MultiplicativeAttention",
+    "PositionEmbedding",
+    "ScoreAttention",
+    "SinusoidalPositionEncoding",
+    "TokenAndPositionEmbedding",
+    "WeightedScoreAttention",
+]

@@ -1,0 +1,289 @@
+"""Shared machinery of the score-function attention layers."""
+
+import keras
+from keras import ops
+
+from keras_attention._checks import (
+    check_dims_match,
+    check_rank,
+    check_rate,
+    static_shape,
+)
+from keras_attention.ops.masks import causal_mask, merge_masks
+from keras_attention.ops.softmax import masked_softmax
+
+
+class ScoreAttention(keras.layers.Layer):
+    """Base class of context attention layers defined by a score function.
+
+    Computes `c_t = sum_i softmax_i(score(s_t, h_i)) v_i`, where subclasses
+    define `score` in `compute_scores(query, key)`. The call convention is that
+    of `keras.layers.Attention`, so these layers are drop-in replacements for
+    it, plus a rank-2 query for a single decoder step.
+
+    Subclasses override `build_scores(query_dim, key_dim, key_length)` to create
+    their weights, `compute_scores(query, key)` returning `(B, Tq, Tv)` scores,
+    and `check_dims(query_dim, key_dim, key_length)` to reject shapes they cannot
+    score.
+
+    Args:
+        dropout: rate of dropout applied to the attention weights in training.
+        seed: seed of the dropout.
+        **kwargs: base layer arguments such as `name` and `dtype`.
+
+    Call arguments:
+        inputs: list `[query, value]` or `[query, value, key]` (key defaults to
+            value). query `(B, Tq, Dq)` or `(B, Dq)` for one decoder step;
+            value `(B, Tv, Dv)`; key `(B, Tv, Dk)`.
+        mask: list `[query_mask, value_mask]` of boolean tensors `(B, Tq)` (or
+            `(B,)` for a rank-2 query) and `(B, Tv)`; either may be None. Keras
+            masks of the inputs are passed automatically. Padded queries give
+            zero outputs; padded values get zero weight.
+        training: whether dropout is active.
+        return_attention_scores: also return the attention weights (after the
+            softmax) `(B, Tq, Tv)`, or `(B, Tv)` for a rank-2 query.
+        use_causal_mask: forbid query `i` to attend to values after `i`
+            (decoder self-attention). Not allowed with a rank-2 query.
+
+    Returns:
+        `(B, Tq, Dv)` (or `(B, Dv)` for a rank-2 query), and the weights if
+        requested.
+    """
+
+    def __init__(self, dropout=0.0, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        check_rate("dropout", dropout)
+        self.dropout = dropout
+        self.seed = seed
+        self.supports_masking = True
+        self.seed_generator = (
+            keras.random.SeedGenerator(seed) if dropout > 0 else None
+        )
+
+    # -- hooks for subclasses ------------------------------------------------
+
+    def check_dims(self, query_dim, key_dim, key_length):
+        """Raises ValueError for feature sizes the score cannot combine."""
+
+    def build_scores(self, query_dim, key_dim, key_length):
+        """Creates the weights of the score function."""
+
+    def compute_scores(self, query, key):
+        """Returns unnormalized scores `(B, Tq, Tv)` for `(B, Tq, Dq)`, `(B, Tv, Dk)`."""
+        raise NotImplementedError
+
+    # -- Keras API -----------------------------------------------------------
+
+    def build(self, input_shape):
+        query_shape, value_shape, key_shape = self._check_shapes(input_shape)
+        self.build_scores(query_shape[-1], key_shape[-1], key_shape[-2])
+
+    def call(
+        self,
+        inputs,
+        mask=None,
+        training=None,
+        return_attention_scores=False,
+        use_causal_mask=False,
+    ):
+        query, value, key = self._unpack(inputs)
+        self._check_shapes([static_shape(t) for t in (query, value, key)])
+        query_mask, value_mask = self._unpack_mask(mask, query, value)
+        single_step = len(query.shape) == 2
+        if single_step:
+            if use_causal_mask:
+                raise ValueError(
+                    "`use_causal_mask=True` needs a query sequence (rank 3); a "
+                    "rank-2 query is a single decoder step, which attends to "
+                    "every value."
+                )
+            query = ops.expand_dims(query, 1)
+            if query_mask is not None:
+                query_mask = ops.expand_dims(query_mask, 1)
+
+        scores = self.compute_scores(query, key)
+        score_mask = None
+        if value_mask is not None:
+            score_mask = ops.expand_dims(value_mask, 1)
+        if use_causal_mask:
+            shape = ops.shape(scores)
+            score_mask = merge_masks(score_mask, causal_mask(shape[1], shape[2]))
+        weights = masked_softmax(scores, score_mask)
+        if training and self.dropout > 0:
+            weights = keras.random.dropout(
+                weights, self.dropout, seed=self.seed_generator
+            )
+        outputs = ops.matmul(weights, ops.cast(value, weights.dtype))
+        if query_mask is not None:
+            outputs = ops.where(ops.expand_dims(query_mask, -1), outputs, 0)
+        if single_step:
+            outputs = ops.squeeze(outputs, 1)
+            weights = ops.squeeze(weights, 1)
+        if return_attention_scores:
+            return outputs, weights
+        return outputs
+
+    def compute_mask(self, inputs, mask=None):
+        if mask is None or mask[0] is None:
+            return None
+        return ops.convert_to_tensor(mask[0])
+
+    def compute_output_shape(self, input_shape):
+        query_shape, value_shape, _ = self._check_shapes(input_shape)
+        return (*query_shape[:-1], value_shape[-1])
+
+    def compute_output_spec(
+        self,
+        inputs,
+        mask=None,
+        training=None,
+        return_attention_scores=False,
+        use_causal_mask=False,
+    ):
+        query, value, key = self._unpack(inputs)
+        shapes = [tuple(t.shape) for t in (query, value, key)]
+        output = keras.KerasTensor(
+            self.compute_output_shape(shapes), dtype=self.compute_dtype
+        )
+        if not return_attention_scores:
+            return output
+        weights = keras.KerasTensor(
+            (*query.shape[:-1], key.shape[-2]), dtype=self.compute_dtype
+        )
+        return output, weights
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"dropout": self.dropout, "seed": self.seed})
+        return config
+
+    # -- helpers -------------------------------------------------------------
+
+    def _unpack(self, inputs):
+        name = type(self).__name__
+        if not isinstance(inputs, (list, tuple)) or len(inputs) not in (2, 3):
+            got = (
+                f"a list of length {len(inputs)}"
+                if isinstance(inputs, (list, tuple))
+                else f"a single {type(inputs).__name__}"
+            )
+            raise ValueError(
+                f"{name} must be called on a list [query, value] or "
+                f"[query, value, key]; received {got}."
+            )
+        query, value = inputs[0], inputs[1]
+        key = inputs[2] if len(inputs) == 3 and inputs[2] is not None else value
+        return query, value, key
+
+    def _check_shapes(self, input_shape):
+        if not isinstance(input_shape, (list, tuple)) or len(input_shape) not in (
+            2,
+            3,
+        ):
+            raise ValueError(
+                f"{type(self).__name__} expects the shapes of [query, value] or "
+                f"[query, value, key]; received {input_shape}."
+            )
+        query_shape = tuple(input_shape[0])
+        value_shape = tuple(input_shape[1])
+        key_shape = (
+            tuple(input_shape[2])
+            if len(input_shape) == 3 and input_shape[2] is not None
+            else value_shape
+        )
+        check_rank("query", query_shape, (2, 3))
+        check_rank("value", value_shape, 3)
+        check_rank("key", key_shape, 3)
+        check_dims_match("query", query_shape[0], "value", value_shape[0], "batch size")
+        check_dims_match("key", key_shape[0], "value", value_shape[0], "batch size")
+        check_dims_match(
+            "key", key_shape[1], "value", value_shape[1], "sequence length (axis 1)"
+        )
+        self.check_dims(query_shape[-1], key_shape[-1], key_shape[-2])
+        return query_shape, value_shape, key_shape
+
+    def _unpack_mask(self, mask, query, value):
+        if mask is None:
+            return None, None
+        if not isinstance(mask, (list, tuple)) or len(mask) not in (2, 3):
+            raise ValueError(
+                f"{type(self).__name__} expects `mask` as a list [query_mask, "
+                f"value_mask]; received {mask!r}."
+            )
+        query_mask, value_mask = mask[0], mask[1]
+        if value_mask is None and len(mask) == 3:
+            value_mask = mask[2]
+        checked = []
+        for name, m, tensor in (
+            ("query_mask", query_mask, query),
+            ("value_mask", value_mask, value),
+        ):
+            if m is not None:
+                m = ops.convert_to_tensor(m)
+                expected = static_shape(tensor)[:-1]
+                got = static_shape(m)
+                if len(got) != len(expected) or any(
+                    g is not None and e is not None and g != e
+                    for g, e in zip(got, expected, strict=True)
+                ):
+                    raise ValueError(
+                        f"`{name}` must have shape {expected} (the shape of the "
+                        f"{name.split('_')[0]} without its feature axis); "
+                        f"received {got}."
+                    )
+                m = ops.cast(m, "bool")
+            checked.append(m)
+        return tuple(checked)
+
+
+class WeightedScoreAttention(ScoreAttention):
+    """A `ScoreAttention` whose score has kernels: shared kernel options.
+
+    Args:
+        kernel_initializer: initializer of the score's kernels.
+        kernel_regularizer: regularizer of the score's kernels.
+        kernel_constraint: constraint of the score's kernels.
+        dropout: dropout rate on the attention weights.
+        seed: dropout seed.
+        **kwargs: base layer arguments.
+    """
+
+    def __init__(
+        self,
+        kernel_initializer="glorot_uniform",
+        kernel_regularizer=None,
+        kernel_constraint=None,
+        dropout=0.0,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(dropout=dropout, seed=seed, **kwargs)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+
+    def add_kernel(self, name, shape, initializer=None):
+        return self.add_weight(
+            name=name,
+            shape=shape,
+            initializer=initializer or self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "kernel_regularizer": keras.regularizers.serialize(
+                    self.kernel_regularizer
+                ),
+                "kernel_constraint": keras.constraints.serialize(
+                    self.kernel_constraint
+                ),
+            }
+        )
+        return config

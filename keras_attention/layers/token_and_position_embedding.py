@@ -1,0 +1,139 @@
+import math
+
+import keras
+from keras import ops
+
+from keras_attention._checks import check_choice, check_positive_int
+from keras_attention.layers.position_encoding import (
+    PositionEmbedding,
+    SinusoidalPositionEncoding,
+)
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class TokenAndPositionEmbedding(keras.layers.Layer):
+    """Token embedding plus position encoding, the input layer of a Transformer.
+
+    With `mask_zero=True`, token id 0 is padding: the layer emits a Keras mask
+    that attention layers downstream consume automatically, so padded keys get
+    zero weight without passing masks by hand.
+
+    Args:
+        vocabulary_size: number of token ids.
+        sequence_length: the longest input (size of the learned position table;
+            also checked for the sinusoidal encoding).
+        embedding_dim: the model width.
+        position_encoding: "learned" (`PositionEmbedding`) or "sinusoidal"
+            (`SinusoidalPositionEncoding`).
+        mask_zero: treat id 0 as padding and emit a mask.
+        scale_embeddings: multiply token embeddings by `sqrt(embedding_dim)`,
+            as in the Transformer paper, so that they are not swamped by the
+            position encoding.
+        embeddings_initializer: initializer of the token table.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        inputs: integer token ids `(B, T)`.
+        start_index: position of the first token (incremental decoding).
+
+    Example:
+
+    ```python
+    tokens = keras.Input((None,), dtype="int32")
+    x = keras_attention.layers.TokenAndPositionEmbedding(
+        vocabulary_size=5000, sequence_length=128, embedding_dim=64,
+        mask_zero=True,
+    )(tokens)
+    # x carries a padding mask into the next attention layer.
+    y = keras_attention.layers.DotProductAttention(scale=True)([x, x])
+    ```
+
+    References:
+        - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        sequence_length,
+        embedding_dim,
+        position_encoding="learned",
+        mask_zero=False,
+        scale_embeddings=False,
+        embeddings_initializer="uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_int("vocabulary_size", vocabulary_size)
+        check_positive_int("sequence_length", sequence_length)
+        check_positive_int("embedding_dim", embedding_dim)
+        check_choice("position_encoding", position_encoding, ("learned", "sinusoidal"))
+        self.vocabulary_size = vocabulary_size
+        self.sequence_length = sequence_length
+        self.embedding_dim = embedding_dim
+        self.position_encoding = position_encoding
+        self.mask_zero = mask_zero
+        self.scale_embeddings = scale_embeddings
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.supports_masking = mask_zero
+        self.token_embedding = keras.layers.Embedding(
+            vocabulary_size,
+            embedding_dim,
+            embeddings_initializer=self.embeddings_initializer,
+            dtype=self.dtype_policy,
+            name="token_embedding",
+        )
+        if position_encoding == "learned":
+            self.position_layer = PositionEmbedding(
+                sequence_length, dtype=self.dtype_policy, name="position_embedding"
+            )
+        else:
+            self.position_layer = SinusoidalPositionEncoding(
+                dtype=self.dtype_policy, name="position_encoding"
+            )
+
+    def build(self, input_shape):
+        self._check_length(input_shape[-1])
+        self.token_embedding.build(input_shape)
+        self.position_layer.build((*input_shape, self.embedding_dim))
+
+    def _check_length(self, length):
+        if length is not None and length > self.sequence_length:
+            raise ValueError(
+                f"The input has {length} tokens but TokenAndPositionEmbedding has "
+                f"sequence_length={self.sequence_length}."
+            )
+
+    def call(self, inputs, start_index=0):
+        self._check_length(inputs.shape[-1])
+        embedded = self.token_embedding(inputs)
+        if self.scale_embeddings:
+            embedded = embedded * ops.cast(
+                math.sqrt(self.embedding_dim), embedded.dtype
+            )
+        return embedded + self.position_layer(embedded, start_index=start_index)
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.mask_zero:
+            return None
+        return ops.not_equal(inputs, 0)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape, self.embedding_dim)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "sequence_length": self.sequence_length,
+                "embedding_dim": self.embedding_dim,
+                "position_encoding": self.position_encoding,
+                "mask_zero": self.mask_zero,
+                "scale_embeddings": self.scale_embeddings,
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer
+                ),
+            }
+        )
+        return config

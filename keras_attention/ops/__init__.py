@@ -1,0 +1,32 @@
+"""Pure functions on `keras.ops`: masks, score functions, masked softmax, attention."""
+
+from keras_attention.ops.attention import dot_product_attention
+from keras_attention.ops.masks import causal_mask, length_mask, merge_masks, padding_mask
+from keras_attention.ops.scores import (
+    SCORE_FUNCTIONS,
+    additive_score,
+    cosine_score,
+    dot_score,
+    general_score,
+    get_score_function,
+    location_score,
+    scaled_dot_score,
+)
+from keras_attention.ops.softmax import masked_softmax
+
+__all__ = [
+    "SCORE_FUNCTIONS",
+    "additive_score",
+    "causal_mask",
+    "cosine_score",
+    "dot_product_attention",
+    "dot_score",
+    "general_score",
+    "get_score_function",
+    "length_mask",
+    "location_score",
+    "masked_softmax",
+    "merge_masks",
+    "padding_mask",
+    "scaled_dot_score",
+]

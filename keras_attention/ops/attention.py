@@ -1,0 +1,98 @@
+"""Multi-head scaled dot-product attention with the layout of `keras.ops`."""
+
+import math
+
+from keras import ops
+
+from keras_attention._checks import (
+    check_dims_match,
+    check_mask_shape,
+    check_positive_int,
+    check_rank,
+    static_shape,
+)
+from keras_attention.ops.masks import causal_mask, merge_masks
+from keras_attention.ops.softmax import masked_softmax
+
+
+def _check_inputs(query, key, value, mask):
+    q, k, v = static_shape(query), static_shape(key), static_shape(value)
+    for name, shape in (("query", q), ("key", k), ("value", v)):
+        check_rank(name, shape, 4)
+    layout = "(batch, length, num_heads, head_dim)"
+    for axis, what in ((0, "batch size (axis 0)"), (2, "number of heads (axis 2)")):
+        check_dims_match("query", q[axis], "key", k[axis], what, hint=layout)
+        check_dims_match("key", k[axis], "value", v[axis], what, hint=layout)
+    check_dims_match("query", q[3], "key", k[3], "head dimension (axis 3)")
+    check_dims_match("key", k[1], "value", v[1], "sequence length (axis 1)")
+    if mask is not None:
+        check_mask_shape(
+            "mask",
+            static_shape(mask),
+            (q[0], q[2], q[1], k[1]),
+            "(batch, num_heads, query_length, key_length) =",
+        )
+    return q, k
+
+
+def dot_product_attention(
+    query,
+    key,
+    value,
+    mask=None,
+    is_causal=False,
+    scale=None,
+    chunk_size=None,
+    return_weights=False,
+):
+    """Scaled dot-product attention, `softmax(Q K^T / sqrt(d_k)) V`, per head.
+
+    Same layout and semantics as `keras.ops.dot_product_attention`, plus
+    attention weights on request and padding masks that are safe for fully
+    masked rows (they give zeros, never NaN).
+
+    Args:
+        query: `(batch, T, num_heads, head_dim)`.
+        key: `(batch, S, num_heads, head_dim)`.
+        value: `(batch, S, num_heads, value_dim)`.
+        mask: optional boolean tensor broadcastable to
+            `(batch, num_heads, T, S)`; True = attend.
+        is_causal: if True, query `i` only attends to keys `j <= i`.
+        scale: multiplier of the scores; default `1 / sqrt(head_dim)`.
+        chunk_size: reserved for the memory-efficient (blockwise) path.
+        return_weights: also return the weights `(batch, num_heads, T, S)`.
+
+    Returns:
+        `(batch, T, num_heads, value_dim)`, and the weights if requested.
+
+    Example:
+
+    >>> q = keras.random.normal((2, 5, 4, 8))
+    >>> kv = keras.random.normal((2, 7, 4, 8))
+    >>> dot_product_attention(q, kv, kv).shape
+    (2, 5, 4, 8)
+
+    References:
+        - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
+    """
+    query = ops.convert_to_tensor(query)
+    key = ops.convert_to_tensor(key)
+    value = ops.convert_to_tensor(value)
+    if mask is not None:
+        mask = ops.convert_to_tensor(mask)
+    q_shape, k_shape = _check_inputs(query, key, value, mask)
+    check_positive_int("chunk_size", chunk_size, allow_none=True)
+    if chunk_size is not None:
+        raise NotImplementedError("chunk_size (blockwise attention) is not available")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q_shape[-1])
+    # Scaling the queries before the matmul keeps float16 scores in range.
+    query = query * ops.cast(scale, query.dtype)
+    scores = ops.einsum("btnh,bsnh->bnts", query, key)
+    if is_causal:
+        mask = merge_masks(mask, causal_mask(ops.shape(query)[1], ops.shape(key)[1]))
+    weights = masked_softmax(scores, mask)
+    outputs = ops.einsum("bnts,bsnh->btnh", weights, ops.cast(value, weights.dtype))
+    if return_weights:
+        return outputs, weights
+    return outputs

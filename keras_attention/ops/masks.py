@@ -1,0 +1,71 @@
+"""Boolean attention masks (True = attend), built with `keras.ops` only."""
+
+from keras import ops
+
+from keras_attention._checks import check_rank, static_shape
+
+
+def padding_mask(token_ids, padding_id=0):
+    """Marks the real (non-padding) positions of a batch of token ids.
+
+    Args:
+        token_ids: integer tensor `(batch, length)` (any rank works).
+        padding_id: the id used for padding.
+
+    Returns:
+        Boolean tensor of the same shape, True where `token_ids != padding_id`.
+
+    Example:
+
+    >>> padding_mask([[5, 7, 0, 0]]).numpy().tolist()  # doctest: +SKIP
+    [[True, True, False, False]]
+    """
+    return ops.not_equal(ops.convert_to_tensor(token_ids), padding_id)
+
+
+def length_mask(lengths, max_length):
+    """Boolean `(batch, max_length)` mask, True for the first `lengths[b]` steps.
+
+    Args:
+        lengths: integer tensor `(batch,)` of valid lengths.
+        max_length: the padded length.
+    """
+    lengths = ops.convert_to_tensor(lengths)
+    check_rank("lengths", static_shape(lengths), 1)
+    positions = ops.arange(max_length)
+    return ops.less(positions[None, :], ops.cast(lengths, positions.dtype)[:, None])
+
+
+def causal_mask(query_length, key_length=None, offset=0):
+    """Lower-triangular mask: query position `i` sees key positions `<= i + offset`.
+
+    `offset` is the absolute position of the first query, which is how an
+    incremental decoder with a cache of earlier keys uses the mask: with one new
+    query at step `t`, `causal_mask(1, max_length, offset=t)` lets it attend to
+    the cached keys `0..t`. With `offset=0` and `key_length == query_length` it is
+    the usual "no peeking at the future" mask of the Transformer decoder.
+
+    Args:
+        query_length: number of queries T.
+        key_length: number of keys S (defaults to T).
+        offset: absolute position of the first query (int or scalar tensor).
+
+    Returns:
+        Boolean tensor of shape `(T, S)`.
+    """
+    if key_length is None:
+        key_length = query_length
+    rows = ops.arange(query_length)[:, None] + ops.cast(offset, "int32")
+    cols = ops.arange(key_length)[None, :]
+    return ops.greater_equal(rows, cols)
+
+
+def merge_masks(*masks):
+    """Logical AND of the given boolean masks, skipping `None` (broadcasting)."""
+    merged = None
+    for mask in masks:
+        if mask is None:
+            continue
+        mask = ops.cast(mask, "bool")
+        merged = mask if merged is None else ops.logical_and(merged, mask)
+    return merged
