@@ -27,8 +27,7 @@ def _to_matrix(weights, name="weights"):
 def _check_labels(name, labels, size, axis):
     if labels is not None and len(labels) != size:
         raise ValueError(
-            f"`{name}` has {len(labels)} labels but the weights have {size} "
-            f"{axis}."
+            f"`{name}` has {len(labels)} labels but the weights have {size} {axis}."
         )
 
 
@@ -96,7 +95,9 @@ def plot_position_encoding(length=50, depth=128, max_wavelength=10000, path=None
     from keras_attention.layers.position_encoding import sinusoidal_encoding
 
     positions = ops.cast(ops.arange(length), "float32")
-    encoding = ops.convert_to_numpy(sinusoidal_encoding(positions, depth, max_wavelength))
+    encoding = ops.convert_to_numpy(
+        sinusoidal_encoding(positions, depth, max_wavelength)
+    )
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     image = ax.pcolormesh(encoding, cmap="RdBu", vmin=-1, vmax=1)
@@ -104,7 +105,9 @@ def plot_position_encoding(length=50, depth=128, max_wavelength=10000, path=None
     ax.set_ylabel("Position")
     ax.set_xlim(0, depth)
     ax.set_ylim(length, 0)
-    ax.set_title(f"{depth}-dimensional sinusoidal position encoding, {length} positions")
+    ax.set_title(
+        f"{depth}-dimensional sinusoidal position encoding, {length} positions"
+    )
     fig.colorbar(image, ax=ax)
     fig.tight_layout()
     if path is not None:

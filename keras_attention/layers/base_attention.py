@@ -56,9 +56,7 @@ class ScoreAttention(keras.layers.Layer):
         self.dropout = dropout
         self.seed = seed
         self.supports_masking = True
-        self.seed_generator = (
-            keras.random.SeedGenerator(seed) if dropout > 0 else None
-        )
+        self.seed_generator = keras.random.SeedGenerator(seed) if dropout > 0 else None
 
     # -- hooks for subclasses ------------------------------------------------
 
@@ -69,7 +67,7 @@ class ScoreAttention(keras.layers.Layer):
         """Creates the weights of the score function."""
 
     def compute_scores(self, query, key):
-        """Returns unnormalized scores `(B, Tq, Tv)` for `(B, Tq, Dq)`, `(B, Tv, Dk)`."""
+        """Scores `(B, Tq, Tv)` of queries `(B, Tq, Dq)` and keys `(B, Tv, Dk)`."""
         raise NotImplementedError
 
     # -- Keras API -----------------------------------------------------------
@@ -176,13 +174,18 @@ class ScoreAttention(keras.layers.Layer):
         return query, value, key
 
     def _check_shapes(self, input_shape):
-        if not isinstance(input_shape, (list, tuple)) or len(input_shape) not in (
-            2,
-            3,
+        name = type(self).__name__
+        if isinstance(input_shape, (list, tuple)) and all(
+            d is None or isinstance(d, int) for d in input_shape
         ):
             raise ValueError(
-                f"{type(self).__name__} expects the shapes of [query, value] or "
-                f"[query, value, key]; received {input_shape}."
+                f"{name} must be called on a list [query, value] or [query, value, "
+                f"key]; received a single tensor of shape {tuple(input_shape)}."
+            )
+        if not isinstance(input_shape, (list, tuple)) or len(input_shape) not in (2, 3):
+            raise ValueError(
+                f"{name} expects the shapes of [query, value] or [query, value, "
+                f"key]; received {input_shape}."
             )
         query_shape = tuple(input_shape[0])
         value_shape = tuple(input_shape[1])

@@ -1,7 +1,12 @@
 """Pure functions on `keras.ops`: masks, score functions, masked softmax, attention."""
 
 from keras_attention.ops.attention import dot_product_attention
-from keras_attention.ops.masks import causal_mask, length_mask, merge_masks, padding_mask
+from keras_attention.ops.masks import (
+    causal_mask,
+    length_mask,
+    merge_masks,
+    padding_mask,
+)
 from keras_attention.ops.scores import (
     SCORE_FUNCTIONS,
     additive_score,

@@ -1,0 +1,279 @@
+"""Behaviour every score-function attention layer shares (one test, six layers)."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attention import layers
+from tests.conftest import trainable_gradients
+from tests.layers.attention_cases import FACTORIES, POSITION_BASED
+
+B, T, S, D = 2, 4, 6, 5
+rng = np.random.default_rng(0)
+QUERY = rng.normal(size=(B, T, D)).astype("float32")
+VALUE = rng.normal(size=(B, S, D)).astype("float32")
+VALUE_MASK = np.array([[True] * S, [True] * 3 + [False] * (S - 3)])
+
+names = pytest.mark.parametrize("name", sorted(FACTORIES))
+
+
+def np_(x):
+    return ops.convert_to_numpy(ops.cast(x, "float32"))
+
+
+@names
+def test_output_and_weight_shapes(name):
+    layer = FACTORIES[name]()
+    out, w = layer([QUERY, VALUE], return_attention_scores=True)
+    assert tuple(out.shape) == (B, T, D)
+    assert tuple(w.shape) == (B, T, S)
+    assert layer.compute_output_shape([QUERY.shape, VALUE.shape]) == (B, T, D)
+    np.testing.assert_allclose(np_(w).sum(-1), 1.0, rtol=1e-5)
+
+
+@names
+def test_separate_key(name):
+    layer = FACTORIES[name]()
+    value = rng.normal(size=(B, S, 3)).astype("float32")
+    out = layer([QUERY, value, VALUE])
+    assert tuple(out.shape) == (B, T, 3)
+
+
+@names
+def test_rank2_query_is_one_decoder_step(name):
+    layer = FACTORIES[name]()
+    seq_out, seq_w = layer([QUERY, VALUE], return_attention_scores=True)
+    step_out, step_w = layer([QUERY[:, 2], VALUE], return_attention_scores=True)
+    assert tuple(step_out.shape) == (B, D)
+    assert tuple(step_w.shape) == (B, S)
+    np.testing.assert_allclose(np_(step_out), np_(seq_out)[:, 2], atol=1e-5)
+    np.testing.assert_allclose(np_(step_w), np_(seq_w)[:, 2], atol=1e-6)
+
+
+@names
+def test_padded_values_get_zero_weight_and_do_not_matter(name):
+    layer = FACTORIES[name]()
+    out, w = layer(
+        [QUERY, VALUE], mask=[None, VALUE_MASK], return_attention_scores=True
+    )
+    assert np.all(np_(w)[1, :, 3:] == 0.0)
+    changed = VALUE.copy()
+    changed[1, 3:] = 100.0 * rng.normal(size=(S - 3, D))
+    out2 = layer([QUERY, changed], mask=[None, VALUE_MASK])
+    np.testing.assert_allclose(np_(out2), np_(out), atol=1e-5)
+
+
+@names
+def test_padded_queries_give_zero_output_and_mask_propagates(name):
+    layer = FACTORIES[name]()
+    query_mask = np.array([[True] * T, [True, True, False, False]])
+    out = layer([QUERY, VALUE], mask=[query_mask, None])
+    assert np.all(np_(out)[1, 2:] == 0.0)
+    assert np.any(np_(out)[1, :2] != 0.0)
+    propagated = layer.compute_mask([QUERY, VALUE], [query_mask, None])
+    np.testing.assert_array_equal(np_(propagated), query_mask)
+
+
+@names
+def test_fully_masked_values_give_zeros_not_nan(name):
+    layer = FACTORIES[name]()
+    mask = np.zeros((B, S), bool)
+    out, w = layer([QUERY, VALUE], mask=[None, mask], return_attention_scores=True)
+    assert np.all(np_(out) == 0.0) and np.all(np_(w) == 0.0)
+
+
+@names
+def test_causal_mask_makes_step_t_independent_of_later_inputs(name):
+    layer = FACTORIES[name]()
+    x = rng.normal(size=(B, T, D)).astype("float32")
+    out, w = layer([x, x], use_causal_mask=True, return_attention_scores=True)
+    assert np.all(np.triu(np.ones((T, T)), 1)[None] * np_(w) == 0.0)
+    for t in range(T - 1):
+        changed = x.copy()
+        changed[:, t + 1 :] = rng.normal(size=changed[:, t + 1 :].shape)
+        out2 = layer([changed, changed], use_causal_mask=True)
+        np.testing.assert_allclose(
+            np_(out2)[:, : t + 1], np_(out)[:, : t + 1], atol=1e-5
+        )
+
+
+@pytest.mark.parametrize("name", sorted(set(FACTORIES) - POSITION_BASED))
+def test_self_attention_without_positions_is_permutation_equivariant(name):
+    layer = FACTORIES[name]()
+    x = rng.normal(size=(B, T, D)).astype("float32")
+    permutation = np.array([2, 0, 3, 1])
+    out = np_(layer([x, x]))
+    permuted = np_(layer([x[:, permutation], x[:, permutation]]))
+    np.testing.assert_allclose(permuted, out[:, permutation], atol=1e-5)
+
+
+def test_location_attention_is_not_permutation_equivariant():
+    # It scores positions, not contents: a sanity check of the test above.
+    layer = FACTORIES["location"]()
+    x = rng.normal(size=(B, T, D)).astype("float32")
+    permutation = np.array([2, 0, 3, 1])
+    out = np_(layer([x, x]))
+    permuted = np_(layer([x[:, permutation], x[:, permutation]]))
+    assert not np.allclose(permuted, out[:, permutation], atol=1e-3)
+
+
+@names
+def test_keras_mask_from_token_embedding_reaches_the_layer(name):
+    tokens = keras.Input((S,), dtype="int32")
+    x = layers.TokenAndPositionEmbedding(20, S, D, mask_zero=True)(tokens)
+    out, w = FACTORIES[name]()([x, x], return_attention_scores=True)
+    model = keras.Model(tokens, [out, w])
+    ids = np.array([[3, 4, 5, 6, 7, 8], [3, 4, 5, 0, 0, 0]], "int32")
+    out, w = model.predict(ids, verbose=0)
+    assert np.all(w[1, :, 3:] == 0.0)  # padded keys
+    assert np.all(out[1, 3:] == 0.0)  # padded queries
+    np.testing.assert_allclose(w[1, :3].sum(-1), 1.0, rtol=1e-5)
+
+
+def _functional(layer):
+    query = keras.Input((T, D))
+    value = keras.Input((S, D))
+    value_mask = keras.Input((S,), dtype="bool")
+    out, w = layer(
+        [query, value], mask=[None, value_mask], return_attention_scores=True
+    )
+    return keras.Model([query, value, value_mask], [out, w])
+
+
+@names
+def test_save_and_load_in_safe_mode_gives_identical_outputs(name, tmp_path):
+    model = _functional(FACTORIES[name](dropout=0.1, seed=3))
+    inputs = [QUERY, VALUE, VALUE_MASK]
+    before = model.predict(inputs, verbose=0)
+    path = tmp_path / f"{name}.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    after = loaded.predict(inputs, verbose=0)
+    for a, b in zip(before, after, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@names
+def test_config_round_trip(name):
+    layer = FACTORIES[name](dropout=0.2, seed=7, name="att")
+    clone = type(layer).from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+
+
+@names
+def test_jit_compile_matches_eager(name):
+    model = _functional(FACTORIES[name]())
+    inputs = [QUERY, VALUE, VALUE_MASK]
+    eager = model(inputs)
+    model.compile(jit_compile=True)
+    compiled = model.predict(inputs, verbose=0)
+    for a, b in zip(eager, compiled, strict=True):
+        np.testing.assert_allclose(np_(a), b, atol=1e-5)
+
+
+@names
+def test_jit_compiled_training_step_runs(name):
+    query = keras.Input((T, D))
+    value = keras.Input((S, D))
+    out = FACTORIES[name]()([query, value])
+    model = keras.Model([query, value], keras.layers.Dense(1)(out))
+    model.compile("adam", "mse", jit_compile=True)
+    loss = model.train_on_batch([QUERY, VALUE], np.ones((B, T, 1), "float32"))
+    assert np.isfinite(loss)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+@names
+def test_mixed_precision_with_fully_masked_rows(name, policy):
+    layer = FACTORIES[name](dtype=policy)
+    mask = VALUE_MASK.copy()
+    mask[1] = False
+    out, w = layer([QUERY, VALUE], mask=[None, mask], return_attention_scores=True)
+    compute = policy.split("_")[1]
+    assert keras.backend.standardize_dtype(out.dtype) == compute
+    assert np.all(np.isfinite(np_(out))) and np.all(np.isfinite(np_(w)))
+    assert np.all(np_(out)[1] == 0.0)
+    np.testing.assert_allclose(np_(w)[0].sum(-1), 1.0, atol=2e-2)
+
+
+@names
+def test_gradients_are_finite_for_weights_and_inputs(name):
+    layer = FACTORIES[name]()
+    query = keras.Variable(QUERY)
+    value = keras.Variable(VALUE)
+    layer([QUERY, VALUE])
+    variables = [query, value, *layer.trainable_variables]
+    mask = VALUE_MASK.copy()
+    mask[1] = False  # a fully masked row must not poison the gradients
+
+    def loss():
+        out = layer([query, value], mask=[None, mask])
+        return ops.sum(ops.square(out))
+
+    grads = trainable_gradients(variables, loss)
+    assert all(np.all(np.isfinite(g)) for g in grads)
+    assert np.any(grads[1] != 0)
+
+
+@names
+def test_dropout_only_in_training(name):
+    layer = FACTORIES[name](dropout=0.5, seed=1)
+    inference_a = np_(layer([QUERY, VALUE], training=False))
+    inference_b = np_(layer([QUERY, VALUE]))
+    np.testing.assert_array_equal(inference_a, inference_b)
+    _, w = layer([QUERY, VALUE], training=True, return_attention_scores=True)
+    assert np.any(np_(w) == 0.0)
+
+
+# -- bad input -------------------------------------------------------------
+
+
+@names
+def test_single_tensor_input_is_rejected(name):
+    with pytest.raises(ValueError, match=r"list \[query, value\].*single"):
+        FACTORIES[name]()(QUERY)
+
+
+@names
+def test_value_of_wrong_rank_is_rejected(name):
+    with pytest.raises(ValueError, match=r"`value` must have rank 3.*\(2, 5\)"):
+        FACTORIES[name]()([QUERY, VALUE[:, 0]])
+
+
+@names
+def test_query_of_wrong_rank_is_rejected(name):
+    with pytest.raises(ValueError, match=r"`query` must have rank 2 or 3.*rank 4"):
+        FACTORIES[name]()([QUERY[None], VALUE])
+
+
+@names
+def test_batch_mismatch_is_rejected(name):
+    with pytest.raises(ValueError, match=r"batch size of `query` \(1\).*\(2\)"):
+        FACTORIES[name]()([QUERY[:1], VALUE])
+
+
+@names
+def test_key_value_length_mismatch_is_rejected(name):
+    with pytest.raises(ValueError, match=r"sequence length.*`key` \(5\).*\(6\)"):
+        FACTORIES[name]()([QUERY, VALUE, VALUE[:, :5]])
+
+
+@names
+def test_value_mask_of_wrong_shape_is_rejected(name):
+    with pytest.raises(
+        ValueError, match=r"`value_mask` must have shape \(2, 6\).*\(2, 5\)"
+    ):
+        FACTORIES[name]()([QUERY, VALUE], mask=[None, VALUE_MASK[:, :5]])
+
+
+@names
+def test_causal_mask_with_single_step_query_is_rejected(name):
+    with pytest.raises(ValueError, match="use_causal_mask"):
+        FACTORIES[name]()([QUERY[:, 0], VALUE], use_causal_mask=True)
+
+
+@names
+def test_invalid_dropout_is_rejected(name):
+    with pytest.raises(ValueError, match=r"`dropout` must be in \[0, 1\)"):
+        FACTORIES[name](dropout=1.5)

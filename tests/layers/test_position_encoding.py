@@ -1,0 +1,113 @@
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attention.layers import PositionEmbedding, SinusoidalPositionEncoding
+from tests import numpy_reference as ref
+
+
+def np_(x):
+    return ops.convert_to_numpy(ops.cast(x, "float32"))
+
+
+def test_sinusoidal_matches_the_paper_formula():
+    x = np.zeros((2, 50, 128), "float32")
+    got = np_(SinusoidalPositionEncoding()(x))
+    assert got.shape == (2, 50, 128)
+    np.testing.assert_allclose(got[0], ref.sinusoidal(50, 128), atol=1e-5)
+    np.testing.assert_array_equal(got[0], got[1])
+
+
+def test_sinusoidal_first_positions_match_the_seed_table():
+    # The seeds' table for depth 4: p1 = [0.841, 0.540, 0.010, 1.000].
+    got = np_(SinusoidalPositionEncoding()(np.zeros((1, 4, 4), "float32")))[0]
+    np.testing.assert_allclose(got[1], [0.841, 0.540, 0.010, 1.000], atol=1e-3)
+    np.testing.assert_allclose(got[2, :2], [0.909, -0.416], atol=1e-3)
+
+
+def test_sinusoidal_offset_is_a_rotation_of_each_frequency_pair():
+    depth, length, k = 16, 40, 7
+    pe = np_(SinusoidalPositionEncoding()(np.zeros((1, length + k, depth))))[0]
+    frequencies = 1.0 / 10000 ** (np.arange(0, depth, 2) / depth)
+    for pair, w in enumerate(frequencies):
+        rotation = np.array(
+            [[np.cos(w * k), np.sin(w * k)], [-np.sin(w * k), np.cos(w * k)]]
+        )
+        now = pe[:length, 2 * pair : 2 * pair + 2]  # (sin, cos) at pos
+        later = pe[k : length + k, 2 * pair : 2 * pair + 2]  # at pos + k
+        np.testing.assert_allclose(now @ rotation.T, later, atol=1e-4)
+
+
+def test_sinusoidal_start_index_continues_the_sequence():
+    layer = SinusoidalPositionEncoding()
+    full = np_(layer(np.zeros((1, 10, 8), "float32")))
+    step = np_(layer(np.zeros((1, 1, 8), "float32"), start_index=6))
+    np.testing.assert_allclose(step[0, 0], full[0, 6], atol=1e-6)
+
+
+def test_sinusoidal_positions_stay_exact_in_half_precision():
+    layer = SinusoidalPositionEncoding(dtype="mixed_float16")
+    got = layer(np.zeros((1, 1, 8), "float32"), start_index=3000)
+    assert keras.backend.standardize_dtype(got.dtype) == "float16"
+    want = ref.sinusoidal(1, 8, start=3000)
+    np.testing.assert_allclose(np_(got)[0], want, atol=2e-3)
+
+
+def test_sinusoidal_odd_depth():
+    got = np_(SinusoidalPositionEncoding()(np.zeros((1, 5, 7), "float32")))
+    np.testing.assert_allclose(got[0], ref.sinusoidal(5, 7), atol=1e-5)
+
+
+def test_sinusoidal_invalid_config_and_rank():
+    with pytest.raises(ValueError, match="max_wavelength"):
+        SinusoidalPositionEncoding(max_wavelength=0)
+    with pytest.raises(ValueError, match="`inputs` must have rank"):
+        SinusoidalPositionEncoding()(np.zeros((4,), "float32"))
+
+
+def test_position_embedding_returns_the_first_rows():
+    layer = PositionEmbedding(sequence_length=10)
+    got = np_(layer(np.zeros((3, 6, 4), "float32")))
+    table = np_(layer.embeddings)
+    assert got.shape == (3, 6, 4)
+    np.testing.assert_array_equal(got[1], table[:6])
+    step = np_(layer(np.zeros((3, 1, 4), "float32"), start_index=4))
+    np.testing.assert_array_equal(step[0, 0], table[4])
+
+
+def test_position_embedding_is_trained():
+    inputs = keras.Input((5, 3))
+    outputs = inputs + PositionEmbedding(5)(inputs)
+    model = keras.Model(inputs, outputs)
+    model.compile(keras.optimizers.SGD(5.0), "mse")
+    target = np.tile(np.arange(5, dtype="float32")[:, None], (8, 1, 3)) / 5
+    first = model.evaluate(np.zeros((8, 5, 3)), target, verbose=0)
+    model.fit(np.zeros((8, 5, 3)), target, epochs=30, verbose=0)
+    assert model.evaluate(np.zeros((8, 5, 3)), target, verbose=0) < 0.01 * first
+
+
+def test_position_embedding_too_long_and_bad_config():
+    with pytest.raises(ValueError, match=r"7 positions.*sequence_length=5"):
+        PositionEmbedding(5)(np.zeros((1, 7, 4), "float32"))
+    with pytest.raises(ValueError, match="`sequence_length` must be a positive"):
+        PositionEmbedding(0)
+
+
+@pytest.mark.parametrize(
+    "layer", [SinusoidalPositionEncoding(), PositionEmbedding(12)], ids=type
+)
+def test_save_load_safe_mode(layer, tmp_path):
+    inputs = keras.Input((12, 8))
+    model = keras.Model(inputs, inputs + layer(inputs))
+    x = np.random.default_rng(0).normal(size=(2, 12, 8)).astype("float32")
+    path = tmp_path / "m.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    np.testing.assert_array_equal(
+        model.predict(x, verbose=0), loaded.predict(x, verbose=0)
+    )
+    loaded.compile(jit_compile=True)
+    np.testing.assert_allclose(
+        loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6
+    )

@@ -1,0 +1,59 @@
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attention.layers import DotProductAttention, TokenAndPositionEmbedding
+from tests import numpy_reference as ref
+
+IDS = np.array([[4, 2, 9, 0, 0], [1, 1, 1, 1, 1]], "int32")
+
+
+@pytest.mark.parametrize("position_encoding", ["learned", "sinusoidal"])
+def test_sum_of_token_and_position(position_encoding):
+    layer = TokenAndPositionEmbedding(
+        10, 5, 6, position_encoding=position_encoding, scale_embeddings=True
+    )
+    out = ops.convert_to_numpy(layer(IDS))
+    tokens = ops.convert_to_numpy(layer.token_embedding.embeddings)[IDS] * np.sqrt(6)
+    if position_encoding == "learned":
+        positions = ops.convert_to_numpy(layer.position_layer.embeddings)
+    else:
+        positions = ref.sinusoidal(5, 6)
+    np.testing.assert_allclose(out, tokens + positions[None], atol=1e-5)
+
+
+def test_mask_zero_emits_a_mask():
+    layer = TokenAndPositionEmbedding(10, 5, 6, mask_zero=True)
+    mask = ops.convert_to_numpy(layer.compute_mask(IDS))
+    np.testing.assert_array_equal(mask, IDS != 0)
+    assert TokenAndPositionEmbedding(10, 5, 6).compute_mask(IDS) is None
+
+
+def test_mask_reaches_attention_in_a_functional_model():
+    tokens = keras.Input((5,), dtype="int32")
+    x = TokenAndPositionEmbedding(10, 5, 6, mask_zero=True)(tokens)
+    _, weights = DotProductAttention(scale=True)([x, x], return_attention_scores=True)
+    w = keras.Model(tokens, weights).predict(IDS, verbose=0)
+    assert np.all(w[0, :, 3:] == 0.0)
+
+
+def test_save_load_and_mixed_precision(tmp_path):
+    tokens = keras.Input((5,), dtype="int32")
+    layer = TokenAndPositionEmbedding(10, 5, 6, mask_zero=True, dtype="mixed_bfloat16")
+    model = keras.Model(tokens, layer(tokens))
+    path = tmp_path / "m.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    a, b = model.predict(IDS, verbose=0), loaded.predict(IDS, verbose=0)
+    np.testing.assert_array_equal(a, b)
+    assert keras.backend.standardize_dtype(a.dtype) == "bfloat16"
+
+
+def test_too_long_input_and_bad_config():
+    with pytest.raises(ValueError, match=r"5 tokens.*sequence_length=4"):
+        TokenAndPositionEmbedding(10, 4, 6)(IDS)
+    with pytest.raises(ValueError, match=r"Unknown `position_encoding`: 'rotary'"):
+        TokenAndPositionEmbedding(10, 4, 6, position_encoding="rotary")
+    with pytest.raises(ValueError, match="`embedding_dim` must be a positive integer"):
+        TokenAndPositionEmbedding(10, 4, 0)

@@ -1,0 +1,67 @@
+"""Independent NumPy implementations of the seeds' formulas, for the tests."""
+
+import numpy as np
+
+
+def softmax(scores, mask=None):
+    scores = np.asarray(scores, dtype="float64")
+    if mask is not None:
+        mask = np.broadcast_to(np.asarray(mask, bool), scores.shape)
+        scores = np.where(mask, scores, -np.inf)
+    peak = np.max(scores, axis=-1, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0.0)
+    exp = np.exp(scores - peak)
+    total = exp.sum(axis=-1, keepdims=True)
+    return np.where(total > 0, exp / np.where(total > 0, total, 1.0), 0.0)
+
+
+def dot(q, k):
+    return np.einsum("...td,...sd->...ts", q, k)
+
+
+def general(q, k, w):
+    # score(s, h) = s^T W h
+    return np.einsum("...td,de,...se->...ts", q, w, k)
+
+
+def additive(q, k, w1, w2, v, b=None):
+    # score(s, h) = v^T tanh(W [s; h]) with W = [W1 W2]
+    t, s = q.shape[-2], k.shape[-2]
+    out = np.zeros(q.shape[:-2] + (t, s))
+    w = np.concatenate([w1, w2], axis=0)
+    for index in np.ndindex(*q.shape[:-2]):
+        for i in range(t):
+            for j in range(s):
+                concat = np.concatenate([q[index + (i,)], k[index + (j,)]])
+                hidden = concat @ w + (0 if b is None else b)
+                out[index + (i, j)] = v @ np.tanh(hidden)
+    return out
+
+
+def cosine(q, k, beta=1.0):
+    qn = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    kn = k / np.linalg.norm(k, axis=-1, keepdims=True)
+    return beta * dot(qn, kn)
+
+
+def attend(weights, values):
+    return np.einsum("...ts,...sd->...td", weights, values)
+
+
+def multi_head_attention(q, k, v, mask=None, scale=None):
+    """(B, T, N, H) layout, like keras.ops.dot_product_attention."""
+    scale = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    scores = np.einsum("btnh,bsnh->bnts", q, k) * scale
+    weights = softmax(scores, mask)
+    return np.einsum("bnts,bsnh->btnh", weights, v), weights
+
+
+def sinusoidal(length, depth, max_wavelength=10000.0, start=0):
+    pe = np.zeros((length, depth))
+    for pos in range(length):
+        for i in range(0, depth, 2):
+            angle = (pos + start) / max_wavelength ** (i / depth)
+            pe[pos, i] = np.sin(angle)
+            if i + 1 < depth:
+                pe[pos, i + 1] = np.cos(angle)
+    return pe

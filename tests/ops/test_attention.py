@@ -1,0 +1,106 @@
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attention.ops import causal_mask, dot_product_attention
+from tests import numpy_reference as ref
+
+rng = np.random.default_rng(0)
+B, T, S, N, H = 2, 5, 7, 3, 8
+Q = rng.normal(size=(B, T, N, H)).astype("float32")
+K = rng.normal(size=(B, S, N, H)).astype("float32")
+V = rng.normal(size=(B, S, N, H)).astype("float32")
+PAD = rng.random((B, 1, 1, S)) > 0.3
+
+
+def test_matches_numpy_reference_with_weights():
+    out, weights = dot_product_attention(Q, K, V, mask=PAD, return_weights=True)
+    want_out, want_w = ref.multi_head_attention(Q, K, V, PAD)
+    np.testing.assert_allclose(ops.convert_to_numpy(out), want_out, atol=1e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(weights), want_w, atol=1e-6)
+
+
+def test_matches_keras_dot_product_attention():
+    mask = np.broadcast_to(PAD, (B, N, T, S))
+    ours = dot_product_attention(Q, K, V, mask=mask)
+    theirs = keras.ops.dot_product_attention(Q, K, V, mask=mask)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(ours), ops.convert_to_numpy(theirs), atol=1e-5
+    )
+
+
+def test_is_causal_matches_keras_and_explicit_mask():
+    q = np.concatenate([Q, Q[:, :2]], axis=1)  # T == S for self-attention
+    ours = dot_product_attention(q, K, V, is_causal=True)
+    explicit = dot_product_attention(q, K, V, mask=causal_mask(S)[None, None])
+    theirs = keras.ops.dot_product_attention(q, K, V, is_causal=True)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(ours), ops.convert_to_numpy(explicit), atol=1e-6
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(ours), ops.convert_to_numpy(theirs), atol=1e-5
+    )
+
+
+def test_custom_scale():
+    out = dot_product_attention(Q, K, V, scale=0.5)
+    want, _ = ref.multi_head_attention(Q, K, V, scale=0.5)
+    np.testing.assert_allclose(ops.convert_to_numpy(out), want, atol=1e-5)
+
+
+def test_changing_masked_values_does_not_change_output():
+    mask = np.ones((B, 1, 1, S), bool)
+    mask[:, ..., -3:] = False
+    v2, k2 = V.copy(), K.copy()
+    v2[:, -3:] = 1e3
+    k2[:, -3:] = -7.0
+    a, wa = dot_product_attention(Q, K, V, mask=mask, return_weights=True)
+    b, _ = dot_product_attention(Q, k2, v2, mask=mask, return_weights=True)
+    np.testing.assert_allclose(ops.convert_to_numpy(a), ops.convert_to_numpy(b))
+    assert np.all(ops.convert_to_numpy(wa)[..., -3:] == 0.0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_fully_masked_query_rows_are_zero_in_half_precision(dtype):
+    mask = np.ones((B, 1, T, S), bool)
+    mask[:, :, 0] = False
+    q, k, v = (ops.cast(x, dtype) for x in (Q, K, V))
+    out, w = dot_product_attention(q, k, v, mask=mask, return_weights=True)
+    out = ops.convert_to_numpy(ops.cast(out, "float32"))
+    assert np.all(np.isfinite(out))
+    assert np.all(out[:, 0] == 0.0)
+    assert np.all(ops.convert_to_numpy(ops.cast(w, "float32"))[:, :, 0] == 0.0)
+
+
+def test_value_head_dim_may_differ():
+    v = rng.normal(size=(B, S, N, 4)).astype("float32")
+    assert tuple(dot_product_attention(Q, K, v).shape) == (B, T, N, 4)
+
+
+@pytest.mark.parametrize(
+    "q_shape, k_shape, v_shape, message",
+    [
+        ((B, T, H), (B, S, N, H), (B, S, N, H), r"`query` must have rank 4"),
+        ((B, T, N, H), (B, S, N, H + 1), (B, S, N, H), r"head dimension.*8.*9"),
+        ((B, T, N, H), (B, S, N + 1, H), (B, S, N + 1, H), r"number of heads"),
+        ((B, T, N, H), (B, S, N, H), (B, S + 1, N, H), r"sequence length"),
+    ],
+)
+def test_bad_shapes_are_rejected(q_shape, k_shape, v_shape, message):
+    with pytest.raises(ValueError, match=message):
+        dot_product_attention(
+            np.zeros(q_shape, "float32"),
+            np.zeros(k_shape, "float32"),
+            np.zeros(v_shape, "float32"),
+        )
+
+
+def test_mask_of_wrong_shape_is_rejected():
+    with pytest.raises(ValueError, match=r"`mask` of shape \(2, 1, 1, 6\)"):
+        dot_product_attention(Q, K, V, mask=np.ones((B, 1, 1, S - 1), bool))
+
+
+def test_non_positive_chunk_size_is_rejected():
+    with pytest.raises(ValueError, match="chunk_size"):
+        dot_product_attention(Q, K, V, chunk_size=0)
