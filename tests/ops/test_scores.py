@@ -30,13 +30,13 @@ def test_seed_worked_example_scaled_dot_product():
 
 def test_dot_score():
     np.testing.assert_allclose(
-        to_numpy(ka_ops.dot_score(Q, K)), ref.dot(Q, K), rtol=1e-5
+        to_numpy(ka_ops.dot_score(Q, K)), ref.dot(Q, K), rtol=1e-5, atol=1e-6
     )
 
 
 def test_scaled_dot_score_custom_scale():
     got = to_numpy(ka_ops.scaled_dot_score(Q, K, scale=0.3))
-    np.testing.assert_allclose(got, 0.3 * ref.dot(Q, K), rtol=1e-5)
+    np.testing.assert_allclose(got, 0.3 * ref.dot(Q, K), rtol=1e-5, atol=1e-6)
 
 
 def test_general_score_compares_different_sizes():
@@ -71,7 +71,7 @@ def test_cosine_score_of_zero_vector_is_zero_not_nan():
 def test_location_score_uses_only_the_query():
     w = rng.normal(size=(4, 8)).astype("float32")
     got = to_numpy(ka_ops.location_score(Q, w, key_length=5))
-    np.testing.assert_allclose(got, (Q @ w)[..., :5], rtol=1e-5)
+    np.testing.assert_allclose(got, (Q @ w)[..., :5], rtol=1e-5, atol=1e-6)
 
 
 def test_location_score_rejects_longer_sources():
