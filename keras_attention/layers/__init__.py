@@ -5,6 +5,7 @@ from keras_attention.layers.base_attention import ScoreAttention, WeightedScoreA
 from keras_attention.layers.cosine_attention import CosineAttention
 from keras_attention.layers.dot_product_attention import DotProductAttention
 from keras_attention.layers.location_attention import LocationAttention
+from keras_attention.layers.multi_head_attention import MultiHeadAttention
 from keras_attention.layers.multiplicative_attention import MultiplicativeAttention
 from keras_attention.layers.position_encoding import (
     PositionEmbedding,
@@ -19,6 +20,7 @@ __all__ = [
     "CosineAttention",
     "DotProductAttention",
     "LocationAttention",
+    "MultiHeadAttention",
     "MultiplicativeAttention",
     "PositionEmbedding",
     "ScoreAttention",

@@ -1,6 +1,10 @@
 """Pure functions on `keras.ops`: masks, score functions, masked softmax, attention."""
 
-from keras_attention.ops.attention import dot_product_attention
+from keras_attention.ops.attention import (
+    apply_attention_weights,
+    attention_weights,
+    dot_product_attention,
+)
 from keras_attention.ops.masks import (
     causal_mask,
     length_mask,
@@ -21,6 +25,8 @@ from keras_attention.ops.softmax import masked_softmax
 
 __all__ = [
     "SCORE_FUNCTIONS",
+    "apply_attention_weights",
+    "attention_weights",
     "additive_score",
     "causal_mask",
     "cosine_score",

@@ -11,6 +11,7 @@ from keras_attention._checks import (
     check_rank,
     static_shape,
 )
+from keras_attention.ops.chunked import chunked_attention
 from keras_attention.ops.masks import causal_mask, merge_masks
 from keras_attention.ops.softmax import masked_softmax
 
@@ -59,7 +60,11 @@ def dot_product_attention(
             `(batch, num_heads, T, S)`; True = attend.
         is_causal: if True, query `i` only attends to keys `j <= i`.
         scale: multiplier of the scores; default `1 / sqrt(head_dim)`.
-        chunk_size: reserved for the memory-efficient (blockwise) path.
+        chunk_size: if set, the memory-efficient path: keys are processed in
+            blocks of this size with an online softmax, so memory grows as
+            O(T * chunk_size) instead of O(T * S), in the backward pass too
+            (custom gradient that recomputes each block). Same result as the
+            standard path to float tolerance; cannot return weights.
         return_weights: also return the weights `(batch, num_heads, T, S)`.
 
     Returns:
@@ -82,17 +87,44 @@ def dot_product_attention(
         mask = ops.convert_to_tensor(mask)
     q_shape, k_shape = _check_inputs(query, key, value, mask)
     check_positive_int("chunk_size", chunk_size, allow_none=True)
-    if chunk_size is not None:
-        raise NotImplementedError("chunk_size (blockwise attention) is not available")
     if scale is None:
         scale = 1.0 / math.sqrt(q_shape[-1])
+    if chunk_size is not None:
+        if return_weights:
+            raise ValueError(
+                "`return_weights=True` cannot be combined with `chunk_size`: the "
+                "chunked path never materializes the (T, S) weights."
+            )
+        return chunked_attention(query, key, value, mask, is_causal, scale, chunk_size)
+    weights = _weights(query, key, mask, is_causal, scale)
+    outputs = apply_attention_weights(weights, value)
+    if return_weights:
+        return outputs, weights
+    return outputs
+
+
+def _weights(query, key, mask, is_causal, scale):
     # Scaling the queries before the matmul keeps float16 scores in range.
     query = query * ops.cast(scale, query.dtype)
     scores = ops.einsum("btnh,bsnh->bnts", query, key)
     if is_causal:
         mask = merge_masks(mask, causal_mask(ops.shape(query)[1], ops.shape(key)[1]))
-    weights = masked_softmax(scores, mask)
-    outputs = ops.einsum("bnts,bsnh->btnh", weights, ops.cast(value, weights.dtype))
-    if return_weights:
-        return outputs, weights
-    return outputs
+    return masked_softmax(scores, mask)
+
+
+def attention_weights(query, key, mask=None, is_causal=False, scale=None):
+    """The weights `softmax(scale * Q K^T)` `(B, N, T, S)` of
+    `dot_product_attention` (same arguments), for code that transforms them,
+    e.g. dropout, before `apply_attention_weights`."""
+    query, key = ops.convert_to_tensor(query), ops.convert_to_tensor(key)
+    if mask is not None:
+        mask = ops.convert_to_tensor(mask)
+    q_shape, _ = _check_inputs(query, key, key, mask)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q_shape[-1])
+    return _weights(query, key, mask, is_causal, scale)
+
+
+def apply_attention_weights(weights, value):
+    """`sum_s weights[b, n, t, s] * value[b, s, n, :]` -> `(B, T, N, H)`."""
+    return ops.einsum("bnts,bsnh->btnh", weights, ops.cast(value, weights.dtype))
