@@ -4,6 +4,7 @@ from keras_attention.layers.additive_attention import AdditiveAttention
 from keras_attention.layers.base_attention import ScoreAttention, WeightedScoreAttention
 from keras_attention.layers.cosine_attention import CosineAttention
 from keras_attention.layers.dot_product_attention import DotProductAttention
+from keras_attention.layers.feed_forward import FeedForward
 from keras_attention.layers.location_attention import LocationAttention
 from keras_attention.layers.multi_head_attention import MultiHeadAttention
 from keras_attention.layers.multiplicative_attention import MultiplicativeAttention
@@ -14,11 +15,14 @@ from keras_attention.layers.position_encoding import (
 from keras_attention.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
+from keras_attention.layers.transformer_decoder import TransformerDecoderBlock
+from keras_attention.layers.transformer_encoder import TransformerEncoderBlock
 
 __all__ = [
     "AdditiveAttention",
     "CosineAttention",
     "DotProductAttention",
+    "FeedForward",
     "LocationAttention",
     "MultiHeadAttention",
     "MultiplicativeAttention",
@@ -26,5 +30,7 @@ __all__ = [
     "ScoreAttention",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",
+    "TransformerDecoderBlock",
+    "TransformerEncoderBlock",
     "WeightedScoreAttention",
 ]

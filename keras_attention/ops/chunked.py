@@ -152,4 +152,6 @@ def chunked_attention(query, key, value, mask, is_causal, scale, chunk_size):
 
         return from_heads_first(output, q_len, query), grad
 
-    return attend(query, key, value)
+    # Copies, so that a custom gradient sees tensors even when handed
+    # variables (TensorFlow would otherwise ask for their gradients too).
+    return attend(ops.copy(query), ops.copy(key), ops.copy(value))

@@ -1,0 +1,142 @@
+"""What the Transformer encoder and decoder blocks share."""
+
+import keras
+from keras import ops
+
+from keras_attention._checks import check_positive_int, check_rate
+from keras_attention.layers.feed_forward import FeedForward
+from keras_attention.layers.multi_head_attention import MultiHeadAttention
+
+
+class TransformerBlockBase(keras.layers.Layer):
+    """Residual sub-layers with layer normalization, post-norm (the paper:
+    `LayerNorm(x + Dropout(Sublayer(x)))`) or pre-norm with `norm_first=True`
+    (`x + Dropout(Sublayer(LayerNorm(x)))`, which trains deep stacks more
+    stably).
+    """
+
+    def __init__(
+        self,
+        intermediate_dim,
+        num_heads,
+        dropout=0.0,
+        activation="relu",
+        layer_norm_epsilon=1e-5,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        norm_first=False,
+        key_dim=None,
+        chunk_size=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_int("intermediate_dim", intermediate_dim)
+        check_positive_int("num_heads", num_heads)
+        check_positive_int("key_dim", key_dim, allow_none=True)
+        check_positive_int("chunk_size", chunk_size, allow_none=True)
+        check_rate("dropout", dropout)
+        self.intermediate_dim = intermediate_dim
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.activation = keras.activations.get(activation)
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.norm_first = norm_first
+        self.key_dim = key_dim
+        self.chunk_size = chunk_size
+        self.supports_masking = True
+
+    def _head_size(self, hidden_dim):
+        if self.key_dim is not None:
+            return self.key_dim
+        if hidden_dim % self.num_heads:
+            raise ValueError(
+                f"The model width ({hidden_dim}) must be divisible by num_heads "
+                f"({self.num_heads}), or pass key_dim explicitly."
+            )
+        return hidden_dim // self.num_heads
+
+    def _attention(self, name, hidden_dim):
+        return MultiHeadAttention(
+            num_heads=self.num_heads,
+            key_dim=self._head_size(hidden_dim),
+            dropout=self.dropout,
+            chunk_size=self.chunk_size,
+            kernel_initializer=self._fresh(self.kernel_initializer),
+            bias_initializer=self._fresh(self.bias_initializer),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def _norm(self, name):
+        return keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+        )
+
+    def _dropout(self, name):
+        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
+
+    def _feedforward(self):
+        return FeedForward(
+            self.intermediate_dim,
+            activation=self.activation,
+            dropout=self.dropout,
+            kernel_initializer=self._fresh(self.kernel_initializer),
+            bias_initializer=self._fresh(self.bias_initializer),
+            dtype=self.dtype_policy,
+            name="feedforward",
+        )
+
+    @staticmethod
+    def _fresh(initializer):
+        return initializer.__class__.from_config(initializer.get_config())
+
+    def _residual(self, x, norm, sublayer):
+        """Applies `sublayer` (returning its output and extras) with residual
+        and normalization in the configured order."""
+        inner = norm(x) if self.norm_first else x
+        out, *extras = sublayer(inner)
+        x = x + out
+        if not self.norm_first:
+            x = norm(x)
+        return x, extras
+
+    def _check_inputs(self, name, shape):
+        if len(shape) != 3:
+            raise ValueError(
+                f"`{name}` must be (batch, length, hidden_dim); received shape "
+                f"{tuple(shape)}."
+            )
+
+    @staticmethod
+    def _key_padding_mask(mask):
+        """(B, S) padding mask -> (B, 1, S) attention mask."""
+        return None if mask is None else ops.expand_dims(ops.cast(mask, "bool"), 1)
+
+    def compute_output_shape(self, input_shape, *args, **kwargs):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "intermediate_dim": self.intermediate_dim,
+                "num_heads": self.num_heads,
+                "dropout": self.dropout,
+                "activation": keras.activations.serialize(self.activation),
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "norm_first": self.norm_first,
+                "key_dim": self.key_dim,
+                "chunk_size": self.chunk_size,
+            }
+        )
+        return config
+
+
+def as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)

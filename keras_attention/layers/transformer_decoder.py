@@ -1,0 +1,201 @@
+import keras
+from keras import ops
+
+from keras_attention.layers.transformer_block_base import (
+    TransformerBlockBase,
+    as_tuple,
+)
+from keras_attention.ops.masks import merge_masks
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class TransformerDecoderBlock(TransformerBlockBase):
+    """One decoder layer of the Transformer: causal self-attention,
+    cross-attention over the encoder output, then feed-forward.
+
+    Residual sub-layers with layer normalization (post-norm as in the paper,
+    pre-norm with `norm_first=True`). Without `encoder_sequence` at build time
+    the block has no cross-attention (a decoder-only, GPT-style block). The call
+    arguments follow keras-hub's `TransformerDecoder`, including its caches for
+    incremental decoding.
+
+    Args:
+        intermediate_dim: hidden size of the feed-forward network.
+        num_heads: attention heads; the head size is `hidden_dim // num_heads`
+            unless `key_dim` is given.
+        dropout: dropout on the attention weights and on each sub-layer output.
+        activation: feed-forward activation.
+        layer_norm_epsilon: epsilon of the layer normalizations.
+        kernel_initializer: initializer of all kernels.
+        bias_initializer: initializer of all biases.
+        norm_first: pre-norm instead of the paper's post-norm.
+        key_dim: head size (defaults to `hidden_dim // num_heads`).
+        chunk_size: force the memory-efficient attention path with this block.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        decoder_sequence: `(B, T, hidden_dim)`.
+        encoder_sequence: `(B, S, hidden_dim)` or None (no cross-attention).
+        decoder_padding_mask: boolean `(B, T)`; Keras mask of the input if None.
+        decoder_attention_mask: boolean `(B, T, T)`.
+        encoder_padding_mask: boolean `(B, S)`; Keras mask of the encoder
+            sequence if None.
+        encoder_attention_mask: boolean `(B, T, S)`.
+        self_attention_cache: `(B, 2, max_length, N, H)` keys/values of the
+            tokens decoded so far (see `MultiHeadAttention.initial_cache`).
+        self_attention_cache_update_index: position of the first token of
+            `decoder_sequence` in the cache.
+        cross_attention_cache: `(B, 2, S, N, H)`, the encoder keys/values
+            computed once (`compute_cross_attention_cache`).
+        cross_attention_cache_update_index: None to use the cross cache as is.
+        use_causal_mask: causal self-attention (True for a decoder).
+        training: whether dropout is active.
+        return_attention_scores: also return the cross-attention weights
+            `(B, N, T, S)` (for alignment heatmaps).
+
+    Returns:
+        The output `(B, T, hidden_dim)`; with a self-attention cache, the tuple
+        `(output, self_attention_cache[, cross_attention_cache])`; the
+        cross-attention weights come last when requested.
+
+    Example:
+
+    ```python
+    decoder = keras_attention.layers.TransformerDecoderBlock(128, num_heads=4)
+    y = decoder(target_embeddings, encoder_outputs)
+    ```
+
+    References:
+        - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
+    """
+
+    def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        self._check_inputs("decoder_sequence", decoder_sequence_shape)
+        hidden_dim = decoder_sequence_shape[-1]
+        self.self_attention = self._attention("self_attention", hidden_dim)
+        self.self_attention.build(decoder_sequence_shape, decoder_sequence_shape)
+        self.self_attention_layer_norm = self._norm("self_attention_layer_norm")
+        self.self_attention_layer_norm.build(decoder_sequence_shape)
+        self.self_attention_dropout = self._dropout("self_attention_dropout")
+        self.cross_attention = None
+        if encoder_sequence_shape is not None:
+            self._check_inputs("encoder_sequence", encoder_sequence_shape)
+            self.cross_attention = self._attention("cross_attention", hidden_dim)
+            self.cross_attention.build(decoder_sequence_shape, encoder_sequence_shape)
+            self.cross_attention_layer_norm = self._norm("cross_attention_layer_norm")
+            self.cross_attention_layer_norm.build(decoder_sequence_shape)
+            self.cross_attention_dropout = self._dropout("cross_attention_dropout")
+        self.feedforward = self._feedforward()
+        self.feedforward.build(decoder_sequence_shape)
+        self.feedforward_layer_norm = self._norm("feedforward_layer_norm")
+        self.feedforward_layer_norm.build(decoder_sequence_shape)
+
+    def call(
+        self,
+        decoder_sequence,
+        encoder_sequence=None,
+        decoder_padding_mask=None,
+        decoder_attention_mask=None,
+        encoder_padding_mask=None,
+        encoder_attention_mask=None,
+        self_attention_cache=None,
+        self_attention_cache_update_index=None,
+        cross_attention_cache=None,
+        cross_attention_cache_update_index=None,
+        use_causal_mask=True,
+        training=None,
+        return_attention_scores=False,
+    ):
+        has_cross = self.cross_attention is not None
+        if has_cross and encoder_sequence is None and cross_attention_cache is None:
+            raise ValueError(
+                "This decoder block was built with cross-attention: pass "
+                "`encoder_sequence` (or a `cross_attention_cache`)."
+            )
+        if not has_cross and encoder_sequence is not None:
+            raise ValueError(
+                "This decoder block was built without cross-attention (no "
+                "encoder_sequence at build time); it cannot take one now."
+            )
+        if self_attention_cache is not None:
+            # The padding of earlier steps lives in the cache, not in the input.
+            self_mask = decoder_attention_mask
+        else:
+            if decoder_padding_mask is None:
+                decoder_padding_mask = keras.backend.get_keras_mask(decoder_sequence)
+            self_mask = merge_masks(
+                self._key_padding_mask(decoder_padding_mask), decoder_attention_mask
+            )
+
+        def self_attend(x):
+            out, *cache = as_tuple(
+                self.self_attention(
+                    x,
+                    x,
+                    attention_mask=self_mask,
+                    use_causal_mask=use_causal_mask,
+                    cache=self_attention_cache,
+                    cache_update_index=self_attention_cache_update_index,
+                    training=training,
+                )
+            )
+            return (self.self_attention_dropout(out, training=training), *cache)
+
+        x, self_cache = self._residual(
+            decoder_sequence, self.self_attention_layer_norm, self_attend
+        )
+
+        cross_cache, cross_weights = [], []
+        if has_cross:
+            if encoder_padding_mask is None and encoder_sequence is not None:
+                encoder_padding_mask = keras.backend.get_keras_mask(encoder_sequence)
+            cross_mask = merge_masks(
+                self._key_padding_mask(encoder_padding_mask), encoder_attention_mask
+            )
+            encoder = encoder_sequence
+            if encoder is None:  # only the cache: its keys stand in as values
+                encoder = ops.zeros_like(x)
+
+            def cross_attend(y):
+                results = as_tuple(
+                    self.cross_attention(
+                        y,
+                        encoder,
+                        attention_mask=cross_mask,
+                        return_attention_scores=return_attention_scores,
+                        cache=cross_attention_cache,
+                        cache_update_index=cross_attention_cache_update_index,
+                        training=training,
+                    )
+                )
+                out = self.cross_attention_dropout(results[0], training=training)
+                return (out, *results[1:])
+
+            x, extras = self._residual(x, self.cross_attention_layer_norm, cross_attend)
+            if return_attention_scores:
+                cross_weights, extras = [extras[0]], extras[1:]
+            cross_cache = extras
+
+        x, _ = self._residual(
+            x,
+            self.feedforward_layer_norm,
+            lambda y: (self.feedforward(y, training=training),),
+        )
+        results = [x]
+        if self_attention_cache is not None:
+            results += self_cache
+            if has_cross:
+                results += cross_cache or [cross_attention_cache]
+        results += cross_weights
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def compute_cross_attention_cache(self, encoder_sequence):
+        """The encoder keys/values `(B, 2, S, N, H)`, computed once per source
+        and passed as `cross_attention_cache` at every decoding step."""
+        if self.cross_attention is None:
+            raise ValueError("This decoder block has no cross-attention.")
+        return self.cross_attention.compute_key_value_cache(encoder_sequence)
+
+    def initial_self_attention_cache(self, batch_size, max_length, dtype=None):
+        """An empty self-attention cache for `max_length` decoding steps."""
+        return self.self_attention.initial_cache(batch_size, max_length, dtype)

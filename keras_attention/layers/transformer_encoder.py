@@ -1,0 +1,99 @@
+import keras
+
+from keras_attention.layers.transformer_block_base import (
+    TransformerBlockBase,
+    as_tuple,
+)
+from keras_attention.ops.masks import merge_masks
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class TransformerEncoderBlock(TransformerBlockBase):
+    """One encoder layer of the Transformer: self-attention, then feed-forward.
+
+    Each sub-layer is residual with layer normalization, after the sum as in
+    the paper (post-norm) or before the sub-layer with `norm_first=True`. The
+    call arguments follow keras-hub's `TransformerEncoder`.
+
+    Args:
+        intermediate_dim: hidden size of the feed-forward network.
+        num_heads: attention heads; the head size is `hidden_dim // num_heads`
+            unless `key_dim` is given.
+        dropout: dropout on the attention weights and on each sub-layer output.
+        activation: feed-forward activation.
+        layer_norm_epsilon: epsilon of the layer normalizations.
+        kernel_initializer: initializer of all kernels.
+        bias_initializer: initializer of all biases.
+        norm_first: pre-norm instead of the paper's post-norm.
+        key_dim: head size (defaults to `hidden_dim // num_heads`).
+        chunk_size: force the memory-efficient attention path with this block.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        inputs: `(B, T, hidden_dim)`.
+        padding_mask: boolean `(B, T)`, True at real tokens; taken from the
+            Keras mask of `inputs` when not given.
+        attention_mask: boolean `(B, T, T)`.
+        training: whether dropout is active.
+        return_attention_scores: also return the weights `(B, N, T, T)`.
+
+    Example:
+
+    ```python
+    x = keras_attention.layers.TokenAndPositionEmbedding(
+        vocabulary_size=1000, sequence_length=64, embedding_dim=64, mask_zero=True
+    )(tokens)
+    x = keras_attention.layers.TransformerEncoderBlock(128, num_heads=4)(x)
+    ```
+
+    References:
+        - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
+        - [Xiong et al., 2020 (pre-norm)](https://arxiv.org/abs/2002.04745)
+    """
+
+    def build(self, inputs_shape):
+        self._check_inputs("inputs", inputs_shape)
+        hidden_dim = inputs_shape[-1]
+        self.self_attention = self._attention("self_attention", hidden_dim)
+        self.self_attention.build(inputs_shape, inputs_shape)
+        self.self_attention_layer_norm = self._norm("self_attention_layer_norm")
+        self.self_attention_layer_norm.build(inputs_shape)
+        self.self_attention_dropout = self._dropout("self_attention_dropout")
+        self.feedforward = self._feedforward()
+        self.feedforward.build(inputs_shape)
+        self.feedforward_layer_norm = self._norm("feedforward_layer_norm")
+        self.feedforward_layer_norm.build(inputs_shape)
+
+    def call(
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+    ):
+        if padding_mask is None:
+            padding_mask = keras.backend.get_keras_mask(inputs)
+        mask = merge_masks(self._key_padding_mask(padding_mask), attention_mask)
+
+        def attend(x):
+            out, *weights = as_tuple(
+                self.self_attention(
+                    x,
+                    x,
+                    attention_mask=mask,
+                    return_attention_scores=return_attention_scores,
+                    training=training,
+                )
+            )
+            return (self.self_attention_dropout(out, training=training), *weights)
+
+        x, weights = self._residual(inputs, self.self_attention_layer_norm, attend)
+        x, _ = self._residual(
+            x,
+            self.feedforward_layer_norm,
+            lambda y: (self.feedforward(y, training=training),),
+        )
+        if return_attention_scores:
+            return x, weights[0]
+        return x

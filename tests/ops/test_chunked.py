@@ -1,0 +1,114 @@
+"""The chunked (memory-efficient) path of dot_product_attention."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attention.ops import dot_product_attention
+from tests.conftest import trainable_gradients
+
+rng = np.random.default_rng(0)
+B, T, S, N, H = 2, 19, 45, 3, 8  # S not a multiple of the chunk: padded block
+Q = rng.normal(size=(B, T, N, H)).astype("float32")
+K = rng.normal(size=(B, S, N, H)).astype("float32")
+V = rng.normal(size=(B, S, N, 5)).astype("float32")
+MASKS = {
+    "none": None,
+    "padding": rng.random((B, 1, 1, S)) > 0.3,
+    "full": rng.random((B, N, T, S)) > 0.3,
+}
+
+
+def np_(x):
+    return ops.convert_to_numpy(ops.cast(x, "float32"))
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("mask", sorted(MASKS))
+@pytest.mark.parametrize("chunk_size", [1, 8, 64])
+def test_matches_standard_path(mask, is_causal, chunk_size):
+    q = Q if not is_causal else rng.normal(size=(B, S, N, H)).astype("float32")
+    m = MASKS[mask]
+    if mask == "full" and is_causal:
+        m = m[:, :, :1]
+    want = dot_product_attention(q, K, V, mask=m, is_causal=is_causal)
+    got = dot_product_attention(
+        q, K, V, mask=m, is_causal=is_causal, chunk_size=chunk_size
+    )
+    np.testing.assert_allclose(np_(got), np_(want), atol=2e-6)
+
+
+def test_matches_keras_dot_product_attention():
+    mask = np.broadcast_to(MASKS["padding"], (B, N, T, S))
+    v = rng.normal(size=(B, S, N, H)).astype("float32")
+    ours = dot_product_attention(Q, K, v, mask=mask, chunk_size=16)
+    theirs = keras.ops.dot_product_attention(Q, K, v, mask=mask)
+    np.testing.assert_allclose(np_(ours), np_(theirs), atol=1e-5)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_gradients_match_standard_path(is_causal):
+    weights = rng.normal(size=(5,)).astype("float32")
+    q = keras.Variable(rng.normal(size=(B, S, N, H)).astype("float32"))
+    k, v = keras.Variable(K), keras.Variable(V)
+    mask = MASKS["padding"]
+
+    def loss(chunk):
+        def fn():
+            out = dot_product_attention(
+                q, k, v, mask=mask, is_causal=is_causal, chunk_size=chunk
+            )
+            return ops.sum(out * weights)
+
+        return fn
+
+    standard = trainable_gradients([q, k, v], loss(None))
+    chunked = trainable_gradients([q, k, v], loss(16))
+    for a, b in zip(standard, chunked, strict=True):
+        np.testing.assert_allclose(b, a, atol=1e-5)
+
+
+def test_fully_masked_rows_give_zeros_and_finite_gradients():
+    mask = np.ones((B, 1, T, S), bool)
+    mask[:, :, 3] = False
+    out = np_(dot_product_attention(Q, K, V, mask=mask, chunk_size=8))
+    assert np.all(out[:, 3] == 0.0) and np.all(np.isfinite(out))
+    q = keras.Variable(Q)
+    grads = trainable_gradients(
+        [q], lambda: ops.sum(dot_product_attention(q, K, V, mask=mask, chunk_size=8))
+    )
+    assert np.all(np.isfinite(grads[0])) and np.all(grads[0][:, 3] == 0.0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_matches_float32(dtype):
+    q, k, v = (ops.cast(x, dtype) for x in (Q, K, V))
+    got = dot_product_attention(q, k, v, mask=MASKS["padding"], chunk_size=16)
+    assert keras.backend.standardize_dtype(got.dtype) == dtype
+    want = dot_product_attention(Q, K, V, mask=MASKS["padding"])
+    np.testing.assert_allclose(np_(got), np_(want), atol=5e-2)
+
+
+def test_jit_compiled_matches_eager():
+    q = keras.Input((T, N, H))
+    k = keras.Input((S, N, H))
+    v = keras.Input((S, N, 5))
+
+    class Chunked(keras.layers.Layer):
+        def call(self, q, k, v):
+            return dot_product_attention(q, k, v, is_causal=True, chunk_size=8)
+
+        def compute_output_shape(self, q_shape, k_shape, v_shape):
+            return (*q_shape[:-1], v_shape[-1])
+
+    model = keras.Model([q, k, v], Chunked()(q, k, v))
+    model.compile(jit_compile=True)
+    got = model.predict([Q, K, V], verbose=0)
+    want = dot_product_attention(Q, K, V, is_causal=True)
+    np.testing.assert_allclose(got, np_(want), atol=2e-6)
+
+
+def test_weights_cannot_be_returned():
+    with pytest.raises(ValueError, match="return_weights.*chunk_size"):
+        dot_product_attention(Q, K, V, chunk_size=8, return_weights=True)
