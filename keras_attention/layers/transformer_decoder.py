@@ -52,6 +52,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
         training: whether dropout is active.
         return_attention_scores: also return the cross-attention weights
             `(B, N, T, S)` (for alignment heatmaps).
+        decoder_sequence_mask, encoder_sequence_mask: the Keras masks of the
+            two sequences, filled in by Keras; used when the padding masks are
+            not given.
 
     Returns:
         The output `(B, T, hidden_dim)`; with a self-attention cache, the tuple
@@ -105,6 +108,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
         use_causal_mask=True,
         training=None,
         return_attention_scores=False,
+        decoder_sequence_mask=None,
+        encoder_sequence_mask=None,
     ):
         has_cross = self.cross_attention is not None
         if has_cross and encoder_sequence is None and cross_attention_cache is None:
@@ -122,7 +127,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
             self_mask = decoder_attention_mask
         else:
             if decoder_padding_mask is None:
-                decoder_padding_mask = keras.backend.get_keras_mask(decoder_sequence)
+                decoder_padding_mask = decoder_sequence_mask
             self_mask = merge_masks(
                 self._key_padding_mask(decoder_padding_mask), decoder_attention_mask
             )
@@ -147,8 +152,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
 
         cross_cache, cross_weights = [], []
         if has_cross:
-            if encoder_padding_mask is None and encoder_sequence is not None:
-                encoder_padding_mask = keras.backend.get_keras_mask(encoder_sequence)
+            if encoder_padding_mask is None:
+                encoder_padding_mask = encoder_sequence_mask
             cross_mask = merge_masks(
                 self._key_padding_mask(encoder_padding_mask), encoder_attention_mask
             )
@@ -187,6 +192,56 @@ class TransformerDecoderBlock(TransformerBlockBase):
             if has_cross:
                 results += cross_cache or [cross_attention_cache]
         results += cross_weights
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def compute_output_spec(
+        self,
+        decoder_sequence,
+        encoder_sequence=None,
+        self_attention_cache=None,
+        cross_attention_cache=None,
+        return_attention_scores=False,
+        **kwargs,
+    ):
+        results = [keras.KerasTensor(decoder_sequence.shape, dtype=self.compute_dtype)]
+        has_cross = self.cross_attention is not None
+        if self_attention_cache is not None:
+            results.append(
+                keras.KerasTensor(
+                    self_attention_cache.shape, dtype=self_attention_cache.dtype
+                )
+            )
+            if has_cross:
+                source = cross_attention_cache
+                shape = (
+                    source.shape
+                    if source is not None
+                    else (
+                        encoder_sequence.shape[0],
+                        2,
+                        encoder_sequence.shape[1],
+                        self.num_heads,
+                        self.self_attention.key_dim,
+                    )
+                )
+                results.append(keras.KerasTensor(shape, dtype=self.compute_dtype))
+        if has_cross and return_attention_scores:
+            source_length = (
+                encoder_sequence.shape[1]
+                if encoder_sequence is not None
+                else cross_attention_cache.shape[2]
+            )
+            results.append(
+                keras.KerasTensor(
+                    (
+                        decoder_sequence.shape[0],
+                        self.num_heads,
+                        decoder_sequence.shape[1],
+                        source_length,
+                    ),
+                    dtype=self.compute_dtype,
+                )
+            )
         return results[0] if len(results) == 1 else tuple(results)
 
     def compute_cross_attention_cache(self, encoder_sequence):

@@ -36,6 +36,8 @@ class TransformerEncoderBlock(TransformerBlockBase):
         attention_mask: boolean `(B, T, T)`.
         training: whether dropout is active.
         return_attention_scores: also return the weights `(B, N, T, T)`.
+        mask: the Keras mask of `inputs`, filled in by Keras; used as the
+            padding mask when `padding_mask` is not given.
 
     Example:
 
@@ -71,9 +73,10 @@ class TransformerEncoderBlock(TransformerBlockBase):
         attention_mask=None,
         training=None,
         return_attention_scores=False,
+        mask=None,
     ):
         if padding_mask is None:
-            padding_mask = keras.backend.get_keras_mask(inputs)
+            padding_mask = mask
         mask = merge_masks(self._key_padding_mask(padding_mask), attention_mask)
 
         def attend(x):
@@ -97,3 +100,13 @@ class TransformerEncoderBlock(TransformerBlockBase):
         if return_attention_scores:
             return x, weights[0]
         return x
+
+    def compute_output_spec(self, inputs, return_attention_scores=False, **kwargs):
+        output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return output
+        batch, length = inputs.shape[0], inputs.shape[1]
+        weights = keras.KerasTensor(
+            (batch, self.num_heads, length, length), dtype=self.compute_dtype
+        )
+        return output, weights

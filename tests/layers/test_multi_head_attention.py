@@ -20,7 +20,9 @@ def np_(x):
 
 KERAS_CONFIGS = {
     "basic": dict(num_heads=4, key_dim=8),
-    "value_dim_output_shape": dict(num_heads=2, key_dim=8, value_dim=6, output_shape=10),
+    "value_dim_output_shape": dict(
+        num_heads=2, key_dim=8, value_dim=6, output_shape=10
+    ),
     "gate_no_bias": dict(num_heads=2, key_dim=4, use_gate=True, use_bias=False),
     "sliding_window": dict(num_heads=2, key_dim=4, sliding_window=3),
 }
@@ -30,7 +32,9 @@ KERAS_CONFIGS = {
 def test_same_outputs_as_keras_after_loading_its_weights(config):
     theirs = keras.layers.MultiHeadAttention(**KERAS_CONFIGS[config])
     ours = MultiHeadAttention(**KERAS_CONFIGS[config])
-    want, want_w = theirs(QUERY, VALUE, attention_mask=MASK, return_attention_scores=True)
+    want, want_w = theirs(
+        QUERY, VALUE, attention_mask=MASK, return_attention_scores=True
+    )
     ours.load_keras_weights(theirs)
     got, got_w = ours(QUERY, VALUE, attention_mask=MASK, return_attention_scores=True)
     np.testing.assert_allclose(np_(got), np_(want), atol=1e-5)
@@ -90,7 +94,9 @@ def test_causal_output_at_t_ignores_later_inputs():
 def test_keras_masks_reach_the_layer():
     tokens = keras.Input((S,), dtype="int32")
     x = TokenAndPositionEmbedding(30, S, D, mask_zero=True)(tokens)
-    _, w = MultiHeadAttention(num_heads=2, key_dim=8)(x, x, return_attention_scores=True)
+    _, w = MultiHeadAttention(num_heads=2, key_dim=8)(
+        x, x, return_attention_scores=True
+    )
     model = keras.Model(tokens, w)
     ids = np.array([[1, 2, 3, 4, 5, 6, 7], [1, 2, 0, 0, 0, 0, 0]], "int32")
     got = model.predict(ids, verbose=0)

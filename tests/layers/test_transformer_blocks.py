@@ -1,0 +1,159 @@
+import keras
+import keras_hub
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attention.layers import (
+    FeedForward,
+    TransformerDecoderBlock,
+    TransformerEncoderBlock,
+)
+
+rng = np.random.default_rng(0)
+B, T, S, D = 2, 6, 5, 16
+X = rng.normal(size=(B, T, D)).astype("float32")
+ENC = rng.normal(size=(B, S, D)).astype("float32")
+PAD = np.array([[True] * T, [True] * 4 + [False] * 2])
+ENC_PAD = np.array([[True] * S, [True] * 3 + [False] * 2])
+
+
+def np_(x):
+    return ops.convert_to_numpy(ops.cast(x, "float32"))
+
+
+def copy_hub_encoder_weights(hub, ours):
+    renames = {
+        "self_attention_layer/": "self_attention/",
+        "feedforward_intermediate_dense": "feedforward/intermediate_dense",
+        "feedforward_output_dense": "feedforward/output_dense",
+    }
+    by_path = {}
+    for w in hub.weights:
+        path = w.path.split("/", 1)[1]
+        for old, new in renames.items():
+            path = path.replace(old, new)
+        by_path[path] = w
+    for w in ours.weights:
+        w.assign(by_path[w.path.split("/", 1)[1]])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_matches_keras_hub_after_copying_weights(norm_first):
+    hub = keras_hub.layers.TransformerEncoder(32, 4, normalize_first=norm_first)
+    ours = TransformerEncoderBlock(32, 4, norm_first=norm_first)
+    want = hub(X, padding_mask=PAD)
+    ours(X, padding_mask=PAD)
+    copy_hub_encoder_weights(hub, ours)
+    got = ours(X, padding_mask=PAD)
+    np.testing.assert_allclose(np_(got), np_(want), atol=1e-5)
+
+
+def test_encoder_keras_mask_and_scores():
+    block = TransformerEncoderBlock(32, 4)
+    out, w = block(X, padding_mask=PAD, return_attention_scores=True)
+    assert tuple(out.shape) == (B, T, D) and tuple(w.shape) == (B, 4, T, T)
+    assert np.all(np_(w)[1, :, :, 4:] == 0.0)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_cached_decoding_matches_one_causal_pass(norm_first):
+    block = TransformerDecoderBlock(32, 4, norm_first=norm_first)
+    full, cross = block(
+        X, ENC, encoder_padding_mask=ENC_PAD, return_attention_scores=True
+    )
+    assert tuple(cross.shape) == (B, 4, T, S)
+    assert np.all(np_(cross)[1, ..., 3:] == 0.0)
+    self_cache = block.initial_self_attention_cache(B, T)
+    cross_cache = block.compute_cross_attention_cache(ENC)
+    steps = []
+    for t in range(T):
+        out, self_cache, cross_cache = block(
+            X[:, t : t + 1],
+            encoder_padding_mask=ENC_PAD,
+            self_attention_cache=self_cache,
+            self_attention_cache_update_index=t,
+            cross_attention_cache=cross_cache,
+        )
+        steps.append(np_(out))
+    np.testing.assert_allclose(np.concatenate(steps, 1), np_(full), atol=1e-5)
+
+
+def test_decoder_only_block_is_causal():
+    block = TransformerDecoderBlock(32, 4)
+    out = np_(block(X))
+    changed = X.copy()
+    changed[:, 4:] = 3.0
+    np.testing.assert_allclose(np_(block(changed))[:, :4], out[:, :4], atol=1e-5)
+    with pytest.raises(ValueError, match="without cross-attention"):
+        block(X, ENC)
+
+
+def test_decoder_with_cross_attention_needs_encoder():
+    block = TransformerDecoderBlock(32, 4)
+    block(X, ENC)
+    with pytest.raises(ValueError, match="encoder_sequence"):
+        block(X)
+
+
+def _encoder_decoder_model(dtype=None):
+    src = keras.Input((S, D))
+    tgt = keras.Input((T, D))
+    enc = TransformerEncoderBlock(32, 4, dropout=0.1, dtype=dtype)(src)
+    dec, w = TransformerDecoderBlock(32, 4, dropout=0.1, dtype=dtype)(
+        tgt, enc, return_attention_scores=True
+    )
+    ff = FeedForward(8, output_dim=3, dtype=dtype)(dec)
+    return keras.Model([src, tgt], [ff, w])
+
+
+def test_save_load_safe_mode_and_jit(tmp_path):
+    model = _encoder_decoder_model()
+    before = model.predict([ENC, X], verbose=0)
+    model.save(tmp_path / "blocks.keras")
+    loaded = keras.saving.load_model(tmp_path / "blocks.keras", safe_mode=True)
+    for a, b in zip(before, loaded.predict([ENC, X], verbose=0), strict=True):
+        np.testing.assert_array_equal(a, b)
+    loaded.compile(jit_compile=True)
+    for a, b in zip(before, loaded.predict([ENC, X], verbose=0), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_trains_without_nan(policy):
+    model = _encoder_decoder_model(policy)
+    model.compile("adam", ["mse", None], jit_compile=True)
+    loss = model.train_on_batch([ENC, X], [np.zeros((B, T, 3)), None])
+    loss = loss[0] if isinstance(loss, list) else loss
+    assert np.isfinite(loss)
+    out, w = model.predict([ENC, X], verbose=0)
+    assert np.all(np.isfinite(out)) and np.all(np.isfinite(w))
+
+
+def test_feed_forward_formula():
+    layer = FeedForward(8)
+    got = np_(layer(X))
+    w1, b1 = (np_(v) for v in layer.intermediate_dense.weights)
+    w2, b2 = (np_(v) for v in layer.output_dense.weights)
+    np.testing.assert_allclose(got, np.maximum(X @ w1 + b1, 0) @ w2 + b2, atol=1e-5)
+
+
+def test_config_round_trips():
+    for layer in (
+        TransformerEncoderBlock(64, 2, dropout=0.2, norm_first=True, key_dim=8),
+        TransformerDecoderBlock(64, 2, activation="gelu", chunk_size=128),
+        FeedForward(12, output_dim=4, activation="gelu", dropout=0.1),
+    ):
+        clone = type(layer).from_config(layer.get_config())
+        assert clone.get_config() == layer.get_config()
+
+
+def test_bad_inputs_and_config():
+    with pytest.raises(ValueError, match=r"width \(16\).*num_heads \(3\)"):
+        TransformerEncoderBlock(32, 3)(X)
+    with pytest.raises(ValueError, match=r"`inputs` must be \(batch, length"):
+        TransformerEncoderBlock(32, 4)(X[:, 0])
+    with pytest.raises(ValueError, match="`intermediate_dim` must be a positive"):
+        TransformerDecoderBlock(0, 4)
+    with pytest.raises(ValueError, match=r"`dropout` must be in \[0, 1\)"):
+        FeedForward(8, dropout=-0.1)
