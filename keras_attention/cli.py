@@ -11,6 +11,13 @@ def _demo(args):
     run_demo(args.out, epochs=args.epochs, seed=args.seed)
 
 
+def _bench(args):
+    from keras_attention.bench import attention
+
+    suites = {"attention": attention.run}
+    suites[args.suite](quick=args.quick, out=args.out)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-attention",
@@ -28,6 +35,16 @@ def build_parser():
     demo.add_argument("--epochs", type=int, default=6)
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(run=_demo)
+
+    bench = commands.add_parser(
+        "bench",
+        help="XLA benchmarks: ratios against Keras measured side by side, "
+        "written as JSON, Markdown and PNG",
+    )
+    bench.add_argument("--suite", choices=["attention"], default="attention")
+    bench.add_argument("--quick", action="store_true", help="CI-sized run")
+    bench.add_argument("--out", default="runs/bench", help="output folder")
+    bench.set_defaults(run=_bench)
     return parser
 
 

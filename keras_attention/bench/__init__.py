@@ -1,0 +1,3 @@
+"""Benchmark suites behind `keras-attention bench` and `benchmarks/`."""
+
+SUITES = ("attention",)

@@ -1,0 +1,404 @@
+"""The `attention` suite: our attention against Keras', XLA on, forward+backward.
+
+- `ops`: `keras_attention.ops.dot_product_attention` (standard and chunked)
+  against `keras.ops.dot_product_attention`, B=1, 8 heads of 64, T = S.
+- `mha`: `keras_attention.layers.MultiHeadAttention` against
+  `keras.layers.MultiHeadAttention`, width 512, 8 heads, 4096 tokens per batch
+  (weights and input gradients).
+- `matmul`: a 2048^3 float32 matmul in the same run, the yardstick for the
+  fraction of this machine's GFLOP/s that attention reaches.
+- `decode`: 128 tokens from a 2-block Transformer decoder, with the KV cache
+  against re-running the decoder over the whole (padded) prefix each step.
+
+Each case runs in its own process so that its peak memory is its own.
+Usage: `python -m keras_attention.bench.attention [--quick] [--out DIR]`.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+FULL_LENGTHS = (128, 512, 2048, 4096, 8192, 16384)
+QUICK_LENGTHS = (128, 256)
+HEADS, HEAD_DIM, WIDTH = 8, 64, 512
+CHUNK = 512
+# The standard path keeps B*N*T*S float32 scores (and their gradient) alive:
+# above this length that alone exceeds half of a 24 GiB machine.
+STANDARD_MAX_LENGTH = 8192
+
+
+def _case_ops(case):
+    import keras
+
+    from keras_attention.bench.common import (
+        jit,
+        peak_rss_bytes,
+        time_call,
+        value_and_grad,
+    )
+    from keras_attention.ops import dot_product_attention
+
+    length, impl = case["length"], case["impl"]
+    rng = np.random.default_rng(0)
+    q, k, v = (
+        keras.ops.convert_to_tensor(
+            rng.normal(size=(1, length, HEADS, HEAD_DIM)).astype("float32")
+        )
+        for _ in range(3)
+    )
+    weights = keras.ops.convert_to_tensor(
+        rng.normal(size=(HEAD_DIM,)).astype("float32")
+    )
+
+    def loss(q, k, v):
+        if impl == "keras":
+            out = keras.ops.dot_product_attention(q, k, v)
+        else:
+            chunk = CHUNK if impl == "ours_chunked" else None
+            out = dot_product_attention(q, k, v, chunk_size=chunk)
+        return keras.ops.sum(out * weights)
+
+    baseline = peak_rss_bytes()
+    step = jit(value_and_grad(loss))
+    timing = time_call(step, q, k, v, repeats=case["repeats"])
+    flops = 12 * HEADS * length * length * HEAD_DIM
+    return {
+        **timing,
+        "gflops": flops / timing["median_s"] / 1e9,
+        "peak_memory_bytes": peak_rss_bytes() - baseline,
+    }
+
+
+def _case_mha(case):
+    import keras
+
+    from keras_attention.bench.common import jit, peak_rss_bytes, time_call
+    from keras_attention.layers import MultiHeadAttention
+
+    length, impl = case["length"], case["impl"]
+    batch = max(1, 4096 // length)
+    cls = MultiHeadAttention if impl == "ours" else keras.layers.MultiHeadAttention
+    layer = cls(num_heads=HEADS, key_dim=HEAD_DIM)
+    x = keras.ops.convert_to_tensor(
+        np.random.default_rng(0).normal(size=(batch, length, WIDTH)).astype("float32")
+    )
+    layer(x, x)
+    step = jit(_layer_value_and_grad(layer))
+    baseline = peak_rss_bytes()
+    timing = time_call(
+        step, [v.value for v in layer.trainable_variables], x, repeats=case["repeats"]
+    )
+    tokens = batch * length
+    forward = 4 * 2 * tokens * WIDTH * WIDTH + 4 * batch * HEADS * length**2 * HEAD_DIM
+    return {
+        **timing,
+        "batch": batch,
+        "gflops": 3 * forward / timing["median_s"] / 1e9,
+        "peak_memory_bytes": peak_rss_bytes() - baseline,
+    }
+
+
+def _layer_value_and_grad(layer):
+    """(trainable values, x) -> (loss, grads) through the layer, any backend."""
+    import keras
+
+    def loss(values, x):
+        mapping = list(zip(layer.trainable_variables, values, strict=True))
+        with keras.StatelessScope(state_mapping=mapping):
+            return keras.ops.mean(keras.ops.square(layer(x, x)))
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.value_and_grad(loss, argnums=(0, 1))
+
+    import tensorflow as tf
+
+    def fn(values, x):
+        with tf.GradientTape() as tape:
+            tape.watch(values)
+            tape.watch(x)
+            value = loss(values, x)
+        return value, tape.gradient(value, [values, x])
+
+    return fn
+
+
+def _case_matmul(case):
+    import keras
+
+    from keras_attention.bench.common import jit, time_call
+
+    n = case["size"]
+    rng = np.random.default_rng(0)
+    a, b = (
+        keras.ops.convert_to_tensor(rng.normal(size=(n, n)).astype("float32"))
+        for _ in range(2)
+    )
+    timing = time_call(jit(keras.ops.matmul), a, b, repeats=case["repeats"])
+    return {**timing, "gflops": 2 * n**3 / timing["median_s"] / 1e9}
+
+
+def _case_decode(case):
+    import time
+
+    import keras
+
+    from keras_attention.bench.common import block, jit
+    from keras_attention.layers import TransformerDecoderBlock
+
+    steps, width = case["steps"], 256
+    blocks = [TransformerDecoderBlock(4 * width, 4) for _ in range(2)]
+    x = keras.ops.convert_to_tensor(
+        np.random.default_rng(0).normal(size=(1, steps, width)).astype("float32")
+    )
+    for b in blocks:
+        b(x)
+
+    def full(x):  # no cache: the whole padded prefix, causal, every step
+        for b in blocks:
+            x = b(x)
+        return x
+
+    def cached(token, caches, index):
+        new = []
+        for b, cache in zip(blocks, caches, strict=True):
+            token, cache = b(
+                token,
+                self_attention_cache=cache,
+                self_attention_cache_update_index=index,
+            )
+            new.append(cache)
+        return token, new
+
+    full_step, cached_step = jit(full), jit(cached)
+    caches = [b.initial_self_attention_cache(1, steps) for b in blocks]
+    block(full_step(x))
+    # The position is a tensor so that one compiled step serves every index.
+    positions = [keras.ops.convert_to_tensor(t, "int32") for t in range(steps)]
+    block(cached_step(x[:, :1], caches, positions[0]))
+
+    start = time.perf_counter()
+    for _ in range(steps):
+        block(full_step(x))
+    no_cache_s = time.perf_counter() - start
+
+    per_token = []
+    for t in range(steps):
+        start = time.perf_counter()
+        _, caches = block(cached_step(x[:, t : t + 1], caches, positions[t]))
+        per_token.append(time.perf_counter() - start)
+    quarter = max(1, steps // 4)
+    return {
+        "tokens": steps,
+        "no_cache_s": no_cache_s,
+        "cache_s": sum(per_token),
+        "speedup": no_cache_s / sum(per_token),
+        "per_token_first_quarter_s": float(np.median(per_token[:quarter])),
+        "per_token_last_quarter_s": float(np.median(per_token[-quarter:])),
+    }
+
+
+CASES = {
+    "ops": _case_ops,
+    "mha": _case_mha,
+    "matmul": _case_matmul,
+    "decode": _case_decode,
+}
+
+
+def run(quick=False, out="runs/bench-attention", timeout=900):
+    """Runs the suite, prints the ratios, writes `attention.json`,
+    `attention.md` and `attention.png` under `out`; returns the results."""
+    from keras_attention.bench.common import machine, run_isolated
+    from keras_attention.tasks.common import phase
+
+    os.makedirs(out, exist_ok=True)
+    lengths = QUICK_LENGTHS if quick else FULL_LENGTHS
+    repeats = 2 if quick else 5
+    module = "keras_attention.bench.attention"
+    results = {"suite": "attention", "quick": quick, "machine": machine(), "cases": {}}
+
+    phase("matmul yardstick")
+    matmul = run_isolated(
+        module,
+        {"kind": "matmul", "size": 2048, "repeats": repeats},
+        timeout,
+    )
+    results["matmul_gflops"] = matmul.get("gflops")
+
+    rows = []
+    for length in lengths:
+        for kind, impls in (
+            ("ops", ("keras", "ours", "ours_chunked")),
+            ("mha", ("keras", "ours")),
+        ):
+            if kind == "mha" and length > 4096:
+                continue
+            for impl in impls:
+                if (
+                    impl != "ours_chunked"
+                    and kind == "ops"
+                    and length > STANDARD_MAX_LENGTH
+                ):
+                    result = {
+                        "skipped": "the (T, S) scores alone need "
+                        f"{length * length * HEADS * 4 / 2**30:.0f} GiB; "
+                        "not run on this machine"
+                    }
+                else:
+                    phase(f"{kind} {impl} T={length}")
+                    result = run_isolated(
+                        module,
+                        {
+                            "kind": kind,
+                            "impl": impl,
+                            "length": length,
+                            "repeats": 2 if length >= 8192 else repeats,
+                        },
+                        timeout,
+                    )
+                results["cases"][f"{kind}/{impl}/{length}"] = result
+                rows.append((kind, impl, length, result))
+
+    phase("incremental decoding, cache vs no cache")
+    results["decode"] = run_isolated(
+        module, {"kind": "decode", "steps": 16 if quick else 128}, timeout
+    )
+    _summarize(results, lengths)
+    with open(os.path.join(out, "attention.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    with open(os.path.join(out, "attention.md"), "w") as f:
+        f.write(_markdown(results, rows))
+    _plot(results, lengths, os.path.join(out, "attention.png"))
+    print(_markdown(results, rows))
+    return results
+
+
+def _get(results, key, field="median_s"):
+    return results["cases"].get(key, {}).get(field)
+
+
+def _summarize(results, lengths):
+    ratios = {}
+    matmul = results.get("matmul_gflops")
+    for length in lengths:
+        ours, keras_ = (
+            _get(results, f"mha/ours/{length}"),
+            _get(results, f"mha/keras/{length}"),
+        )
+        if ours and keras_:
+            ratios[f"mha_time_ratio_T{length}"] = ours / keras_
+            if matmul:
+                gflops = _get(results, f"mha/ours/{length}", "gflops")
+                ratios[f"mha_matmul_fraction_T{length}"] = gflops / matmul
+                ratios[f"keras_mha_matmul_fraction_T{length}"] = (
+                    _get(results, f"mha/keras/{length}", "gflops") / matmul
+                )
+        standard = _get(results, f"ops/ours/{length}")
+        chunked = _get(results, f"ops/ours_chunked/{length}")
+        keras_ops = _get(results, f"ops/keras/{length}")
+        if standard and keras_ops:
+            ratios[f"ops_time_ratio_vs_keras_T{length}"] = standard / keras_ops
+        if standard and chunked:
+            ratios[f"chunked_time_ratio_vs_standard_T{length}"] = chunked / standard
+        memory = _get(results, f"ops/ours_chunked/{length}", "peak_memory_bytes")
+        if memory is not None:
+            ratios[f"chunked_peak_memory_GiB_T{length}"] = memory / 2**30
+    decode = results.get("decode", {})
+    if "speedup" in decode:
+        ratios["decode_cache_speedup"] = decode["speedup"]
+        ratios["decode_per_token_growth"] = (
+            decode["per_token_last_quarter_s"] / decode["per_token_first_quarter_s"]
+        )
+    results["ratios"] = ratios
+
+
+def _markdown(results, rows):
+    m = results["machine"]
+    lines = [
+        f"Machine: {m['cpu']}, {m['cores']} cores, backend {m['backend']} "
+        f"(keras {m['keras']}); matmul yardstick "
+        f"{results.get('matmul_gflops') or float('nan'):.1f} GFLOP/s.",
+        "",
+        "| case | impl | T | median ms | GFLOP/s | peak memory MiB |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for kind, impl, length, r in rows:
+        if "skipped" in r:
+            lines.append(
+                f"| {kind} | {impl} | {length} | skipped: {r['skipped']} | | |"
+            )
+            continue
+        lines.append(
+            f"| {kind} | {impl} | {length} | {1e3 * r['median_s']:.2f} "
+            f"({1e3 * r['min_s']:.2f}-{1e3 * r['max_s']:.2f}) | {r['gflops']:.1f} | "
+            f"{r['peak_memory_bytes'] / 2**20:.0f} |"
+        )
+    lines += ["", "| ratio | value |", "| --- | ---: |"]
+    lines += [f"| {k} | {v:.3f} |" for k, v in results["ratios"].items()]
+    decode = results.get("decode", {})
+    if "skipped" in decode:
+        lines.append(f"| decode | skipped: {decode['skipped']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot(results, lengths, path):
+    from keras_attention.viz import _pyplot, _save
+
+    plt = _pyplot()
+    fig, (time_ax, mem_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for kind, impl, style in (
+        ("ops", "keras", "o-"),
+        ("ops", "ours", "s-"),
+        ("ops", "ours_chunked", "^-"),
+        ("mha", "keras", "o--"),
+        ("mha", "ours", "s--"),
+    ):
+        xs, ts, ms = [], [], []
+        for length in lengths:
+            r = results["cases"].get(f"{kind}/{impl}/{length}", {})
+            if "median_s" in r:
+                xs.append(length)
+                ts.append(r["median_s"])
+                ms.append(r["peak_memory_bytes"] / 2**20)
+        if xs:
+            time_ax.plot(xs, ts, style, label=f"{kind} {impl}")
+            if kind == "ops":
+                mem_ax.plot(xs, ms, style, label=f"{kind} {impl}")
+    for ax, label in (
+        (time_ax, "forward+backward time (s)"),
+        (mem_ax, "peak memory (MiB)"),
+    ):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length T = S")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    m = results["machine"]
+    fig.suptitle(f"XLA, {m['backend']} on {m['cpu']} ({m['cores']} cores)", fontsize=9)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="CI-sized run")
+    parser.add_argument("--out", default="runs/bench-attention")
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.case:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        case = json.loads(args.case)
+        print(json.dumps(CASES[case["kind"]](case)))
+        return 0
+    run(quick=args.quick, out=args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
