@@ -24,6 +24,12 @@ AUTO_CHUNK_MIN_LENGTH = 2048
 AUTO_CHUNK_SIZE = 512
 
 
+def clone_initializer(initializer):
+    """A new instance with the same config: stateless initializers would
+    otherwise give every sublayer that shares one the same values."""
+    return initializer.__class__.from_config(initializer.get_config())
+
+
 @keras.saving.register_keras_serializable(package="keras_attention")
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention, a drop-in for `keras.layers.MultiHeadAttention`.
@@ -184,8 +190,6 @@ class MultiHeadAttention(keras.layers.Layer):
     # -- building --------------------------------------------------------
 
     def _projection(self, name, heads_dim, activation=None):
-        # New initializer instances per sublayer, so that stateless
-        # initializers do not give every projection the same values.
         return keras.layers.EinsumDense(
             "abc,cde->abde",
             output_shape=(None, self.num_heads, heads_dim),
@@ -196,12 +200,9 @@ class MultiHeadAttention(keras.layers.Layer):
         )
 
     def _sublayer_kwargs(self):
-        def fresh(initializer):
-            return initializer.__class__.from_config(initializer.get_config())
-
         return {
-            "kernel_initializer": fresh(self.kernel_initializer),
-            "bias_initializer": fresh(self.bias_initializer),
+            "kernel_initializer": clone_initializer(self.kernel_initializer),
+            "bias_initializer": clone_initializer(self.bias_initializer),
             "kernel_regularizer": self.kernel_regularizer,
             "bias_regularizer": self.bias_regularizer,
             "kernel_constraint": self.kernel_constraint,

@@ -5,7 +5,10 @@ from keras import ops
 
 from keras_attention._checks import check_positive_int, check_rate
 from keras_attention.layers.feed_forward import FeedForward
-from keras_attention.layers.multi_head_attention import MultiHeadAttention
+from keras_attention.layers.multi_head_attention import (
+    MultiHeadAttention,
+    clone_initializer,
+)
 
 
 class TransformerBlockBase(keras.layers.Layer):
@@ -63,8 +66,8 @@ class TransformerBlockBase(keras.layers.Layer):
             key_dim=self._head_size(hidden_dim),
             dropout=self.dropout,
             chunk_size=self.chunk_size,
-            kernel_initializer=self._fresh(self.kernel_initializer),
-            bias_initializer=self._fresh(self.bias_initializer),
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
             dtype=self.dtype_policy,
             name=name,
         )
@@ -82,15 +85,11 @@ class TransformerBlockBase(keras.layers.Layer):
             self.intermediate_dim,
             activation=self.activation,
             dropout=self.dropout,
-            kernel_initializer=self._fresh(self.kernel_initializer),
-            bias_initializer=self._fresh(self.bias_initializer),
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
             dtype=self.dtype_policy,
             name="feedforward",
         )
-
-    @staticmethod
-    def _fresh(initializer):
-        return initializer.__class__.from_config(initializer.get_config())
 
     def _residual(self, x, norm, sublayer):
         """Applies `sublayer` (returning its output and extras) with residual
