@@ -1,8 +1,9 @@
 import keras
+from keras import ops
 
 from keras_attention._checks import check_positive_int
 from keras_attention.layers.base_attention import WeightedScoreAttention
-from keras_attention.ops.scores import additive_score
+from keras_attention.ops.scores import additive_score_from_projections
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -64,12 +65,13 @@ class AdditiveAttention(WeightedScoreAttention):
             else None
         )
 
-    def compute_scores(self, query, key):
-        return additive_score(
-            query,
-            key,
-            self.query_kernel,
-            self.key_kernel,
+    def prepare_keys(self, key):
+        return ops.matmul(key, ops.cast(self.key_kernel, key.dtype))
+
+    def compute_prepared_scores(self, query, prepared_key):
+        return additive_score_from_projections(
+            ops.matmul(query, ops.cast(self.query_kernel, query.dtype)),
+            prepared_key,
             self.score_vector,
             bias=self.bias,
         )

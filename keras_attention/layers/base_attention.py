@@ -22,9 +22,11 @@ class ScoreAttention(keras.layers.Layer):
     it, plus a rank-2 query for a single decoder step.
 
     Subclasses override `build_scores(query_dim, key_dim, key_length)` to create
-    their weights, `compute_scores(query, key)` returning `(B, Tq, Tv)` scores,
-    and `check_dims(query_dim, key_dim, key_length)` to reject shapes they cannot
-    score.
+    their weights, `compute_prepared_scores(query, prepared_key)` returning
+    `(B, Tq, Tv)` scores, `prepare_keys(key)` when part of the score depends on
+    the keys alone (so that a decoder computes it once per source, not once per
+    step), and `check_dims(query_dim, key_dim, key_length)` to reject shapes
+    they cannot score.
 
     Args:
         dropout: rate of dropout applied to the attention weights in training.
@@ -68,6 +70,20 @@ class ScoreAttention(keras.layers.Layer):
 
     def compute_scores(self, query, key):
         """Scores `(B, Tq, Tv)` of queries `(B, Tq, Dq)` and keys `(B, Tv, Dk)`."""
+        return self.compute_prepared_scores(query, self.prepare_keys(key))
+
+    def prepare_keys(self, key):
+        """The key-side work of the score (`W_2 h_i` for additive attention).
+
+        A decoder that attends over the same keys at every step prepares them
+        once with this method and scores each step with
+        `compute_prepared_scores`, as Bahdanau et al. (appendix A.1.2) suggest.
+        The default is the identity.
+        """
+        return key
+
+    def compute_prepared_scores(self, query, prepared_key):
+        """Scores `(B, Tq, Tv)` of queries against keys from `prepare_keys`."""
         raise NotImplementedError
 
     # -- Keras API -----------------------------------------------------------
@@ -100,6 +116,48 @@ class ScoreAttention(keras.layers.Layer):
                 query_mask = ops.expand_dims(query_mask, 1)
 
         scores = self.compute_scores(query, key)
+        return self._attend(
+            query,
+            value,
+            scores,
+            query_mask,
+            value_mask,
+            single_step,
+            training,
+            return_attention_scores,
+            use_causal_mask,
+        )
+
+    def attend_prepared(self, query, value, prepared_key, value_mask=None):
+        """One decoder step over keys prepared once with `prepare_keys`.
+
+        Args:
+            query: `(B, Dq)`, the decoder state of this step.
+            value: `(B, Tv, Dv)`.
+            prepared_key: `prepare_keys(key)` for the key `(B, Tv, Dk)`.
+            value_mask: boolean `(B, Tv)` or None.
+
+        Returns:
+            The context `(B, Dv)` and the weights `(B, Tv)`.
+        """
+        query = ops.expand_dims(query, 1)
+        scores = self.compute_prepared_scores(query, prepared_key)
+        return self._attend(
+            query, value, scores, None, value_mask, True, False, True, False
+        )
+
+    def _attend(
+        self,
+        query,
+        value,
+        scores,
+        query_mask,
+        value_mask,
+        single_step,
+        training,
+        return_attention_scores,
+        use_causal_mask,
+    ):
         score_mask = None
         if value_mask is not None:
             score_mask = ops.expand_dims(value_mask, 1)

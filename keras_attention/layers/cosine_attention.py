@@ -73,7 +73,7 @@ class CosineAttention(ScoreAttention):
             trainable=self.trainable_sharpness,
         )
 
-    def compute_scores(self, query, key):
+    def compute_prepared_scores(self, query, key):
         return cosine_score(query, key, sharpness=self.beta, epsilon=self.epsilon)
 
     def get_config(self):

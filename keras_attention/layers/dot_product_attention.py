@@ -62,7 +62,7 @@ class DotProductAttention(ScoreAttention):
             "or AdditiveAttention to compare vectors of different sizes.",
         )
 
-    def compute_scores(self, query, key):
+    def compute_prepared_scores(self, query, key):
         if self.scale is False:
             return dot_score(query, key)
         if self.scale is True:

@@ -65,7 +65,7 @@ class LocationAttention(WeightedScoreAttention):
             else None
         )
 
-    def compute_scores(self, query, key):
+    def compute_prepared_scores(self, query, key):
         key_length = key.shape[-2]
         if key_length is None:
             key_length = keras.ops.shape(key)[-2]

@@ -1,7 +1,8 @@
 import keras
+from keras import ops
 
 from keras_attention.layers.base_attention import WeightedScoreAttention
-from keras_attention.ops.scores import general_score
+from keras_attention.ops.scores import dot_score
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -41,5 +42,8 @@ class MultiplicativeAttention(WeightedScoreAttention):
     def build_scores(self, query_dim, key_dim, key_length):
         self.kernel = self.add_kernel("kernel", (query_dim, key_dim))
 
-    def compute_scores(self, query, key):
-        return general_score(query, key, self.kernel)
+    def prepare_keys(self, key):
+        return ops.matmul(key, ops.transpose(ops.cast(self.kernel, key.dtype)))
+
+    def compute_prepared_scores(self, query, prepared_key):
+        return dot_score(query, prepared_key)

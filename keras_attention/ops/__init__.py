@@ -14,6 +14,7 @@ from keras_attention.ops.masks import (
 from keras_attention.ops.scores import (
     SCORE_FUNCTIONS,
     additive_score,
+    additive_score_from_projections,
     cosine_score,
     dot_score,
     general_score,
@@ -28,6 +29,7 @@ __all__ = [
     "apply_attention_weights",
     "attention_weights",
     "additive_score",
+    "additive_score_from_projections",
     "causal_mask",
     "cosine_score",
     "dot_product_attention",

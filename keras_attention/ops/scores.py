@@ -126,9 +126,25 @@ def additive_score(query, key, query_kernel, key_kernel, score_vector, bias=None
     _check_kernel("query_kernel", query_kernel, (q_shape[-1], units[0]))
     _check_kernel("key_kernel", key_kernel, (k_shape[-1], units[0]))
     dtype = query.dtype
-    projected_query = ops.matmul(query, ops.cast(query_kernel, dtype))
-    projected_key = ops.matmul(key, ops.cast(key_kernel, dtype))
-    hidden = ops.expand_dims(projected_query, -2) + ops.expand_dims(projected_key, -3)
+    return additive_score_from_projections(
+        ops.matmul(query, ops.cast(query_kernel, dtype)),
+        ops.matmul(key, ops.cast(key_kernel, dtype)),
+        score_vector,
+        bias=bias,
+    )
+
+
+def additive_score_from_projections(
+    projected_query, projected_key, score_vector, bias=None
+):
+    """`v_a^T tanh(W_1 s + W_2 h + b)` from `W_1 s` `(..., T, units)` and
+    `W_2 h` `(..., S, units)`: lets a decoder project the keys once per source
+    rather than at every step.
+    """
+    dtype = projected_query.dtype
+    hidden = ops.expand_dims(projected_query, -2) + ops.expand_dims(
+        ops.cast(projected_key, dtype), -3
+    )
     if bias is not None:
         hidden = hidden + ops.cast(bias, dtype)
     return ops.squeeze(
