@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-from keras_attention import layers, ops, viz
+from keras_attention import decoding, layers, models, ops, viz
 
-__all__ = ["layers", "ops", "viz", "__version__"]
+__all__ = ["decoding", "layers", "models", "ops", "viz", "__version__"]

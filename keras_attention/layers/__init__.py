@@ -1,6 +1,7 @@
 """Keras attention layers, each built on `keras_attention.ops`."""
 
 from keras_attention.layers.additive_attention import AdditiveAttention
+from keras_attention.layers.attention_rnn_cell import AttentionRNNCell
 from keras_attention.layers.base_attention import ScoreAttention, WeightedScoreAttention
 from keras_attention.layers.cosine_attention import CosineAttention
 from keras_attention.layers.dot_product_attention import DotProductAttention
@@ -20,6 +21,7 @@ from keras_attention.layers.transformer_encoder import TransformerEncoderBlock
 
 __all__ = [
     "AdditiveAttention",
+    "AttentionRNNCell",
     "CosineAttention",
     "DotProductAttention",
     "FeedForward",

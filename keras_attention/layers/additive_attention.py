@@ -1,9 +1,8 @@
 import keras
-from keras import ops
 
 from keras_attention._checks import check_positive_int
 from keras_attention.layers.base_attention import WeightedScoreAttention
-from keras_attention.ops.scores import additive_score_from_projections
+from keras_attention.ops.scores import additive_score_from_projections, project
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -66,11 +65,11 @@ class AdditiveAttention(WeightedScoreAttention):
         )
 
     def prepare_keys(self, key):
-        return ops.matmul(key, ops.cast(self.key_kernel, key.dtype))
+        return project(key, self.key_kernel)
 
     def compute_prepared_scores(self, query, prepared_key):
         return additive_score_from_projections(
-            ops.matmul(query, ops.cast(self.query_kernel, query.dtype)),
+            project(query, self.query_kernel),
             prepared_key,
             self.score_vector,
             bias=self.bias,

@@ -2,7 +2,7 @@ import keras
 from keras import ops
 
 from keras_attention.layers.base_attention import WeightedScoreAttention
-from keras_attention.ops.scores import dot_score
+from keras_attention.ops.scores import dot_score, project
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -43,7 +43,7 @@ class MultiplicativeAttention(WeightedScoreAttention):
         self.kernel = self.add_kernel("kernel", (query_dim, key_dim))
 
     def prepare_keys(self, key):
-        return ops.matmul(key, ops.transpose(ops.cast(self.kernel, key.dtype)))
+        return project(key, ops.transpose(self.kernel))
 
     def compute_prepared_scores(self, query, prepared_key):
         return dot_score(query, prepared_key)

@@ -65,6 +65,16 @@ def _transpose_last(x):
     return ops.swapaxes(x, -1, -2)
 
 
+def project(x, kernel):
+    """`x @ kernel` for `x` `(..., D)` and `kernel` `(D, U)`, in `x`'s dtype.
+
+    An einsum rather than a broadcasting matmul or a tensordot, whose
+    gradients need shapes that XLA cannot resolve inside a recurrent loop over
+    a dynamic batch (a decoder step attending inside `keras.layers.RNN`).
+    """
+    return ops.einsum("...d,du->...u", x, ops.cast(kernel, x.dtype))
+
+
 def dot_score(query, key):
     """Luong's dot score `s^T h`: `(..., T, D) x (..., S, D) -> (..., T, S)`."""
     query, key = ops.convert_to_tensor(query), ops.convert_to_tensor(key)
@@ -102,7 +112,7 @@ def general_score(query, key, kernel):
     _check_kernel("kernel", kernel, (q_shape[-1], k_shape[-1]))
     # Project the keys (S of them) rather than the queries: the projected keys
     # can be reused across decoder steps.
-    projected_key = ops.matmul(key, _transpose_last(ops.cast(kernel, key.dtype)))
+    projected_key = project(key, _transpose_last(kernel))
     return ops.matmul(query, _transpose_last(projected_key))
 
 
@@ -125,10 +135,9 @@ def additive_score(query, key, query_kernel, key_kernel, score_vector, bias=None
     check_rank("score_vector", units, 1)
     _check_kernel("query_kernel", query_kernel, (q_shape[-1], units[0]))
     _check_kernel("key_kernel", key_kernel, (k_shape[-1], units[0]))
-    dtype = query.dtype
     return additive_score_from_projections(
-        ops.matmul(query, ops.cast(query_kernel, dtype)),
-        ops.matmul(key, ops.cast(key_kernel, dtype)),
+        project(query, query_kernel),
+        project(key, key_kernel),
         score_vector,
         bias=bias,
     )
@@ -147,9 +156,10 @@ def additive_score_from_projections(
     )
     if bias is not None:
         hidden = hidden + ops.cast(bias, dtype)
-    return ops.squeeze(
-        ops.matmul(ops.tanh(hidden), ops.cast(score_vector, dtype)[:, None]), -1
-    )
+    # An einsum, not a broadcasting matmul or product with `v_a`: their
+    # gradients need shapes that XLA cannot resolve inside a recurrent loop
+    # over a dynamic batch (a decoder step inside `keras.layers.RNN`).
+    return ops.einsum("...u,u->...", ops.tanh(hidden), ops.cast(score_vector, dtype))
 
 
 def cosine_score(query, key, sharpness=1.0, epsilon=1e-6):
@@ -204,7 +214,7 @@ def location_score(query, kernel, key_length, bias=None):
             f"positions the location score was built for (max_length="
             f"{k_shape[1]})."
         )
-    logits = ops.matmul(query, ops.cast(kernel, query.dtype))
+    logits = project(query, kernel)
     if bias is not None:
         logits = logits + ops.cast(bias, query.dtype)
     return logits[..., :key_length]

@@ -1,0 +1,191 @@
+"""Token id arrays and `tf.data` pipelines for sequence-to-sequence training."""
+
+import numpy as np
+import tensorflow as tf
+
+from keras_attention._checks import check_positive_int
+from keras_attention.data.tokenization import END_ID, PAD_ID, START_ID
+
+
+def _tokenize(tokenizer, texts):
+    """Tokenizes all `texts` in one vectorised call; returns a ragged int32
+    tensor `(N, None)`."""
+    texts = tf.constant([str(text) for text in texts], dtype=tf.string)
+    # Traced (here by `tf.data`), keras-hub tokenizers take their TensorFlow
+    # path, which handles the whole batch at once; eagerly, they loop over the
+    # strings in Python.
+    dataset = tf.data.Dataset.from_tensors(texts).map(tokenizer.tokenize)
+    token_ids = dataset.get_single_element()
+    if not isinstance(token_ids, tf.RaggedTensor):  # `sequence_length` was set
+        token_ids = tf.RaggedTensor.from_tensor(token_ids, padding=PAD_ID)
+    return tf.cast(token_ids, "int32")
+
+
+def _column(num_rows, token_id):
+    return tf.RaggedTensor.from_tensor(tf.fill([num_rows, 1], token_id))
+
+
+def _check_bucket_boundaries(bucket_boundaries, max_length):
+    boundaries = list(bucket_boundaries)
+    valid = all(
+        isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b > 0
+        for b in boundaries
+    )
+    if not boundaries or not valid or boundaries != sorted(set(boundaries)):
+        raise ValueError(
+            "`bucket_boundaries` must be a non-empty, strictly increasing list of "
+            f"positive integers; received bucket_boundaries={bucket_boundaries!r}."
+        )
+    if boundaries[-1] > max_length:
+        raise ValueError(
+            "`bucket_boundaries` must not exceed max(max_source_length, "
+            f"max_target_length) = {max_length}; received "
+            f"bucket_boundaries={bucket_boundaries!r}."
+        )
+    return [int(b) for b in boundaries if b < max_length] + [max_length]
+
+
+def encode_texts(texts, tokenizer, max_length, add_start=False, add_end=False):
+    """Tokenizes texts into a padded array of token ids.
+
+    Args:
+        texts: a list of strings.
+        tokenizer: a keras-hub tokenizer whose vocabulary has the special
+            tokens at `PAD_ID`, `START_ID` and `END_ID` (see
+            `train_word_piece`).
+        max_length: the length of every row. Longer token sequences are
+            truncated; with `add_end`, `[END]` stays their last token.
+        add_start: whether to prepend `[START]`.
+        add_end: whether to append `[END]`.
+
+    Returns:
+        An int32 array `(len(texts), max_length)`, right-padded with `PAD_ID`.
+    """
+    check_positive_int("max_length", max_length)
+    budget = max_length - int(add_start) - int(add_end)
+    if budget < 1:
+        raise ValueError(
+            f"`max_length` ({max_length}) leaves no room for tokens with "
+            f"add_start={add_start} and add_end={add_end}."
+        )
+    texts = list(texts)
+    if not texts:
+        return np.zeros((0, max_length), "int32")
+    token_ids = _tokenize(tokenizer, texts)[:, :budget]
+    if add_start:
+        token_ids = tf.concat([_column(len(texts), START_ID), token_ids], axis=1)
+    if add_end:
+        token_ids = tf.concat([token_ids, _column(len(texts), END_ID)], axis=1)
+    dense = token_ids.to_tensor(default_value=PAD_ID, shape=[len(texts), max_length])
+    return dense.numpy().astype("int32")
+
+
+def translation_dataset(
+    pairs,
+    source_tokenizer,
+    target_tokenizer,
+    batch_size,
+    max_source_length,
+    max_target_length,
+    shuffle=False,
+    seed=0,
+    bucket_boundaries=None,
+    drop_remainder=False,
+):
+    """Builds a batched `tf.data.Dataset` for teacher-forced translation.
+
+    The pairs are tokenized once, up front. Each example is
+    `(inputs, targets, sample_weight)`: `inputs["encoder_token_ids"]` are the
+    source ids, `inputs["decoder_token_ids"]` are `[START]` followed by the
+    target ids, and `targets` are the target ids followed by `[END]`, so
+    decoder step `t` learns to predict token `t + 1`. Padding is `PAD_ID` (0)
+    and `sample_weight` is 1.0 on real target tokens and 0.0 on padding.
+
+    Pairs whose source has more than `max_source_length` tokens, or whose
+    target with `[START]` (or `[END]`) has more than `max_target_length`, are
+    dropped rather than truncated, so the model never learns to stop early.
+
+    Without `bucket_boundaries`, every batch is padded to
+    `(max_source_length, max_target_length)`. With them, examples are grouped
+    by `max(source length, target length)`, and a batch of examples no longer
+    than boundary `b` has source and target both padded to `b` (the longest
+    examples to `max(max_source_length, max_target_length)`): batches come in
+    a few static shapes, and short ones cost less.
+
+    Args:
+        pairs: a list of `(source, target)` string tuples.
+        source_tokenizer: tokenizer of the source side.
+        target_tokenizer: tokenizer of the target side.
+        batch_size: examples per batch.
+        max_source_length: longest source kept, in tokens.
+        max_target_length: longest target kept, in tokens, `[END]` included.
+        shuffle: whether to shuffle the examples (reshuffled each epoch).
+        seed: the shuffling seed.
+        bucket_boundaries: optional strictly increasing ints, the padded
+            lengths of the buckets.
+        drop_remainder: whether to drop the last, smaller batch (of each
+            bucket).
+
+    Returns:
+        A tuple `(dataset, num_kept)`: the prefetched `tf.data.Dataset` and the
+        number of pairs kept after dropping the over-long ones.
+    """
+    check_positive_int("batch_size", batch_size)
+    check_positive_int("max_source_length", max_source_length)
+    check_positive_int("max_target_length", max_target_length)
+    max_length = max(max_source_length, max_target_length)
+    if bucket_boundaries is not None:
+        bucket_boundaries = _check_bucket_boundaries(bucket_boundaries, max_length)
+    pairs = list(pairs)
+    if not pairs:
+        raise ValueError("`pairs` is empty: expected `(source, target)` tuples.")
+    sources, targets = zip(*pairs, strict=True)
+
+    source_ids = _tokenize(source_tokenizer, sources)
+    target_ids = _tokenize(target_tokenizer, targets)
+    source_lengths = source_ids.row_lengths().numpy()
+    target_lengths = target_ids.row_lengths().numpy() + 1
+    keep = (source_lengths <= max_source_length) & (target_lengths <= max_target_length)
+    num_kept = int(keep.sum())
+    if num_kept == 0:
+        raise ValueError(
+            f"All {len(pairs)} pairs are longer than max_source_length="
+            f"{max_source_length} or max_target_length={max_target_length} "
+            f"tokens (the shortest source has {source_lengths.min()} tokens, the "
+            f"shortest target {target_lengths.min()} with [START]/[END])."
+        )
+    source_ids = tf.ragged.boolean_mask(source_ids, keep)
+    target_ids = tf.ragged.boolean_mask(target_ids, keep)
+    encoder = source_ids.to_tensor(PAD_ID, shape=[num_kept, max_source_length])
+    decoder = tf.concat([_column(num_kept, START_ID), target_ids], axis=1)
+    decoder = decoder.to_tensor(PAD_ID, shape=[num_kept, max_target_length])
+    labels = tf.concat([target_ids, _column(num_kept, END_ID)], axis=1)
+    labels = labels.to_tensor(PAD_ID, shape=[num_kept, max_target_length])
+    lengths = np.maximum(source_lengths, target_lengths)[keep].astype("int32")
+
+    dataset = tf.data.Dataset.from_tensor_slices((encoder, decoder, labels, lengths))
+    if shuffle:
+        dataset = dataset.shuffle(num_kept, seed=seed, reshuffle_each_iteration=True)
+    if bucket_boundaries is None:
+        dataset = dataset.map(lambda e, d, t, n: (e, d, t))
+        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    else:
+        # Trim to the example's length; `bucket_by_sequence_length` pads the
+        # unknown dimension to its boundary minus one, hence the `+ 1`.
+        dataset = dataset.map(lambda e, d, t, n: (e[:n], d[:n], t[:n], n))
+        dataset = dataset.bucket_by_sequence_length(
+            element_length_func=lambda e, d, t, n: n,
+            bucket_boundaries=[b + 1 for b in bucket_boundaries],
+            bucket_batch_sizes=[batch_size] * (len(bucket_boundaries) + 1),
+            pad_to_bucket_boundary=True,
+            drop_remainder=drop_remainder,
+        )
+        dataset = dataset.map(lambda e, d, t, n: (e, d, t))
+
+    def to_model_inputs(encoder_ids, decoder_ids, target_ids):
+        inputs = {"encoder_token_ids": encoder_ids, "decoder_token_ids": decoder_ids}
+        sample_weight = tf.cast(tf.not_equal(target_ids, PAD_ID), "float32")
+        return inputs, target_ids, sample_weight
+
+    dataset = dataset.map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE), num_kept

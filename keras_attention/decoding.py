@@ -1,0 +1,200 @@
+"""Greedy and beam-search decoding of encoder-decoder models.
+
+Both searches drive a step function `step_fn(token_ids, cache, index)` that
+maps the previous tokens `(B,)` at target position `index` to next-token
+logits `(B, V)` and the updated cache, a nested structure of tensors with the
+batch on axis 0 (the recurrent state of an RNN decoder, the key/value caches of
+a Transformer decoder). Both run as one `while` loop that XLA compiles whole.
+
+Greedy search is keras-hub's `GreedySampler`. Beam search is written here:
+keras-hub's `BeamSampler` keeps extending (and scoring) beams after they emit
+the end token and has no length penalty, both of which translation needs.
+"""
+
+import itertools
+
+import keras
+import keras_hub
+from keras import ops, tree
+
+from keras_attention._checks import check_positive_int
+
+PAD_ID = 0
+NEG_INF = -1e9
+
+
+def greedy_search(step_fn, cache, batch_size, max_length, start_id, end_id, model=None):
+    """Decodes by taking the most probable token at every step.
+
+    Args:
+        step_fn: `(token_ids, cache, index) -> (logits, cache)`.
+        cache: initial cache (nested tensors, batch on axis 0).
+        batch_size: B.
+        max_length: number of tokens to generate at most.
+        start_id: the `<start>` token fed first.
+        end_id: the `<end>` token; decoding stops once every row produced it.
+        model: the model whose variables `step_fn` reads (needed on JAX).
+
+    Returns:
+        int32 `(B, max_length)`: the tokens after `<start>`, with `end_id`
+        kept and padding (0) after it.
+    """
+    check_positive_int("max_length", max_length)
+    prompt = _initial_tokens(batch_size, max_length, start_id)
+
+    def next_logits(prompt, cache, index):
+        previous = ops.squeeze(ops.slice(prompt, [0, index - 1], [batch_size, 1]), 1)
+        logits, cache = step_fn(previous, cache, index - 1)
+        return ops.cast(logits, "float32"), None, cache
+
+    sampler = keras_hub.samplers.GreedySampler()
+    tokens = sampler(
+        next_logits,
+        prompt,
+        cache=cache,
+        index=1,
+        stop_token_ids=(end_id,),
+        model=model,
+    )
+    return truncate_after_end(tokens[:, 1:], end_id)
+
+
+def beam_search(
+    step_fn,
+    cache,
+    batch_size,
+    max_length,
+    start_id,
+    end_id,
+    beam_width=4,
+    length_penalty=0.6,
+):
+    """Decodes by keeping the `beam_width` most probable prefixes at each step.
+
+    A beam that has produced `end_id` is finished: it is carried on unchanged
+    (extended with padding at no cost) and competes with the open beams by its
+    log-probability. At the end the best of the beams is chosen by
+    `log p(Y) / lp(Y)` with the length penalty of Wu et al. (2016),
+    `lp(Y) = ((5 + |Y|) / 6) ** length_penalty`; `length_penalty=0` compares raw
+    log-probabilities, which favours short outputs.
+
+    Args:
+        step_fn: `(token_ids, cache, index) -> (logits, cache)`.
+        cache: initial cache for the B sources; it is repeated per beam.
+        batch_size: B.
+        max_length: number of tokens to generate at most.
+        start_id: the `<start>` token.
+        end_id: the `<end>` token.
+        beam_width: number of beams (1 is greedy search).
+        length_penalty: the exponent alpha of `lp(Y)`, >= 0.
+
+    Returns:
+        int32 `(B, max_length)`: the best beam's tokens after `<start>`, with
+        `end_id` kept and padding after it.
+
+    References:
+        - [Wu et al., 2016](https://arxiv.org/abs/1609.08144) (length penalty)
+    """
+    check_positive_int("max_length", max_length)
+    check_positive_int("beam_width", beam_width)
+    if length_penalty < 0:
+        raise ValueError(f"`length_penalty` must be >= 0; received {length_penalty}.")
+    k = beam_width
+    flat = batch_size * k
+    cache = tree.map_structure(lambda x: ops.repeat(x, k, axis=0), cache)
+    tokens = _initial_tokens(flat, max_length, start_id)
+    # Only the first beam of each source is live at the start, so the first
+    # step does not pick k copies of the same token.
+    scores = ops.reshape(
+        ops.tile(ops.array([[0.0] + [NEG_INF] * (k - 1)], "float32"), (batch_size, 1)),
+        (flat,),
+    )
+    finished = ops.zeros((flat,), "bool")
+    batch_offsets = ops.repeat(ops.arange(batch_size, dtype="int32") * k, k)
+
+    def cond(index, tokens, cache, scores, finished):
+        return ops.logical_not(ops.all(finished))
+
+    def body(index, tokens, cache, scores, finished):
+        previous = ops.squeeze(ops.slice(tokens, [0, index], [flat, 1]), 1)
+        logits, cache = step_fn(previous, cache, index)
+        log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+        vocab = ops.shape(log_probs)[-1]
+        only_padding = ops.where(ops.arange(vocab) == PAD_ID, 0.0, NEG_INF)
+        log_probs = ops.where(finished[:, None], only_padding[None, :], log_probs)
+        candidates = ops.reshape(scores[:, None] + log_probs, (batch_size, k * vocab))
+        top_scores, top_indices = ops.top_k(candidates, k)
+        top_indices = ops.cast(top_indices, "int32")
+        parent = ops.reshape(top_indices // vocab, (flat,)) + batch_offsets
+        new_token = ops.reshape(top_indices % vocab, (flat, 1))
+        tokens = ops.take(tokens, parent, axis=0)
+        tokens = ops.slice_update(tokens, [0, index + 1], new_token)
+        cache = tree.map_structure(lambda x: ops.take(x, parent, axis=0), cache)
+        finished = ops.logical_or(
+            ops.take(finished, parent, axis=0), ops.equal(new_token[:, 0], end_id)
+        )
+        return index + 1, tokens, cache, ops.reshape(top_scores, (flat,)), finished
+
+    _, tokens, _, scores, _ = ops.while_loop(
+        cond,
+        body,
+        (ops.convert_to_tensor(0, "int32"), tokens, cache, scores, finished),
+        maximum_iterations=max_length,
+    )
+    tokens = truncate_after_end(tokens[:, 1:], end_id)
+    lengths = ops.sum(ops.cast(ops.not_equal(tokens, PAD_ID), "float32"), axis=-1)
+    penalty = ops.power((5.0 + lengths) / 6.0, float(length_penalty))
+    normalized = ops.reshape(scores / penalty, (batch_size, k))
+    best = ops.argmax(normalized, axis=-1)
+    tokens = ops.reshape(tokens, (batch_size, k, max_length))
+    return ops.take_along_axis(tokens, best[:, None, None], axis=1)[:, 0]
+
+
+def truncate_after_end(tokens, end_id):
+    """Replaces every token after the first `end_id` of a row by padding."""
+    tokens = ops.cast(tokens, "int32")
+    is_end = ops.cast(ops.equal(tokens, end_id), "int32")
+    ends_before = ops.cumsum(is_end, axis=-1) - is_end
+    return ops.where(ends_before > 0, PAD_ID, tokens)
+
+
+def _initial_tokens(batch_size, max_length, start_id):
+    tokens = ops.zeros((batch_size, max_length + 1), "int32")
+    start = ops.full((batch_size, 1), start_id, "int32")
+    return ops.slice_update(tokens, [0, 0], start)
+
+
+def compile_function(fn, model, jit_compile=True):
+    """`fn(*tensors)` compiled for the backend: XLA on TensorFlow (through
+    `tf.function`) and `jax.jit` on JAX, where the model's variables enter as
+    arguments so that the compiled function sees their current values.
+    Other backends, and `jit_compile=False`, run eagerly.
+    """
+    backend = keras.backend.backend()
+    if not jit_compile:
+        return fn
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(fn, jit_compile=True, reduce_retracing=True)
+    if backend == "jax":
+        import jax
+
+        @jax.jit
+        def stateless(trainable, non_trainable, *args):
+            mapping = itertools.chain(
+                zip(model.trainable_variables, trainable, strict=True),
+                zip(model.non_trainable_variables, non_trainable, strict=True),
+            )
+            with keras.StatelessScope(state_mapping=mapping):
+                return fn(*args)
+
+        def run(*args):
+            return stateless(
+                [v.value for v in model.trainable_variables],
+                [v.value for v in model.non_trainable_variables],
+                *args,
+            )
+
+        return run
+    return fn
