@@ -11,6 +11,35 @@ def _demo(args):
     run_demo(args.out, epochs=args.epochs, seed=args.seed)
 
 
+def _translate(args):
+    from keras_attention.tasks import translate
+
+    if args.load:
+        import keras
+
+        model = keras.saving.load_model(args.load)
+        texts = args.sentences or [line.rstrip("\n") for line in sys.stdin]
+        for line in translate.translate_texts(model, texts, beam_width=args.beam):
+            print(line)
+        return
+    if args.sentences:
+        raise SystemExit("sentences to translate need --load DIR/model.keras")
+    options = {
+        "data": args.data,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "beam_width": args.beam,
+        "time_budget_minutes": args.time_budget,
+        "seed": args.seed,
+        "num_train": args.num_train,
+    }
+    models = args.model.split(",")
+    if len(models) == 1:
+        translate.run_translate(args.out, model=models[0], **options)
+    else:
+        translate.compare(args.out, models, **options)
+
+
 def _bench(args):
     from keras_attention.bench import attention
 
@@ -36,6 +65,38 @@ def build_parser():
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(run=_demo)
 
+    translate = commands.add_parser(
+        "translate",
+        help="train and evaluate a translation model (RNN with or without "
+        "attention, Transformer), or translate with a trained one",
+    )
+    translate.add_argument(
+        "sentences", nargs="*", help="with --load: sentences to translate"
+    )
+    translate.add_argument(
+        "--data",
+        default="dates",
+        help="dates (generated, the default), de-en (Debian trans-de-en) or a "
+        "source<TAB>target file",
+    )
+    translate.add_argument(
+        "--model",
+        default="transformer",
+        help="one of " + ", ".join(_translation_models()) + "; a comma-separated "
+        "list trains each in OUT/<model> and plots them together",
+    )
+    translate.add_argument("--epochs", type=int, default=None)
+    translate.add_argument("--batch-size", type=int, default=64)
+    translate.add_argument("--beam", type=int, default=4, help="beam width")
+    translate.add_argument(
+        "--time-budget", type=float, default=None, help="minutes of training at most"
+    )
+    translate.add_argument("--num-train", type=int, default=None)
+    translate.add_argument("--seed", type=int, default=0)
+    translate.add_argument("--out", default="runs/translate", help="output folder")
+    translate.add_argument("--load", default=None, help="a trained model.keras")
+    translate.set_defaults(run=_translate)
+
     bench = commands.add_parser(
         "bench",
         help="XLA benchmarks: ratios against Keras measured side by side, "
@@ -46,6 +107,12 @@ def build_parser():
     bench.add_argument("--out", default="runs/bench", help="output folder")
     bench.set_defaults(run=_bench)
     return parser
+
+
+def _translation_models():
+    from keras_attention.tasks.translate import MODELS
+
+    return MODELS
 
 
 def _version():

@@ -115,6 +115,45 @@ def plot_position_encoding(length=50, depth=128, max_wavelength=10000, path=None
     return fig
 
 
+def plot_score_by_length(results, path=None, metric="bleu", title=None):
+    """Score against source length, one line per model, like the BLEU vs
+    sentence length figure of Bahdanau et al. (2015).
+
+    Args:
+        results: `{model_name: {bucket_label: {metric: value, "count": n}}}`,
+            the `by_length` entries of translation metrics; buckets in order.
+        path: where to write the PNG; None to skip.
+        metric: the score to plot (`"bleu"`, `"chrf"` or `"exact_match"`).
+        title: figure title.
+
+    Returns:
+        The matplotlib figure.
+    """
+    if not results:
+        raise ValueError("`results` must name at least one model.")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, buckets in results.items():
+        labels = list(buckets)
+        ax.plot(
+            range(len(labels)),
+            [buckets[label][metric] for label in labels],
+            marker="o",
+            label=name,
+        )
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels(labels)
+    ax.set_xlabel("Source length (words)")
+    ax.set_ylabel(metric)
+    ax.set_title(title or f"{metric} by source length")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    if path is not None:
+        _save(fig, path)
+    return fig
+
+
 def _save(fig, path):
     folder = os.path.dirname(os.fspath(path))
     if folder:

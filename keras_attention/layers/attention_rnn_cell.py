@@ -122,6 +122,11 @@ class AttentionRNNCell(keras.layers.Layer):
         Returns:
             The list to pass as `initial_state` to `keras.layers.RNN(cell)`.
         """
+        if any(isinstance(t, keras.KerasTensor) for t in (memory, *cell_states)):
+            # In a functional model the keys must be prepared by a layer call,
+            # so that they follow the current weights rather than the weights
+            # at the time the graph was built.
+            return InitialAttentionState(self)(memory, cell_states, memory_mask)
         if not hasattr(memory, "shape"):
             memory = ops.convert_to_tensor(memory)
         memory = ops.cast(memory, self.compute_dtype)
@@ -202,6 +207,21 @@ class AttentionRNNCell(keras.layers.Layer):
         config["cell"] = keras.saving.deserialize_keras_object(config["cell"])
         config["attention"] = keras.saving.deserialize_keras_object(config["attention"])
         return cls(**config)
+
+
+class InitialAttentionState(keras.layers.Layer):
+    """The layer form of `AttentionRNNCell.get_initial_state_from_memory`,
+    used for symbolic inputs. It is rebuilt with its cell, so it has no
+    config of its own."""
+
+    def __init__(self, cell, **kwargs):
+        super().__init__(dtype=cell.dtype_policy, **kwargs)
+        self.cell = cell
+
+    def call(self, memory, cell_states, memory_mask=None):
+        return self.cell.get_initial_state_from_memory(
+            memory, list(cell_states), memory_mask
+        )
 
 
 def _as_list(states):

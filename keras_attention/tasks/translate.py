@@ -1,0 +1,410 @@
+"""`keras-attention translate`: train, evaluate and use a translation model."""
+
+import json
+import os
+import time
+
+import keras
+import numpy as np
+
+from keras_attention.data.pipeline import encode_texts, translation_dataset
+from keras_attention.data.tokenization import END_ID, join_punctuation, train_word_piece
+from keras_attention.data.translation import load_translation_pairs
+from keras_attention.models import RNNSeq2Seq, Transformer
+from keras_attention.tasks.common import phase, prepare_output, write_metrics
+from keras_attention.viz import plot_attention, plot_score_by_length
+
+MODELS = (
+    "transformer",
+    "transformer-base",
+    "rnn",
+    "rnn-bahdanau",
+    "rnn-luong-dot",
+    "rnn-luong-general",
+    "rnn-luong-concat",
+    "rnn-location",
+)
+# Per-dataset defaults: vocabulary, lengths in tokens, training budget.
+SETTINGS = {
+    "dates": {
+        "vocabulary_size": 400,
+        "lowercase": True,
+        "max_source_length": 16,
+        "max_target_length": 8,
+        "bucket_boundaries": None,
+        "epochs": 8,
+        "length_buckets": (2, 3, 4, 5, 6),
+    },
+    "text": {
+        "vocabulary_size": 8000,
+        "lowercase": False,
+        "max_source_length": 40,
+        "max_target_length": 40,
+        "bucket_boundaries": (12, 20, 28),
+        "epochs": 30,
+        "length_buckets": (5, 8, 11, 14, 17, 20),
+    },
+}
+EVAL_BATCH_SIZE = 100
+
+
+def build_model(name, source_vocabulary_size, target_vocabulary_size, settings, **kw):
+    """The model called `name` (one of `MODELS`) sized for the data."""
+    lengths = {
+        "max_source_length": settings["max_source_length"],
+        "max_target_length": settings["max_target_length"],
+    }
+    if name == "transformer":
+        return Transformer(
+            source_vocabulary_size, target_vocabulary_size, **lengths, **kw
+        )
+    if name == "transformer-base":
+        return Transformer.from_preset(
+            "transformer_base",
+            source_vocabulary_size=source_vocabulary_size,
+            target_vocabulary_size=target_vocabulary_size,
+            **lengths,
+            **kw,
+        )
+    attention = "none" if name == "rnn" else name[len("rnn-") :]
+    return RNNSeq2Seq(
+        source_vocabulary_size,
+        target_vocabulary_size,
+        attention=attention,
+        **lengths,
+        **kw,
+    )
+
+
+def translate_texts(model, texts, beam_width=1, length_penalty=0.6):
+    """Translates strings with a model that carries its tokenizers."""
+    if model.source_tokenizer is None or model.target_tokenizer is None:
+        raise ValueError(
+            "This model has no tokenizers; train it with `keras-attention "
+            "translate`, or pass `source_tokenizer`/`target_tokenizer`."
+        )
+    source_ids = encode_texts(texts, model.source_tokenizer, model.max_source_length)
+    tokens = _generate(model, source_ids, beam_width, length_penalty)
+    return [_detokenize(model.target_tokenizer, row) for row in tokens]
+
+
+def run_translate(
+    out_dir,
+    data="dates",
+    model="transformer",
+    epochs=None,
+    batch_size=64,
+    beam_width=4,
+    time_budget_minutes=None,
+    seed=0,
+    num_train=None,
+    verbose=1,
+    **model_kwargs,
+):
+    """Trains `model` on `data`, evaluates it on the test split and writes
+    `metrics.json`, `model.keras`, attention heatmaps and the score-by-length
+    plot under `out_dir`. Re-run with the same folder, an interrupted training
+    resumes from its last finished epoch, and a finished one is evaluated
+    again without training.
+
+    Args:
+        out_dir: output folder.
+        data: `"dates"`, `"de-en"` or the path of a `source<TAB>target` file.
+        model: one of `MODELS`.
+        epochs: training epochs (default per dataset).
+        batch_size: training batch size.
+        beam_width: beam width of the beam-search evaluation (1 skips it).
+        time_budget_minutes: stop training after this many minutes (the end of
+            the running epoch), for comparisons at equal training time.
+        seed: seed of the splits, the initialisation and the shuffling.
+        num_train: use only this many training pairs (quick runs, tests).
+        verbose: Keras progress bar setting.
+        **model_kwargs: extra constructor arguments of the model.
+
+    Returns:
+        The metrics dict.
+    """
+    if model not in MODELS:
+        raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
+    prepare_output(out_dir)
+    keras.utils.set_random_seed(seed)
+    settings = SETTINGS["dates" if data == "dates" else "text"]
+    epochs = epochs or settings["epochs"]
+
+    phase(f"loading {data}")
+    splits = load_translation_pairs(data, seed=seed)
+    train_pairs = splits["train"][:num_train] if num_train else splits["train"]
+    test_pairs = splits["test"]
+    source_tokenizer, target_tokenizer = _tokenizers(out_dir, train_pairs, settings)
+    phase(
+        f"{len(train_pairs)} training pairs, {len(test_pairs)} test pairs; "
+        f"vocabularies {source_tokenizer.vocabulary_size()} (source), "
+        f"{target_tokenizer.vocabulary_size()} (target)"
+    )
+    dataset_args = {
+        "source_tokenizer": source_tokenizer,
+        "target_tokenizer": target_tokenizer,
+        "batch_size": batch_size,
+        "max_source_length": settings["max_source_length"],
+        "max_target_length": settings["max_target_length"],
+        "bucket_boundaries": settings["bucket_boundaries"],
+    }
+    train_data, num_kept = translation_dataset(
+        train_pairs, shuffle=True, seed=seed, **dataset_args
+    )
+    valid_data, _ = translation_dataset(splits["valid"], **dataset_args)
+
+    model_path = os.path.join(out_dir, "model.keras")
+    history_path = os.path.join(out_dir, "history.json")
+    if os.path.exists(model_path) and os.path.exists(history_path):
+        phase(f"{model_path} is already trained; evaluating it again")
+        net = keras.saving.load_model(model_path)
+        with open(history_path) as f:
+            history = json.load(f)
+    else:
+        phase(f"building {model}")
+        net = build_model(
+            model,
+            source_tokenizer.vocabulary_size(),
+            target_tokenizer.vocabulary_size(),
+            settings,
+            source_tokenizer=source_tokenizer,
+            target_tokenizer=target_tokenizer,
+            **model_kwargs,
+        )
+        net.compile(
+            optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            weighted_metrics=["accuracy"],
+            jit_compile=True,
+        )
+        callbacks = [
+            keras.callbacks.BackupAndRestore(os.path.join(out_dir, "checkpoints"))
+        ]
+        if time_budget_minutes:
+            callbacks.append(TimeBudget(time_budget_minutes * 60))
+        phase(f"training {net.count_params():,} parameters for up to {epochs} epochs")
+        started = time.perf_counter()
+        fit = net.fit(
+            train_data,
+            validation_data=valid_data,
+            epochs=epochs,
+            callbacks=callbacks,
+            verbose=verbose,
+        )
+        history = {
+            "train_seconds": round(time.perf_counter() - started, 1),
+            "epochs": len(fit.epoch),
+            **{k: [float(x) for x in v] for k, v in fit.history.items()},
+        }
+        net.save(model_path)
+        with open(history_path, "w") as f:
+            json.dump(history, f)
+
+    phase(f"translating {len(test_pairs)} test sentences (greedy)")
+    metrics = evaluate(net, test_pairs, settings["length_buckets"], beam_width=1)
+    if beam_width > 1:
+        phase(f"translating again with beam search (width {beam_width})")
+        beam = evaluate(net, test_pairs, (), beam_width=beam_width)
+        metrics.update(
+            {f"beam{beam_width}_{k}": v for k, v in beam.items() if k != "samples"}
+        )
+    samples = metrics.pop("samples")
+    _plot_alignments(net, test_pairs[:3], out_dir, model)
+    plot_score_by_length(
+        {model: metrics["by_length"]},
+        path=os.path.join(out_dir, "score_by_length.png"),
+        metric="bleu",
+    )
+    metrics.update(
+        {
+            "model": model,
+            "data": data,
+            "train_pairs": num_kept,
+            "test_pairs": len(test_pairs),
+            "parameters": net.count_params(),
+            "epochs": history["epochs"],
+            "train_seconds": history["train_seconds"],
+            "final_train_token_accuracy": history["accuracy"][-1],
+            "final_valid_token_accuracy": history["val_accuracy"][-1],
+            "samples": samples[:5],
+        }
+    )
+    write_metrics(out_dir, metrics)
+    phase(
+        f"{model} on {data}: exact match {metrics['exact_match']:.3f}, "
+        f"BLEU {metrics['bleu']:.1f}, chrF {metrics['chrf']:.1f}"
+        + (
+            f"; beam {beam_width}: BLEU {metrics[f'beam{beam_width}_bleu']:.1f}"
+            if beam_width > 1
+            else ""
+        )
+        + f"; trained {history['train_seconds']:.0f} s; wrote {out_dir}"
+    )
+    return metrics
+
+
+def compare(out_dir, models, data="dates", **kwargs):
+    """Runs `run_translate` for each model in `out_dir/<model>` and plots the
+    score of every model by source length on one chart."""
+    results = {}
+    for name in models:
+        results[name] = run_translate(
+            os.path.join(out_dir, name), data=data, model=name, **kwargs
+        )
+    metric = "exact_match" if data == "dates" else "bleu"
+    plot_score_by_length(
+        {name: r["by_length"] for name, r in results.items()},
+        path=os.path.join(out_dir, "score_by_length.png"),
+        metric=metric,
+    )
+    summary = {
+        name: {
+            k: r[k]
+            for k in ("exact_match", "bleu", "chrf", "train_seconds", "epochs")
+            if k in r
+        }
+        for name, r in results.items()
+    }
+    with open(os.path.join(out_dir, "comparison.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    phase(f"comparison written to {out_dir}/comparison.json and score_by_length.png")
+    return results
+
+
+def evaluate(model, pairs, length_buckets, beam_width=1, length_penalty=0.6):
+    """Exact match, BLEU and chrF (sacrebleu) of the model's translations of
+    `pairs`, overall and by source length in words."""
+    sources = [source for source, _ in pairs]
+    references = [target for _, target in pairs]
+    hypotheses = translate_texts(model, sources, beam_width, length_penalty)
+    scores = _scores(hypotheses, references)
+    lengths = np.array([len(source.split()) for source in sources])
+    by_length = {}
+    edges = [0, *length_buckets, max(int(lengths.max()), *length_buckets, 1)]
+    for low, high in zip(edges[:-1], edges[1:], strict=True) if length_buckets else ():
+        chosen = np.flatnonzero((lengths > low) & (lengths <= high))
+        if len(chosen):
+            bucket = _scores(
+                [hypotheses[i] for i in chosen], [references[i] for i in chosen]
+            )
+            by_length[f"{low + 1}-{high}"] = {**bucket, "count": int(len(chosen))}
+    return {
+        **scores,
+        "by_length": by_length,
+        "samples": [
+            {"source": s, "reference": r, "translation": h}
+            for s, r, h in zip(sources, references, hypotheses, strict=True)
+        ],
+    }
+
+
+def _scores(hypotheses, references):
+    import sacrebleu
+
+    return {
+        "exact_match": float(
+            np.mean([h == r for h, r in zip(hypotheses, references, strict=True)])
+        ),
+        "bleu": float(sacrebleu.corpus_bleu(hypotheses, [references]).score),
+        "chrf": float(sacrebleu.corpus_chrf(hypotheses, [references]).score),
+    }
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training at the end of the first epoch past `seconds`."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    def on_train_begin(self, logs=None):
+        self.started = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if time.perf_counter() - self.started >= self.seconds:
+            self.model.stop_training = True
+
+
+def _tokenizers(out_dir, train_pairs, settings):
+    """WordPiece tokenizers learned from the training split, cached in
+    `out_dir` so that a resumed run has the very same vocabularies."""
+    import keras_hub
+
+    tokenizers = []
+    for side, texts in (
+        ("source", [s for s, _ in train_pairs]),
+        ("target", [t for _, t in train_pairs]),
+    ):
+        path = os.path.join(out_dir, f"{side}_vocabulary.txt")
+        if os.path.exists(path):
+            tokenizer = keras_hub.tokenizers.WordPieceTokenizer(
+                vocabulary=path,
+                lowercase=settings["lowercase"],
+                oov_token="[UNK]",
+            )
+        else:
+            tokenizer = train_word_piece(
+                texts, settings["vocabulary_size"], lowercase=settings["lowercase"]
+            )
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("\n".join(tokenizer.get_vocabulary()) + "\n")
+        tokenizers.append(tokenizer)
+    return tokenizers
+
+
+def _generate(model, source_ids, beam_width, length_penalty):
+    """Generates in fixed-size batches so that XLA compiles the search once."""
+    outputs = []
+    for start in range(0, len(source_ids), EVAL_BATCH_SIZE):
+        batch = source_ids[start : start + EVAL_BATCH_SIZE]
+        rows = len(batch)
+        if rows < EVAL_BATCH_SIZE and len(source_ids) > EVAL_BATCH_SIZE:
+            batch = np.pad(batch, ((0, EVAL_BATCH_SIZE - rows), (0, 0)))
+        tokens = model.generate(
+            batch, beam_width=beam_width, length_penalty=length_penalty
+        )
+        outputs.append(np.asarray(tokens)[:rows])
+    return np.concatenate(outputs)
+
+
+def _detokenize(tokenizer, token_ids):
+    token_ids = [int(t) for t in token_ids]
+    if END_ID in token_ids:
+        token_ids = token_ids[: token_ids.index(END_ID)]
+    token_ids = [t for t in token_ids if t > END_ID]
+    if not token_ids:
+        return ""
+    text = tokenizer.detokenize(np.array([token_ids], "int32"))
+    text = np.asarray(text).reshape(-1)[0]
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    return join_punctuation(str(text))
+
+
+def _plot_alignments(model, pairs, out_dir, title):
+    if getattr(model, "attention", None) == "none":
+        return
+    sources = [s for s, _ in pairs]
+    source_ids = encode_texts(sources, model.source_tokenizer, model.max_source_length)
+    generated = _generate(model, source_ids, 1, 0.6)
+    for i, (source_row, target_row) in enumerate(
+        zip(source_ids, generated, strict=True)
+    ):
+        source_tokens = [t for t in source_row if t]
+        target_tokens = [int(t) for t in target_row if t]
+        decoder_ids = np.array([[2, *target_tokens[:-1]]], "int32")
+        weights = np.asarray(
+            model.attention_weights(source_row[None, : len(source_tokens)], decoder_ids)
+        )[0]
+        plot_attention(
+            weights,
+            source_tokens=[
+                model.source_tokenizer.id_to_token(t) for t in source_tokens
+            ],
+            target_tokens=[
+                model.target_tokenizer.id_to_token(t) for t in target_tokens
+            ],
+            path=os.path.join(out_dir, f"attention_{i}.png"),
+            title=f"{title}: cross-attention",
+        )
