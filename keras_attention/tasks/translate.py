@@ -99,6 +99,7 @@ def run_translate(
     seed=0,
     num_train=None,
     verbose=1,
+    callbacks=None,
     **model_kwargs,
 ):
     """Trains `model` on `data`, evaluates it on the test split and writes
@@ -119,6 +120,7 @@ def run_translate(
         seed: seed of the splits, the initialisation and the shuffling.
         num_train: use only this many training pairs (quick runs, tests).
         verbose: Keras progress bar setting.
+        callbacks: extra Keras callbacks for `fit`.
         **model_kwargs: extra constructor arguments of the model.
 
     Returns:
@@ -179,7 +181,8 @@ def run_translate(
             jit_compile=True,
         )
         callbacks = [
-            keras.callbacks.BackupAndRestore(os.path.join(out_dir, "checkpoints"))
+            keras.callbacks.BackupAndRestore(os.path.join(out_dir, "checkpoints")),
+            *(callbacks or []),
         ]
         if time_budget_minutes:
             callbacks.append(TimeBudget(time_budget_minutes * 60))
@@ -194,7 +197,7 @@ def run_translate(
         )
         history = {
             "train_seconds": round(time.perf_counter() - started, 1),
-            "epochs": len(fit.epoch),
+            "epochs": fit.epoch[-1] + 1 if fit.epoch else epochs,
             **{k: [float(x) for x in v] for k, v in fit.history.items()},
         }
         net.save(model_path)

@@ -1,0 +1,95 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_attention.layers import (
+    AdditiveAttention,
+    AttentionRNNCell,
+    DotProductAttention,
+    MultiplicativeAttention,
+)
+
+
+def make_cell(style="bahdanau", attention=None, cell=None):
+    return AttentionRNNCell(
+        cell or keras.layers.GRUCell(8),
+        attention or AdditiveAttention(units=6),
+        memory_dim=8,
+        style=style,
+    )
+
+
+def run(cell, memory, mask=None, steps=3):
+    rnn = keras.layers.RNN(cell, return_sequences=True)
+    inputs = np.random.default_rng(0).normal(size=(2, steps, 5)).astype("float32")
+    initial = cell.get_initial_state_from_memory(
+        memory, [np.zeros((2, 8), "float32")] * cell.num_cell_states, mask
+    )
+    return np.asarray(rnn(inputs, initial_state=initial)), inputs, initial
+
+
+MEMORY = np.random.default_rng(1).normal(size=(2, 4, 8)).astype("float32")
+
+
+@pytest.mark.parametrize("style, size", [("bahdanau", 8 + 8), ("luong", 8)])
+def test_output_size_per_style(style, size):
+    outputs, _, _ = run(make_cell(style), MEMORY)
+    assert outputs.shape == (2, 3, size)
+
+
+def test_bahdanau_step_follows_the_paper():
+    # c_t from the previous state, the cell reads [y; c_t], output [s_t; c_t].
+    cell = make_cell("bahdanau")
+    _, inputs, initial = run(cell, MEMORY, steps=1)
+    output, _, weights = cell.step(inputs[:, 0], initial)
+    context, expected_weights = cell.attention(
+        [initial[0], MEMORY], return_attention_scores=True
+    )
+    np.testing.assert_allclose(weights, expected_weights, atol=1e-6)
+    hidden, _ = cell.cell(np.concatenate([inputs[:, 0], context], -1), [initial[0]])
+    np.testing.assert_allclose(output, np.concatenate([hidden, context], -1), atol=1e-5)
+
+
+def test_luong_step_feeds_the_attentional_vector():
+    cell = make_cell("luong", MultiplicativeAttention())
+    _, inputs, initial = run(cell, MEMORY, steps=1)
+    output, states, _ = cell.step(inputs[:, 0], initial)
+    np.testing.assert_allclose(states[1], output)  # h~_t becomes next step's feed
+    hidden, _ = cell.cell(np.concatenate([inputs[:, 0], initial[1]], -1), [initial[0]])
+    context = cell.attention([hidden, MEMORY])
+    expected = np.tanh(
+        np.concatenate([context, hidden], -1) @ cell.combine.kernel.numpy()
+    )
+    np.testing.assert_allclose(output, expected, atol=1e-5)
+
+
+def test_masked_memory_gets_no_weight_and_empty_memory_gives_zero_context():
+    mask = np.array([[True, True, False, False], [False, False, False, False]])
+    cell = make_cell("luong", DotProductAttention())
+    _, inputs, initial = run(cell, MEMORY, mask, steps=1)
+    _, _, weights = cell.step(inputs[:, 0], initial)
+    weights = np.asarray(weights)
+    assert np.all(weights[0, 2:] == 0) and np.isclose(weights[0].sum(), 1)
+    assert np.all(weights[1] == 0)
+
+
+def test_lstm_cell_and_config_round_trip():
+    cell = make_cell("luong", cell=keras.layers.LSTMCell(8))
+    outputs, _, _ = run(cell, MEMORY)
+    clone = AttentionRNNCell.from_config(cell.get_config())
+    assert clone.style == "luong" and clone.num_cell_states == 2
+    assert isinstance(clone.attention, AdditiveAttention)
+    assert np.all(np.isfinite(outputs))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="style"):
+        make_cell("monotonic")
+    with pytest.raises(ValueError, match="score-attention"):
+        AttentionRNNCell(keras.layers.GRUCell(4), keras.layers.Dense(3), memory_dim=4)
+    with pytest.raises(ValueError, match="memory"):
+        make_cell().get_initial_state_from_memory(
+            np.zeros((2, 4, 5)), [np.zeros((2, 8))]
+        )
+    with pytest.raises(ValueError, match="state"):
+        make_cell().get_initial_state_from_memory(MEMORY, [])

@@ -1,0 +1,121 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_attention.models import Transformer
+from tests.models.seq2seq_cases import VOCABULARY, exact_match, reversal_pairs
+
+
+def tiny(**kwargs):
+    config = {
+        "hidden_dim": 32,
+        "num_heads": 2,
+        "num_encoder_layers": 1,
+        "num_decoder_layers": 1,
+        "intermediate_dim": 64,
+        "dropout": 0.0,
+        "max_source_length": 8,
+        "max_target_length": 9,
+    }
+    return Transformer(VOCABULARY, VOCABULARY, **{**config, **kwargs})
+
+
+def test_transformer_learns_to_reverse():
+    inputs, target, weight = reversal_pairs(2000)
+    model = tiny(hidden_dim=64, intermediate_dim=128, num_heads=4)
+    model.compile(
+        keras.optimizers.Adam(2e-3),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        weighted_metrics=["accuracy"],
+        jit_compile=True,
+    )
+    model.fit(inputs, target, sample_weight=weight, epochs=12, batch_size=64, verbose=0)
+    test_inputs, test_target, _ = reversal_pairs(200, seed=1)
+    generated = model.generate(test_inputs["encoder_token_ids"], max_length=9)
+    assert exact_match(generated, test_target) > 0.9
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"norm_first": True},
+        {"position_encoding": "learned"},
+        {"share_embeddings": True},
+    ],
+)
+def test_cached_decode_step_matches_full_forward(options):
+    inputs, _, _ = reversal_pairs(3)
+    model = tiny(**options)
+    logits = np.asarray(model(inputs))
+    cache = model.initial_cache(inputs["encoder_token_ids"], 9)
+    for t in range(5):
+        step_logits, cache = model.decode_step(
+            inputs["decoder_token_ids"][:, t], cache, t
+        )
+        np.testing.assert_allclose(step_logits, logits[:, t], atol=1e-4)
+
+
+def test_beam_width_one_equals_greedy():
+    inputs, _, _ = reversal_pairs(6)
+    model = tiny()
+    np.testing.assert_array_equal(
+        model.generate(inputs["encoder_token_ids"], 7, beam_width=1),
+        model.generate(inputs["encoder_token_ids"], 7, beam_width=1, jit_compile=False),
+    )
+
+
+def test_attention_weights_shape_and_padding():
+    inputs, _, _ = reversal_pairs(2)
+    weights = np.asarray(
+        tiny().attention_weights(
+            inputs["encoder_token_ids"], inputs["decoder_token_ids"]
+        )
+    )
+    assert weights.shape == (2, 9, 8)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    padded = inputs["encoder_token_ids"] == 0
+    assert np.all(weights[np.broadcast_to(padded[:, None], weights.shape)] == 0)
+
+
+def test_save_and_load_keep_outputs(tmp_path):
+    inputs, _, _ = reversal_pairs(4)
+    model = tiny()
+    path = tmp_path / "t.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    np.testing.assert_allclose(loaded(inputs), model(inputs), atol=1e-5)
+    np.testing.assert_array_equal(
+        loaded.generate(inputs["encoder_token_ids"], 5, beam_width=2),
+        model.generate(inputs["encoder_token_ids"], 5, beam_width=2),
+    )
+
+
+def test_transformer_base_preset_has_the_paper_sizes():
+    model = Transformer.from_preset(
+        "transformer_base", source_vocabulary_size=100, target_vocabulary_size=100
+    )
+    assert (model.hidden_dim, model.num_heads, model.intermediate_dim) == (512, 8, 2048)
+    assert len(model.encoder_blocks) == len(model.decoder_blocks) == 6
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_generate(policy):
+    keras.config.set_dtype_policy(policy)
+    inputs, _, _ = reversal_pairs(3)
+    model = tiny()
+    assert np.all(np.isfinite(np.asarray(model(inputs), "float32")))
+    assert np.asarray(
+        model.generate(inputs["encoder_token_ids"], 4, beam_width=2)
+    ).shape == (3, 4)
+
+
+def test_bad_configs_raise_clear_errors():
+    with pytest.raises(ValueError, match="divisible"):
+        tiny(hidden_dim=30, num_heads=4)
+    with pytest.raises(ValueError, match="joint vocabulary"):
+        Transformer(10, 12, share_embeddings=True)
+    with pytest.raises(ValueError, match="preset"):
+        Transformer.from_preset("transformer_huge", source_vocabulary_size=5)
+    with pytest.raises(ValueError, match="position_encoding"):
+        tiny(position_encoding="rotary")
