@@ -217,6 +217,13 @@ class InitialAttentionState(keras.layers.Layer):
     def __init__(self, cell, **kwargs):
         super().__init__(dtype=cell.dtype_policy, **kwargs)
         self.cell = cell
+        self.supports_masking = True
+
+    def build(self, memory_shape, cell_states_shape=None, memory_mask_shape=None):
+        self.cell._build_attention()
+
+    def compute_mask(self, memory, cell_states, memory_mask=None, mask=None):
+        return None
 
     def call(self, memory, cell_states, memory_mask=None):
         return self.cell.get_initial_state_from_memory(
