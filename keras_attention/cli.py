@@ -89,7 +89,10 @@ def build_parser():
     translate.add_argument("--batch-size", type=int, default=64)
     translate.add_argument("--beam", type=int, default=4, help="beam width")
     translate.add_argument(
-        "--time-budget", type=float, default=None, help="minutes of training at most"
+        "--time-budget",
+        type=float,
+        default=None,
+        help="minutes of training at most (no epoch starts that would end later)",
     )
     translate.add_argument("--num-train", type=int, default=None)
     translate.add_argument("--seed", type=int, default=0)

@@ -1,10 +1,11 @@
 import json
 
 import keras
+import numpy as np
 import pytest
 
 from keras_attention import cli
-from keras_attention.tasks.translate import run_translate, translate_texts
+from keras_attention.tasks.translate import TimeBudget, run_translate, translate_texts
 
 TINY = {"num_train": 600, "batch_size": 32, "beam_width": 2, "verbose": 0}
 
@@ -115,3 +116,13 @@ def test_malformed_tsv_is_reported_with_its_line(tmp_path):
 def test_unknown_model_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="rnn-bahdanau"):
         run_translate(tmp_path, model="gpt", **TINY)
+
+
+def test_time_budget_stops_before_an_epoch_that_would_overrun():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    x = np.zeros((8, 2), "float32")
+    short = model.fit(x, x[:, :1], epochs=5, verbose=0, callbacks=[TimeBudget(0.0)])
+    assert len(short.epoch) == 1
+    long = model.fit(x, x[:, :1], epochs=3, verbose=0, callbacks=[TimeBudget(3600)])
+    assert len(long.epoch) == 3
