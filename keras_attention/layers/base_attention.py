@@ -22,11 +22,12 @@ class ScoreAttention(keras.layers.Layer):
     it, plus a rank-2 query for a single decoder step.
 
     Subclasses override `build_scores(query_dim, key_dim, key_length)` to create
-    their weights, `compute_prepared_scores(query, prepared_key)` returning
-    `(B, Tq, Tv)` scores, `prepare_keys(key)` when part of the score depends on
-    the keys alone (so that a decoder computes it once per source, not once per
-    step), and `check_dims(query_dim, key_dim, key_length)` to reject shapes
-    they cannot score.
+    their weights, `compute_scores(query, key)` returning `(B, Tq, Tv)` scores
+    (or, when part of the score depends on the keys alone, `prepare_keys(key)`
+    and `compute_prepared_scores(query, prepared_key)`, so that a decoder does
+    that part once per source rather than once per step), and
+    `check_dims(query_dim, key_dim, key_length)` to reject shapes they cannot
+    score.
 
     Args:
         dropout: rate of dropout applied to the attention weights in training.
@@ -83,8 +84,17 @@ class ScoreAttention(keras.layers.Layer):
         return key
 
     def compute_prepared_scores(self, query, prepared_key):
-        """Scores `(B, Tq, Tv)` of queries against keys from `prepare_keys`."""
-        raise NotImplementedError
+        """Scores `(B, Tq, Tv)` of queries against keys from `prepare_keys`.
+
+        A subclass that only overrides `compute_scores` (and so prepares
+        nothing) is scored through it.
+        """
+        if type(self).compute_scores is not ScoreAttention.compute_scores:
+            return self.compute_scores(query, prepared_key)
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement `compute_scores(query, key)` "
+            "or `compute_prepared_scores(query, prepared_key)`."
+        )
 
     # -- Keras API -----------------------------------------------------------
 
