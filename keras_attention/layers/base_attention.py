@@ -153,7 +153,15 @@ class ScoreAttention(keras.layers.Layer):
         query = ops.expand_dims(query, 1)
         scores = self.compute_prepared_scores(query, prepared_key)
         return self._attend(
-            query, value, scores, None, value_mask, True, False, True, False
+            query,
+            value,
+            scores,
+            query_mask=None,
+            value_mask=value_mask,
+            single_step=True,
+            training=False,
+            return_attention_scores=True,
+            use_causal_mask=False,
         )
 
     def _attend(

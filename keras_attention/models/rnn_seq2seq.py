@@ -7,7 +7,7 @@ from keras_attention.layers.attention_rnn_cell import AttentionRNNCell
 from keras_attention.layers.dot_product_attention import DotProductAttention
 from keras_attention.layers.location_attention import LocationAttention
 from keras_attention.layers.multiplicative_attention import MultiplicativeAttention
-from keras_attention.models.seq2seq import Seq2Seq, padding_mask
+from keras_attention.models.seq2seq import Seq2Seq, padding_mask, token_id_inputs
 
 # attention name -> (cell style, attention layer factory(units, max_source_length))
 ATTENTIONS = {
@@ -170,12 +170,9 @@ class RNNSeq2Seq(Seq2Seq):
         )
 
         # === Functional model ===
-        encoder_token_ids = keras.Input(
-            (None,), dtype="int32", name="encoder_token_ids"
-        )
-        decoder_token_ids = keras.Input(
-            (None,), dtype="int32", name="decoder_token_ids"
-        )
+        inputs = token_id_inputs()
+        encoder_token_ids = inputs["encoder_token_ids"]
+        decoder_token_ids = inputs["decoder_token_ids"]
         initial_state = parts.encode(encoder_token_ids)
         embedded = embedding_dropout(target_embedding(decoder_token_ids))
         # Targets are right-padded and the decoder is causal, so padded steps
@@ -183,10 +180,7 @@ class RNNSeq2Seq(Seq2Seq):
         states = decoder(embedded, initial_state=initial_state)
         logits = _logits(states, embedded, readout, output_dropout, output_dense)
         super().__init__(
-            inputs={
-                "encoder_token_ids": encoder_token_ids,
-                "decoder_token_ids": decoder_token_ids,
-            },
+            inputs=inputs,
             outputs=logits,
             start_token_id=start_token_id,
             end_token_id=end_token_id,

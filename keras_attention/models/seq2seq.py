@@ -145,6 +145,14 @@ def _serialize(layer):
     return None if layer is None else keras.saving.serialize_keras_object(layer)
 
 
+def token_id_inputs():
+    """The two symbolic inputs of a translation model."""
+    return {
+        name: keras.Input((None,), dtype="int32", name=name)
+        for name in ("encoder_token_ids", "decoder_token_ids")
+    }
+
+
 def padding_mask(token_ids):
     """True at real tokens, False at padding (token 0)."""
     return ops.not_equal(token_ids, 0)

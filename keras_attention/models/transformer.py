@@ -7,7 +7,7 @@ from keras_attention.layers.token_and_position_embedding import (
 )
 from keras_attention.layers.transformer_decoder import TransformerDecoderBlock
 from keras_attention.layers.transformer_encoder import TransformerEncoderBlock
-from keras_attention.models.seq2seq import Seq2Seq, padding_mask
+from keras_attention.models.seq2seq import Seq2Seq, padding_mask, token_id_inputs
 
 PRESETS = {
     # Vaswani et al. (2017), "base" model of table 3.
@@ -201,12 +201,9 @@ class Transformer(Seq2Seq):
         )
 
         # === Functional model ===
-        encoder_token_ids = keras.Input(
-            (None,), dtype="int32", name="encoder_token_ids"
-        )
-        decoder_token_ids = keras.Input(
-            (None,), dtype="int32", name="decoder_token_ids"
-        )
+        inputs = token_id_inputs()
+        encoder_token_ids = inputs["encoder_token_ids"]
+        decoder_token_ids = inputs["decoder_token_ids"]
         source_mask = padding_mask(encoder_token_ids)
         target_mask = padding_mask(decoder_token_ids)
         x = source_dropout(source_embedding(encoder_token_ids))
@@ -225,10 +222,7 @@ class Transformer(Seq2Seq):
             y = decoder_norm(y)
         logits = output_dense(y)
         super().__init__(
-            inputs={
-                "encoder_token_ids": encoder_token_ids,
-                "decoder_token_ids": decoder_token_ids,
-            },
+            inputs=inputs,
             outputs=logits,
             start_token_id=start_token_id,
             end_token_id=end_token_id,
