@@ -151,8 +151,11 @@ def run_translate(
         "max_target_length": settings["max_target_length"],
         "bucket_boundaries": settings["bucket_boundaries"],
     }
+    # Full batches only: every training batch then has one of a few static
+    # shapes, and XLA compiles each once instead of again for every new
+    # remainder size that reshuffling produces.
     train_data, num_kept = translation_dataset(
-        train_pairs, shuffle=True, seed=seed, **dataset_args
+        train_pairs, shuffle=True, seed=seed, drop_remainder=True, **dataset_args
     )
     valid_data, _ = translation_dataset(splits["valid"], **dataset_args)
 
