@@ -176,7 +176,7 @@ def compile_function(fn, model, jit_compile=True):
     if backend == "tensorflow":
         import tensorflow as tf
 
-        return tf.function(fn, jit_compile=True, reduce_retracing=True)
+        return tf.function(fn, jit_compile=True, reduce_retracing=True, autograph=False)
     if backend == "jax":
         import jax
 
