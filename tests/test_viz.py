@@ -32,3 +32,21 @@ def test_plot_position_encoding(tmp_path):
     assert path.read_bytes().startswith(PNG_MAGIC)
     mesh = fig.axes[0].collections[0]
     assert mesh.get_array().shape == (50 * 128,) or mesh.get_array().shape == (50, 128)
+
+
+def test_plot_score_by_length_draws_one_line_per_model(tmp_path):
+    path = tmp_path / "length.png"
+    results = {
+        "transformer": {"1-5": {"bleu": 30.0}, "6-10": {"bleu": 25.0}},
+        "rnn": {"1-5": {"bleu": 20.0}, "6-10": {"bleu": 8.0}},
+    }
+    fig = viz.plot_score_by_length(results, path=path, metric="bleu")
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    lines = fig.axes[0].get_lines()
+    assert [line.get_label() for line in lines] == ["transformer", "rnn"]
+    assert list(lines[1].get_ydata()) == [20.0, 8.0]
+
+
+def test_plot_score_by_length_needs_a_model():
+    with pytest.raises(ValueError, match="at least one model"):
+        viz.plot_score_by_length({})
