@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from keras_attention import cli
+from keras_attention.tasks.common import write_metrics
 from keras_attention.tasks.translate import TimeBudget, run_translate, translate_texts
 
 TINY = {"num_train": 600, "batch_size": 32, "beam_width": 2, "verbose": 0}
@@ -126,3 +127,11 @@ def test_time_budget_stops_before_an_epoch_that_would_overrun():
     assert len(short.epoch) == 1
     long = model.fit(x, x[:, :1], epochs=3, verbose=0, callbacks=[TimeBudget(3600)])
     assert len(long.epoch) == 3
+
+
+def test_metrics_json_keeps_the_order_of_length_buckets(tmp_path):
+    buckets = {"1-5": {"bleu": 1.0}, "6-8": {"bleu": 2.0}, "12-14": {"bleu": 3.0}}
+    write_metrics(tmp_path, {"bleu": 2.0, "by_length": buckets})
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert list(metrics["by_length"]) == ["1-5", "6-8", "12-14"]
+    assert list(metrics) == sorted(metrics)
