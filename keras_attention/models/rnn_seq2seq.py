@@ -182,6 +182,10 @@ class RNNSeq2Seq(Seq2Seq):
         super().__init__(
             inputs=inputs,
             outputs=logits,
+            source_vocabulary_size=source_vocabulary_size,
+            target_vocabulary_size=target_vocabulary_size,
+            max_source_length=max_source_length,
+            max_target_length=max_target_length,
             start_token_id=start_token_id,
             end_token_id=end_token_id,
             source_tokenizer=source_tokenizer,
@@ -191,15 +195,11 @@ class RNNSeq2Seq(Seq2Seq):
         )
 
         # === Config and layers for decoding ===
-        self.source_vocabulary_size = source_vocabulary_size
-        self.target_vocabulary_size = target_vocabulary_size
         self.embedding_dim = embedding_dim
         self.units = units
         self.attention = attention
         self.decoder_cell = decoder_cell
         self.dropout = dropout
-        self.max_source_length = max_source_length
-        self.max_target_length = max_target_length
         self.parts = parts
         self.target_embedding = target_embedding
         self.readout = readout
@@ -234,16 +234,11 @@ class RNNSeq2Seq(Seq2Seq):
         config = super().get_config()
         config.update(
             {
-                "source_vocabulary_size": self.source_vocabulary_size,
-                "target_vocabulary_size": self.target_vocabulary_size,
                 "embedding_dim": self.embedding_dim,
                 "units": self.units,
                 "attention": self.attention,
                 "decoder_cell": self.decoder_cell,
                 "dropout": self.dropout,
-                "max_source_length": self.max_source_length,
-                "max_target_length": self.max_target_length,
-                "dtype": keras.dtype_policies.serialize(self.dtype_policy),
             }
         )
         return config

@@ -18,15 +18,21 @@ class Seq2Seq(keras.Model):
     `decode_step(token_ids, cache, index)` and
     `attention_weights(encoder_token_ids, decoder_token_ids)`.
 
-    The optional `source_tokenizer` and `target_tokenizer` (keras-hub
-    tokenizers) travel with the model: their vocabularies are saved inside the
-    `.keras` file, so a loaded model can translate text.
+    The base holds what every translation model shares: the vocabulary sizes,
+    the longest source and target, the special token ids and the optional
+    `source_tokenizer` and `target_tokenizer` (keras-hub tokenizers), which
+    travel with the model: their vocabularies are saved inside the `.keras`
+    file, so a loaded model can translate text.
     """
 
     def __init__(
         self,
         inputs,
         outputs,
+        source_vocabulary_size,
+        target_vocabulary_size,
+        max_source_length,
+        max_target_length,
         start_token_id=2,
         end_token_id=3,
         source_tokenizer=None,
@@ -34,6 +40,10 @@ class Seq2Seq(keras.Model):
         **kwargs,
     ):
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self.source_vocabulary_size = source_vocabulary_size
+        self.target_vocabulary_size = target_vocabulary_size
+        self.max_source_length = max_source_length
+        self.max_target_length = max_target_length
         self.start_token_id = start_token_id
         self.end_token_id = end_token_id
         self.source_tokenizer = source_tokenizer
@@ -126,6 +136,11 @@ class Seq2Seq(keras.Model):
         return {
             "name": self.name,
             "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "source_vocabulary_size": self.source_vocabulary_size,
+            "target_vocabulary_size": self.target_vocabulary_size,
+            "max_source_length": self.max_source_length,
+            "max_target_length": self.max_target_length,
             "start_token_id": self.start_token_id,
             "end_token_id": self.end_token_id,
             "source_tokenizer": _serialize(self.source_tokenizer),

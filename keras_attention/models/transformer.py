@@ -224,6 +224,10 @@ class Transformer(Seq2Seq):
         super().__init__(
             inputs=inputs,
             outputs=logits,
+            source_vocabulary_size=source_vocabulary_size,
+            target_vocabulary_size=target_vocabulary_size,
+            max_source_length=max_source_length,
+            max_target_length=max_target_length,
             start_token_id=start_token_id,
             end_token_id=end_token_id,
             source_tokenizer=source_tokenizer,
@@ -233,8 +237,6 @@ class Transformer(Seq2Seq):
         )
 
         # === Config and layers for decoding ===
-        self.source_vocabulary_size = source_vocabulary_size
-        self.target_vocabulary_size = target_vocabulary_size
         self.hidden_dim = hidden_dim
         self.num_heads = num_heads
         self.num_encoder_layers = num_encoder_layers
@@ -244,8 +246,6 @@ class Transformer(Seq2Seq):
         self.position_encoding = position_encoding
         self.share_embeddings = share_embeddings
         self.norm_first = norm_first
-        self.max_source_length = max_source_length
-        self.max_target_length = max_target_length
         self.source_embedding = source_embedding
         self.target_embedding = target_embedding
         self.encoder_blocks = encoder_blocks
@@ -327,8 +327,6 @@ class Transformer(Seq2Seq):
         config = super().get_config()
         config.update(
             {
-                "source_vocabulary_size": self.source_vocabulary_size,
-                "target_vocabulary_size": self.target_vocabulary_size,
                 "hidden_dim": self.hidden_dim,
                 "num_heads": self.num_heads,
                 "num_encoder_layers": self.num_encoder_layers,
@@ -338,9 +336,6 @@ class Transformer(Seq2Seq):
                 "position_encoding": self.position_encoding,
                 "share_embeddings": self.share_embeddings,
                 "norm_first": self.norm_first,
-                "max_source_length": self.max_source_length,
-                "max_target_length": self.max_target_length,
-                "dtype": keras.dtype_policies.serialize(self.dtype_policy),
             }
         )
         return config
