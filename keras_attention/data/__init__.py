@@ -11,6 +11,7 @@ from keras_attention.data.tokenization import (
     UNK_ID,
     join_punctuation,
     train_word_piece,
+    word_piece_tokenizer,
 )
 from keras_attention.data.translation import (
     DING_PATH,
@@ -41,4 +42,5 @@ __all__ = [
     "split_pairs",
     "train_word_piece",
     "translation_dataset",
+    "word_piece_tokenizer",
 ]

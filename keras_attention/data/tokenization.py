@@ -59,11 +59,28 @@ def train_word_piece(texts, vocabulary_size, lowercase=False, strip_accents=Fals
         strip_accents=strip_accents,
         reserved_tokens=list(SPECIAL_TOKENS),
     )
+    return word_piece_tokenizer(vocabulary, lowercase, strip_accents)
+
+
+def word_piece_tokenizer(vocabulary, lowercase=False, strip_accents=False):
+    """The tokenizer of a vocabulary made by `train_word_piece`: a list of
+    tokens, or the path of a file with one token per line.
+
+    Args:
+        vocabulary: the tokens, `SPECIAL_TOKENS` first, or a file of them.
+        lowercase: whether the tokenizer lowercases its inputs (as when the
+            vocabulary was learned).
+        strip_accents: whether the tokenizer removes accents (likewise).
+
+    Returns:
+        A `keras_hub.tokenizers.WordPieceTokenizer` mapping unknown words to
+        `[UNK]`.
+    """
     return keras_hub.tokenizers.WordPieceTokenizer(
         vocabulary=vocabulary,
         lowercase=lowercase,
         strip_accents=strip_accents,
-        oov_token="[UNK]",
+        oov_token=SPECIAL_TOKENS[UNK_ID],
     )
 
 

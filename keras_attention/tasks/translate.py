@@ -8,7 +8,12 @@ import keras
 import numpy as np
 
 from keras_attention.data.pipeline import encode_texts, translation_dataset
-from keras_attention.data.tokenization import END_ID, join_punctuation, train_word_piece
+from keras_attention.data.tokenization import (
+    END_ID,
+    join_punctuation,
+    train_word_piece,
+    word_piece_tokenizer,
+)
 from keras_attention.data.translation import load_translation_pairs
 from keras_attention.models import RNNSeq2Seq, Transformer
 from keras_attention.tasks.common import phase, prepare_output, write_metrics
@@ -347,8 +352,6 @@ class TimeBudget(keras.callbacks.Callback):
 def _tokenizers(out_dir, train_pairs, settings):
     """WordPiece tokenizers learned from the training split, cached in
     `out_dir` so that a resumed run has the very same vocabularies."""
-    import keras_hub
-
     tokenizers = []
     for side, texts in (
         ("source", [s for s, _ in train_pairs]),
@@ -356,11 +359,7 @@ def _tokenizers(out_dir, train_pairs, settings):
     ):
         path = os.path.join(out_dir, f"{side}_vocabulary.txt")
         if os.path.exists(path):
-            tokenizer = keras_hub.tokenizers.WordPieceTokenizer(
-                vocabulary=path,
-                lowercase=settings["lowercase"],
-                oov_token="[UNK]",
-            )
+            tokenizer = word_piece_tokenizer(path, lowercase=settings["lowercase"])
         else:
             tokenizer = train_word_piece(
                 texts, settings["vocabulary_size"], lowercase=settings["lowercase"]

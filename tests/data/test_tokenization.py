@@ -14,6 +14,7 @@ from keras_attention.data.tokenization import (
     UNK_ID,
     join_punctuation,
     train_word_piece,
+    word_piece_tokenizer,
 )
 
 TEXTS = [
@@ -140,3 +141,14 @@ def test_join_punctuation(text, expected):
 
 def test_module_constants():
     assert tokenization.SPECIAL_TOKENS == ("[PAD]", "[UNK]", "[START]", "[END]")
+
+
+def test_tokenizer_rebuilt_from_a_vocabulary_file_matches(tokenizer, tmp_path):
+    path = tmp_path / "vocabulary.txt"
+    path.write_text("\n".join(tokenizer.get_vocabulary()) + "\n", encoding="utf-8")
+    rebuilt = word_piece_tokenizer(str(path))
+    assert rebuilt.get_vocabulary() == tokenizer.get_vocabulary()
+    np.testing.assert_array_equal(
+        encode_texts(TEXTS[:6] + ["zzz unknown"], rebuilt, 16),
+        encode_texts(TEXTS[:6] + ["zzz unknown"], tokenizer, 16),
+    )
