@@ -371,13 +371,13 @@ def _tokenizers(out_dir, train_pairs, settings):
 
 
 def _generate(model, source_ids, beam_width, length_penalty):
-    """Generates in fixed-size batches so that XLA compiles the search once."""
+    """Generates in batches padded to one size, so that XLA compiles the
+    search once per model, whether for the test set or a single sentence."""
     outputs = []
     for start in range(0, len(source_ids), EVAL_BATCH_SIZE):
         batch = source_ids[start : start + EVAL_BATCH_SIZE]
         rows = len(batch)
-        if rows < EVAL_BATCH_SIZE and len(source_ids) > EVAL_BATCH_SIZE:
-            batch = np.pad(batch, ((0, EVAL_BATCH_SIZE - rows), (0, 0)))
+        batch = np.pad(batch, ((0, EVAL_BATCH_SIZE - rows), (0, 0)))
         tokens = model.generate(
             batch, beam_width=beam_width, length_penalty=length_penalty
         )
