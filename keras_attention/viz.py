@@ -1,5 +1,8 @@
-"""Attention heatmaps and other figures, written to PNG with matplotlib."""
+"""Attention heatmaps and other figures, written to PNG with matplotlib (and
+one self-contained HTML page of highlighted text)."""
 
+import html
+import math
 import os
 
 import numpy as np
@@ -154,9 +157,498 @@ def plot_score_by_length(results, path=None, metric="bleu", title=None):
     return fig
 
 
-def _save(fig, path):
+def _check_weight_list(name, values, expected, what):
+    """`values` as a list of floats, checked to hold `expected` finite,
+    non-negative numbers (`what` says what they belong to)."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise ValueError(
+            f"`{name}` must be a sequence of {expected} weights ({what}); "
+            f"received {type(values).__name__}."
+        )
+    array = np.asarray(values, dtype="float64")
+    if array.ndim != 1:
+        raise ValueError(
+            f"`{name}` must be a flat sequence of weights ({what}); "
+            f"received shape {array.shape}."
+        )
+    if array.shape[0] != expected:
+        raise ValueError(
+            f"`{name}` has {array.shape[0]} weights but expected {expected} ({what})."
+        )
+    for index, value in enumerate(array):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(
+                f"`{name}[{index}]` is {value}; weights must be finite and "
+                "non-negative."
+            )
+    return [float(value) for value in array]
+
+
+def _check_document(sentences, word_weights, sentence_weights):
+    """Validates a (possibly hierarchical) document of words and weights.
+
+    Returns:
+        `(sentences, word_weights, sentence_weights)` as lists of word strings,
+        lists of floats and a list of floats (or None).
+    """
+    if isinstance(sentences, (str, bytes)) or not hasattr(sentences, "__len__"):
+        raise ValueError(
+            "`sentences` must be a list of sentences, each a list of word "
+            f"strings; received {type(sentences).__name__}."
+        )
+    if len(sentences) == 0:
+        raise ValueError("`sentences` must hold at least one sentence; received 0.")
+    if isinstance(word_weights, (str, bytes)) or not hasattr(word_weights, "__len__"):
+        raise ValueError(
+            "`word_weights` must be a list with one list of weights per "
+            f"sentence; received {type(word_weights).__name__}."
+        )
+    if len(word_weights) != len(sentences):
+        raise ValueError(
+            f"`word_weights` has {len(word_weights)} sentences but `sentences` "
+            f"has {len(sentences)}; expected one list of weights per sentence."
+        )
+    words, weights = [], []
+    for index, (sentence, sentence_word_weights) in enumerate(
+        zip(sentences, word_weights, strict=True)
+    ):
+        if isinstance(sentence, (str, bytes)) or not hasattr(sentence, "__len__"):
+            raise ValueError(
+                f"`sentences[{index}]` must be a list of word strings; received "
+                f"{type(sentence).__name__} {sentence!r}. Split it into words."
+            )
+        words.append([str(word) for word in sentence])
+        weights.append(
+            _check_weight_list(
+                f"word_weights[{index}]",
+                sentence_word_weights,
+                len(sentence),
+                f"sentence {index} has {len(sentence)} words",
+            )
+        )
+    if sentence_weights is not None:
+        sentence_weights = _check_weight_list(
+            "sentence_weights",
+            sentence_weights,
+            len(sentences),
+            f"one per sentence; the document has {len(sentences)} sentences",
+        )
+    return words, weights, sentence_weights
+
+
+def _intensities(values):
+    """`values` divided by their maximum (all zeros stay zeros)."""
+    top = max(values, default=0.0)
+    if top <= 0:
+        return [0.0 for _ in values]
+    return [value / top for value in values]
+
+
+def _document_intensities(word_weights, sentence_weights):
+    """Word weights normalised by the largest weight in the whole document,
+    and sentence weights by the largest sentence weight."""
+    flat = _intensities([value for weights in word_weights for value in weights])
+    word_intensities, start = [], 0
+    for weights in word_weights:
+        word_intensities.append(flat[start : start + len(weights)])
+        start += len(weights)
+    sentence_intensities = (
+        None if sentence_weights is None else _intensities(sentence_weights)
+    )
+    return word_intensities, sentence_intensities
+
+
+def _make_parent(path):
     folder = os.path.dirname(os.fspath(path))
     if folder:
         os.makedirs(folder, exist_ok=True)
+
+
+_WORD_RGB = (33, 113, 181)  # a dark blue of matplotlib's Blues colormap
+_SENTENCE_RGB = (203, 24, 29)  # a dark red of matplotlib's Reds colormap
+
+_HTML_STYLE = """\
+body { font-family: Georgia, "Times New Roman", serif; font-size: 16px;
+       line-height: 2; color: #111; background: #fff;
+       max-width: 60em; margin: 2em auto; padding: 0 1em; }
+h3 { font-family: Helvetica, Arial, sans-serif; }
+.sentence { margin: 0.15em 0; }
+.sentence-bar { display: inline-block; width: 0.9em; height: 0.9em;
+                margin-right: 0.6em; vertical-align: middle;
+                border: 1px solid #bbb; }
+.word { padding: 0.15em 0.2em; border-radius: 3px; }"""
+
+
+def highlight_html(
+    sentences, word_weights, sentence_weights=None, title=None, path=None
+):
+    """Renders attention over a document as a self-contained HTML page, like
+    the explanation figure of the Hierarchical Attention Network (Yang et al.,
+    2016, figure 5): every word on a blue background as intense as its weight,
+    every sentence on its own line after a red box as intense as the sentence
+    weight. Hovering a word or a box shows its weight.
+
+    The page uses inline CSS only: no scripts, no external resources.
+
+    Args:
+        sentences: list of sentences, each a list of word strings. For flat
+            (non-hierarchical) models, pass the whole document as one sentence.
+        word_weights: the same nested structure as `sentences`, holding one
+            non-negative float per word, on any scale: intensities are
+            normalised by the largest weight in the document.
+        sentence_weights: one non-negative float per sentence, or None to draw
+            no sentence boxes. Normalised by the largest sentence weight.
+        title: page title, also shown as a heading.
+        path: where to write the HTML (UTF-8; folders are created); None to
+            skip.
+
+    Returns:
+        The HTML document as a string.
+    """
+    words, weights, sentence_weights = _check_document(
+        sentences, word_weights, sentence_weights
+    )
+    word_intensities, sentence_intensities = _document_intensities(
+        weights, sentence_weights
+    )
+    lines = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f"<title>{html.escape(title or 'Attention highlights')}</title>",
+        f"<style>\n{_HTML_STYLE}\n</style>",
+        "</head>",
+        "<body>",
+    ]
+    if title:
+        lines.append(f"<h3>{html.escape(title)}</h3>")
+    lines.append('<div class="document">')
+    for index, sentence in enumerate(words):
+        parts = []
+        if sentence_weights is not None:
+            parts.append(
+                f'<span class="sentence-bar" title="{sentence_weights[index]:.3f}" '
+                'style="background-color: '
+                f"rgba({_SENTENCE_RGB[0]}, {_SENTENCE_RGB[1]}, {_SENTENCE_RGB[2]}, "
+                f'{sentence_intensities[index]:.3f})"></span>'
+            )
+        spans = []
+        for word, weight, intensity in zip(
+            sentence, weights[index], word_intensities[index], strict=True
+        ):
+            text_colour = "#fff" if intensity > 0.6 else "#111"
+            spans.append(
+                f'<span class="word" title="{weight:.3f}" style="background-color: '
+                f"rgba({_WORD_RGB[0]}, {_WORD_RGB[1]}, {_WORD_RGB[2]}, "
+                f'{intensity:.3f}); color: {text_colour}">{html.escape(word)}</span>'
+            )
+        parts.append(" ".join(spans))
+        lines.append(f'<div class="sentence">{"".join(parts)}</div>')
+    lines += ["</div>", "</body>", "</html>", ""]
+    document = "\n".join(lines)
+    if path is not None:
+        _make_parent(path)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(document)
+    return document
+
+
+def _wrap_sentence(words, max_line_chars):
+    """Greedy line wrapping: lists of `(word_index, column)` per line. A word
+    longer than `max_line_chars` gets a line of its own."""
+    lines, line, used = [], [], 0
+    for index, word in enumerate(words):
+        start = used + 1 if line else 0
+        if line and start + len(word) > max_line_chars:
+            lines.append(line)
+            line, start = [], 0
+        line.append((index, start))
+        used = start + len(word)
+    lines.append(line)  # an empty sentence still gets its (empty) line
+    return lines
+
+
+def plot_highlighted_text(
+    sentences,
+    word_weights,
+    sentence_weights=None,
+    title=None,
+    path=None,
+    max_line_chars=80,
+):
+    """The picture of `highlight_html` as a matplotlib figure: words left to
+    right in a monospace font, each on a box of the Blues colormap as dark as
+    its weight, wrapped at `max_line_chars` characters, every sentence starting
+    on a new line after a square of the Reds colormap as dark as its sentence
+    weight (Yang et al., 2016, figure 5).
+
+    Args:
+        sentences: list of sentences, each a list of word strings. For flat
+            (non-hierarchical) models, pass the whole document as one sentence.
+        word_weights: the same nested structure as `sentences`, holding one
+            non-negative float per word, on any scale: intensities are
+            normalised by the largest weight in the document.
+        sentence_weights: one non-negative float per sentence, or None to draw
+            no sentence squares. Normalised by the largest sentence weight.
+        title: figure title.
+        path: where to write the PNG (folders are created); None to skip.
+        max_line_chars: the longest line, in characters, before wrapping.
+
+    Returns:
+        The matplotlib figure (one axis, whose `texts` are the words in order).
+    """
+    if (
+        isinstance(max_line_chars, bool)
+        or not isinstance(max_line_chars, (int, np.integer))
+        or max_line_chars < 1
+    ):
+        raise ValueError(
+            f"`max_line_chars` must be a positive integer; received {max_line_chars!r}."
+        )
+    words, weights, sentence_weights = _check_document(
+        sentences, word_weights, sentence_weights
+    )
+    word_intensities, sentence_intensities = _document_intensities(
+        weights, sentence_weights
+    )
+    plt = _pyplot()
+    from matplotlib.patches import Rectangle
+
+    font_size = 11
+    char_width = font_size * 0.6 / 72  # inches; monospace advance is ~0.6 em
+    line_height = font_size * 2.0 / 72  # inches, room for the word boxes
+    square = 0.6  # side of a sentence square, in line heights
+    square_chars = square * line_height / char_width
+    margin = square_chars + 1.5 if sentence_weights is not None else 1.0
+
+    layout = []  # (sentence index, line number, [(word index, column)])
+    line_number = 0
+    for index, sentence in enumerate(words):
+        for line in _wrap_sentence(sentence, int(max_line_chars)):
+            layout.append((index, line_number, line))
+            line_number += 1
+    n_lines = line_number
+    first_lines = {}
+    for index, number, _ in layout:
+        first_lines.setdefault(index, number)
+    widest = max(
+        [
+            column + len(words[index][word])
+            for index, _, line in layout
+            for word, column in line
+        ],
+        default=0,
+    )
+    width_chars = margin + max(widest, 1) + 1
+    title_height = 0.45 if title else 0.0
+    text_height = (n_lines + 0.4) * line_height
+    fig = plt.figure(figsize=(width_chars * char_width, text_height + title_height))
+    ax = fig.add_axes([0, 0, 1, text_height / (text_height + title_height)])
+    ax.set_xlim(0, width_chars)
+    ax.set_ylim(n_lines + 0.2, -0.2)
+    ax.axis("off")
+    blues, reds = plt.get_cmap("Blues"), plt.get_cmap("Reds")
+    for index, number, line in layout:
+        if sentence_weights is not None and number == first_lines[index]:
+            ax.add_patch(
+                Rectangle(
+                    (0.5, number + 0.5 - square / 2),
+                    square_chars,
+                    square,
+                    facecolor=reds(sentence_intensities[index]),
+                    edgecolor="#999999",
+                    linewidth=0.5,
+                    label=f"sentence {index}: {sentence_weights[index]:.3f}",
+                )
+            )
+        for word, column in line:
+            intensity = word_intensities[index][word]
+            ax.text(
+                margin + column,
+                number + 0.5,
+                words[index][word],
+                family="monospace",
+                fontsize=font_size,
+                ha="left",
+                va="center",
+                color="white" if intensity > 0.6 else "black",
+                parse_math=False,  # words are user text: "$" is not mathtext
+                bbox=dict(
+                    boxstyle="square,pad=0.15",
+                    facecolor=blues(intensity),
+                    edgecolor="none",
+                ),
+            )
+    if title:
+        fig.suptitle(title, y=1 - 0.1 / (text_height + title_height), va="top")
+    if path is not None:
+        _save(fig, path)
+    return fig
+
+
+def plot_confusion_matrix(matrix, class_names, path=None, title=None, normalize=False):
+    """Heatmap of a confusion matrix with the value written in every cell.
+
+    Args:
+        matrix: `(n_classes, n_classes)` counts; rows = true classes, columns =
+            predicted classes.
+        class_names: one name per class, in the order of the rows.
+        path: where to write the PNG (folders are created); None to skip.
+        title: figure title.
+        normalize: show each row as shares of its total (rows summing to 1)
+            instead of counts; empty rows stay at 0.
+
+    Returns:
+        The matplotlib figure.
+    """
+    counts = np.asarray(matrix, dtype="float64")
+    if counts.ndim != 2 or counts.shape[0] != counts.shape[1]:
+        raise ValueError(
+            "`matrix` must be a square 2-D matrix (rows = true, columns = "
+            f"predicted); received shape {counts.shape}."
+        )
+    if len(class_names) != counts.shape[0]:
+        raise ValueError(
+            f"`class_names` has {len(class_names)} names but `matrix` is "
+            f"{counts.shape[0]}x{counts.shape[1]}; expected one name per class."
+        )
+    if not np.all(np.isfinite(counts)) or np.any(counts < 0):
+        raise ValueError("`matrix` must hold finite, non-negative counts.")
+    if normalize:
+        totals = counts.sum(axis=1, keepdims=True)
+        values = np.divide(counts, totals, out=np.zeros_like(counts), where=totals > 0)
+        cell_text = [[f"{value:.2f}" for value in row] for row in values]
+    else:
+        values = counts
+        cell_text = [
+            [
+                str(int(value)) if float(value).is_integer() else f"{value:.3g}"
+                for value in row
+            ]
+            for row in values
+        ]
+    plt = _pyplot()
+    n = counts.shape[0]
+    fig, ax = plt.subplots(figsize=(max(3.5, 0.6 * n + 2.5), max(3.0, 0.6 * n + 1.8)))
+    top = 1.0 if normalize else max(1.0, values.max())
+    image = ax.imshow(values, cmap="Blues", vmin=0.0, vmax=top)
+    for row in range(n):
+        for column in range(n):
+            ax.text(
+                column,
+                row,
+                cell_text[row][column],
+                ha="center",
+                va="center",
+                color="white" if values[row, column] > 0.6 * top else "black",
+            )
+    ax.set_xticks(range(n))
+    ax.set_xticklabels([str(name) for name in class_names], rotation=45, ha="right")
+    ax.set_yticks(range(n))
+    ax.set_yticklabels([str(name) for name in class_names])
+    ax.set_xlabel("Predicted")
+    ax.set_ylabel("True")
+    ax.set_title(
+        title or ("Confusion matrix (row shares)" if normalize else "Confusion matrix")
+    )
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    fig.tight_layout()
+    if path is not None:
+        _save(fig, path)
+    return fig
+
+
+def plot_metric_spread(
+    results, metrics=("accuracy", "macro_f1"), path=None, title=None
+):
+    """Grouped bar chart of scores over several seeds: one group per model,
+    one bar per metric at the mean, an error bar of one (population) standard
+    deviation, and every seed's value as a dot.
+
+    Args:
+        results: `{model_name: {metric_name: [value per seed, ...]}}`; groups
+            follow the order of the keys.
+        metrics: the metrics to draw, one bar each (in this order).
+        path: where to write the PNG (folders are created); None to skip.
+        title: figure title.
+
+    Returns:
+        The matplotlib figure (its axis holds one bar container per metric).
+    """
+    if isinstance(metrics, str):
+        metrics = (metrics,)
+    metrics = list(metrics)
+    if not metrics:
+        raise ValueError("`metrics` must name at least one metric; received none.")
+    if not results:
+        raise ValueError("`results` must name at least one model; received none.")
+    values = {}
+    for model, scores in results.items():
+        for metric in metrics:
+            if metric not in scores:
+                raise ValueError(
+                    f"`results[{model!r}]` has no metric {metric!r}; it has "
+                    f"{sorted(scores)}, expected every metric of {metrics}."
+                )
+            seeds = np.asarray(scores[metric], dtype="float64").reshape(-1)
+            if seeds.size == 0:
+                raise ValueError(
+                    f"`results[{model!r}][{metric!r}]` is empty; expected at "
+                    "least one value (one per seed)."
+                )
+            if not np.all(np.isfinite(seeds)):
+                raise ValueError(
+                    f"`results[{model!r}][{metric!r}]` holds non-finite values: "
+                    f"{seeds.tolist()}."
+                )
+            values[model, metric] = seeds
+    plt = _pyplot()
+    models = list(results)
+    fig, ax = plt.subplots(
+        figsize=(max(4.0, 0.5 * len(models) * len(metrics) + 2.0), 4.0)
+    )
+    bar_width = 0.8 / len(metrics)
+    centers = np.arange(len(models))
+    for position, metric in enumerate(metrics):
+        offsets = centers + (position - (len(metrics) - 1) / 2) * bar_width
+        means = [values[model, metric].mean() for model in models]
+        spreads = [values[model, metric].std() for model in models]
+        ax.bar(
+            offsets,
+            means,
+            bar_width * 0.9,
+            yerr=spreads,
+            capsize=3,
+            label=metric,
+            alpha=0.85,
+        )
+        for offset, model in zip(offsets, models, strict=True):
+            seeds = values[model, metric]
+            jitter = np.linspace(-0.2, 0.2, seeds.size) if seeds.size > 1 else [0.0]
+            ax.scatter(
+                offset + np.asarray(jitter) * bar_width,
+                seeds,
+                s=12,
+                color="black",
+                zorder=3,
+            )
+    ax.set_xticks(centers)
+    ax.set_xticklabels(models)
+    ax.set_ylabel("score (mean ± std over seeds)")
+    ax.set_title(title or "Scores over seeds")
+    ax.grid(axis="y", alpha=0.3)
+    everything = np.concatenate(list(values.values()))
+    low, high = min(0.0, everything.min()), max(0.0, everything.max())
+    ax.set_ylim(low, high + 0.2 * max(high - low, 1e-9))  # room for the legend
+    ax.legend(loc="upper right", ncol=len(metrics), frameon=False)
+    fig.tight_layout()
+    if path is not None:
+        _save(fig, path)
+    return fig
+
+
+def _save(fig, path):
+    _make_parent(path)
     fig.savefig(path, dpi=120)
     _pyplot().close(fig)

@@ -1,5 +1,10 @@
+import html
+import re
+
 import numpy as np
 import pytest
+from matplotlib.collections import PathCollection
+from matplotlib.container import BarContainer
 
 from keras_attention import viz
 
@@ -50,3 +55,163 @@ def test_plot_score_by_length_draws_one_line_per_model(tmp_path):
 def test_plot_score_by_length_needs_a_model():
     with pytest.raises(ValueError, match="at least one model"):
         viz.plot_score_by_length({})
+
+
+DOCUMENT = [["the", "pork", "belly", "was", "delicious"], ["<script>", "ok"]]
+WORD_WEIGHTS = [[0.1, 0.3, 0.2, 0.05, 0.9], [0.4, 0.0]]
+SENTENCE_WEIGHTS = [0.75, 0.25]
+WORD_ALPHA = re.compile(
+    r'<span class="word" title="([0-9.]+)" '
+    r'style="background-color: rgba\(\d+, \d+, \d+, ([0-9.]+)\)[^"]*">([^<]*)</span>'
+)
+
+
+def test_highlight_html_escapes_words_and_shows_weights(tmp_path):
+    path = tmp_path / "nested" / "explanation.html"
+    page = viz.highlight_html(
+        DOCUMENT, WORD_WEIGHTS, SENTENCE_WEIGHTS, title="Review <1>", path=path
+    )
+    assert path.read_text(encoding="utf-8") == page
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "<title>Review &lt;1&gt;</title>" in page
+    assert "<h3>Review &lt;1&gt;</h3>" in page
+    assert "http" not in page and "<link" not in page
+    spans = WORD_ALPHA.findall(page)
+    assert [html.unescape(word) for _, _, word in spans] == sum(DOCUMENT, [])
+    assert [float(weight) for weight, _, _ in spans] == sum(WORD_WEIGHTS, [])
+    alphas = {word: float(alpha) for _, alpha, word in spans}
+    assert alphas["delicious"] == 1.0
+    assert max(alphas, key=alphas.get) == "delicious"
+    assert alphas["ok"] == 0.0
+    assert page.count('class="sentence-bar"') == 2
+    assert 'class="sentence-bar" title="0.750"' in page
+    assert page.count('class="sentence"') == 2
+
+
+def test_highlight_html_flat_document_has_no_sentence_bars():
+    page = viz.highlight_html([["a", "b"]], [[0.0, 0.0]])
+    assert 'class="sentence-bar"' not in page
+    assert "<h3>" not in page
+    # all-zero weights: no division by zero, no colour
+    assert [float(alpha) for _, alpha, _ in WORD_ALPHA.findall(page)] == [0.0, 0.0]
+
+
+def test_plot_highlighted_text_draws_one_text_per_word(tmp_path):
+    path = tmp_path / "nested" / "highlight.png"
+    fig = viz.plot_highlighted_text(
+        DOCUMENT, WORD_WEIGHTS, SENTENCE_WEIGHTS, title="Review", path=path
+    )
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == sum(DOCUMENT, [])
+    assert not ax.axison
+    boxes = {t.get_text(): t.get_bbox_patch().get_facecolor() for t in ax.texts}
+    darkest = min(boxes, key=lambda word: sum(boxes[word][:3]))
+    assert darkest == "delicious"
+    assert len(ax.patches) == 2  # one red square per sentence
+    flat = viz.plot_highlighted_text(DOCUMENT, WORD_WEIGHTS)
+    assert len(flat.axes[0].patches) == 0
+
+
+def _line_count(fig):
+    return len({round(t.get_position()[1], 6) for t in fig.axes[0].texts})
+
+
+def test_plot_highlighted_text_wraps_long_sentences():
+    short = [["a", "short", "one"]]
+    long = [["word"] * 30]  # 30 * 5 - 1 = 149 characters
+    short_fig = viz.plot_highlighted_text(short, [[1.0] * 3], max_line_chars=20)
+    long_fig = viz.plot_highlighted_text(long, [[1.0] * 30], max_line_chars=20)
+    assert _line_count(short_fig) == 1
+    assert _line_count(long_fig) == 8  # four 4-letter words per 20-char line
+    assert long_fig.get_figheight() > short_fig.get_figheight()
+    # every sentence starts a new line
+    two = viz.plot_highlighted_text([["a"], ["b"]], [[1.0], [1.0]])
+    assert _line_count(two) == 2
+
+
+@pytest.mark.parametrize("draw", [viz.highlight_html, viz.plot_highlighted_text])
+@pytest.mark.parametrize(
+    "sentences, word_weights, sentence_weights, message",
+    [
+        ([["a"], ["b"]], [[1.0]], None, r"`word_weights` has 1 sentences.*has 2"),
+        (
+            [["a"], ["b", "c"]],
+            [[1.0], [1.0]],
+            None,
+            r"`word_weights\[1\]` has 1 weights but expected 2 \(sentence 1 has 2",
+        ),
+        (
+            [["a"], ["b"]],
+            [[1.0], [1.0]],
+            [1.0],
+            r"`sentence_weights` has 1 weights but expected 2",
+        ),
+        ([["a", "b"]], [[1.0, -0.5]], None, r"`word_weights\[0\]\[1\]` is -0\.5"),
+        ([["a", "b"]], [[1.0, float("nan")]], None, r"`word_weights\[0\]\[1\]` is nan"),
+        ([["a"]], [[1.0]], [float("nan")], r"`sentence_weights\[0\]` is nan"),
+        (["a b"], [[1.0, 1.0]], None, r"`sentences\[0\]` must be a list of word"),
+    ],
+)
+def test_highlight_rejects_mismatches(
+    draw, sentences, word_weights, sentence_weights, message
+):
+    with pytest.raises(ValueError, match=message):
+        draw(sentences, word_weights, sentence_weights)
+
+
+def test_plot_confusion_matrix_annotates_counts(tmp_path):
+    path = tmp_path / "nested" / "confusion.png"
+    matrix = np.array([[5, 2, 0], [1, 7, 3], [0, 0, 9]])
+    names = ["neg", "neutral", "pos"]
+    fig = viz.plot_confusion_matrix(matrix, names, path=path)
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == [str(v) for v in matrix.ravel()]
+    assert [t.get_text() for t in ax.get_xticklabels()] == names
+    assert [t.get_text() for t in ax.get_yticklabels()] == names
+    assert ax.get_xlabel() == "Predicted" and ax.get_ylabel() == "True"
+
+
+def test_plot_confusion_matrix_normalizes_rows():
+    fig = viz.plot_confusion_matrix([[3, 1], [0, 0]], ["a", "b"], normalize=True)
+    assert [t.get_text() for t in fig.axes[0].texts] == ["0.75", "0.25", "0.00", "0.00"]
+
+
+def test_plot_confusion_matrix_rejects_bad_shapes():
+    with pytest.raises(ValueError, match=r"square.*\(2, 3\)"):
+        viz.plot_confusion_matrix(np.zeros((2, 3)), ["a", "b"])
+    with pytest.raises(ValueError, match=r"`class_names` has 3 names.*2x2"):
+        viz.plot_confusion_matrix(np.zeros((2, 2)), ["a", "b", "c"])
+
+
+def test_plot_metric_spread_draws_mean_bars_and_seed_dots(tmp_path):
+    path = tmp_path / "nested" / "spread.png"
+    results = {
+        "han": {"accuracy": [0.8, 0.9], "macro_f1": [0.7, 0.75, 0.8]},
+        "bilstm": {"accuracy": [0.6], "macro_f1": [0.5, 0.55]},
+    }
+    fig = viz.plot_metric_spread(results, path=path)
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    ax = fig.axes[0]
+    bar_groups = [c for c in ax.containers if isinstance(c, BarContainer)]
+    assert len(bar_groups) == 2  # one bar container per metric
+    assert [c.get_label() for c in bar_groups] == ["accuracy", "macro_f1"]
+    bars = [bar for container in bar_groups for bar in container]
+    assert len(bars) == 4  # models x metrics
+    heights = [bar.get_height() for bar in bars]
+    assert heights == pytest.approx([0.85, 0.6, 0.75, 0.525])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["han", "bilstm"]
+    dots = [c for c in ax.collections if isinstance(c, PathCollection)]
+    assert sum(len(c.get_offsets()) for c in dots) == 8  # every seed value
+
+
+def test_plot_metric_spread_rejects_missing_values():
+    with pytest.raises(
+        ValueError, match=r"`results\['rnn'\]` has no metric 'macro_f1'"
+    ):
+        viz.plot_metric_spread({"rnn": {"accuracy": [0.5]}})
+    with pytest.raises(ValueError, match=r"`results\['rnn'\]\['accuracy'\]` is empty"):
+        viz.plot_metric_spread({"rnn": {"accuracy": []}}, metrics=["accuracy"])
+    with pytest.raises(ValueError, match="at least one model"):
+        viz.plot_metric_spread({})

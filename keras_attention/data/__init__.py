@@ -1,8 +1,27 @@
 """Datasets: real corpora from installed packages and generated tasks."""
 
+from keras_attention.data.classification import (
+    CLASSIFICATION_DATA,
+    FORTUNE_CATEGORIES,
+    FORTUNES_DIR,
+    ClassificationSplits,
+    LabelledTexts,
+    clean_text,
+    encode_documents,
+    load_classification_data,
+    load_fortunes,
+    load_reviews,
+    read_labelled_csv,
+    split_labelled,
+    split_sentences,
+)
 from keras_attention.data.dates import DATE_FORMATS, date_splits, generate_date_pairs
-from keras_attention.data.pipeline import encode_texts, translation_dataset
-from keras_attention.data.synthetic import reversal_task
+from keras_attention.data.pipeline import (
+    classification_dataset,
+    encode_texts,
+    translation_dataset,
+)
+from keras_attention.data.synthetic import keyword_task, reversal_task
 from keras_attention.data.tokenization import (
     END_ID,
     PAD_ID,
@@ -23,23 +42,38 @@ from keras_attention.data.translation import (
 )
 
 __all__ = [
+    "CLASSIFICATION_DATA",
+    "ClassificationSplits",
     "DATE_FORMATS",
     "DING_PATH",
     "DataFormatError",
     "END_ID",
+    "FORTUNES_DIR",
+    "FORTUNE_CATEGORIES",
+    "LabelledTexts",
     "PAD_ID",
     "SPECIAL_TOKENS",
     "START_ID",
     "UNK_ID",
+    "clean_text",
+    "classification_dataset",
     "date_splits",
+    "encode_documents",
     "encode_texts",
     "generate_date_pairs",
     "join_punctuation",
+    "keyword_task",
+    "load_classification_data",
     "load_ding",
+    "load_fortunes",
+    "load_reviews",
     "load_translation_pairs",
+    "read_labelled_csv",
     "read_tsv",
     "reversal_task",
+    "split_labelled",
     "split_pairs",
+    "split_sentences",
     "train_word_piece",
     "translation_dataset",
     "word_piece_tokenizer",

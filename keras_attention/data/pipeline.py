@@ -38,8 +38,8 @@ def _check_bucket_boundaries(bucket_boundaries, max_length):
         )
     if boundaries[-1] > max_length:
         raise ValueError(
-            "`bucket_boundaries` must not exceed max(max_source_length, "
-            f"max_target_length) = {max_length}; received "
+            f"`bucket_boundaries` must not exceed the padded length {max_length}; "
+            "received "
             f"bucket_boundaries={bucket_boundaries!r}."
         )
     return [int(b) for b in boundaries if b < max_length] + [max_length]
@@ -189,3 +189,71 @@ def translation_dataset(
 
     dataset = dataset.map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE), num_kept
+
+
+def classification_dataset(
+    token_ids,
+    labels,
+    batch_size,
+    shuffle=False,
+    seed=0,
+    bucket_boundaries=None,
+    drop_remainder=False,
+):
+    """Builds a batched `tf.data.Dataset` of `(token_ids, label)` for text
+    classification: flat texts `(N, T)` or documents of sentences
+    `(N, S, W)`.
+
+    Without `bucket_boundaries`, batches keep the shape of `token_ids`. With
+    them, texts are grouped by length (tokens of a flat text, sentences of a
+    document) and a batch of texts no longer than boundary `b` is cut to
+    length `b` (the longest texts keep the full length): batches come in a
+    few static shapes, so XLA compiles a few programs, and short texts stop
+    paying for the padding of long ones.
+
+    Args:
+        token_ids: int array `(N, T)` or `(N, S, W)`, right-padded with
+            `PAD_ID` (padding sentences last).
+        labels: int array `(N,)`.
+        batch_size: examples per batch.
+        shuffle: whether to shuffle the examples (reshuffled each epoch).
+        seed: the shuffling seed.
+        bucket_boundaries: optional strictly increasing ints, the lengths of
+            the buckets (at most `T`, or `S`).
+        drop_remainder: whether to drop the last, smaller batch (of each
+            bucket).
+
+    Returns:
+        A prefetched `tf.data.Dataset`.
+    """
+    check_positive_int("batch_size", batch_size)
+    token_ids = np.asarray(token_ids, "int32")
+    labels = np.asarray(labels, "int32")
+    if token_ids.ndim < 2 or labels.shape != token_ids.shape[:1]:
+        raise ValueError(
+            "`token_ids` must be (N, T) (or (N, S, W) documents) and `labels` "
+            f"(N,); received shapes {token_ids.shape} and {labels.shape}."
+        )
+    width = token_ids.shape[1]
+    # Real tokens of a text; real (not all-padding) sentences of a document.
+    real = (token_ids != PAD_ID).reshape(*token_ids.shape[:2], -1).any(axis=-1)
+    lengths = np.maximum(real.sum(axis=1), 1).astype("int32")
+    dataset = tf.data.Dataset.from_tensor_slices((token_ids, labels, lengths))
+    if shuffle:
+        dataset = dataset.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+    if bucket_boundaries is None:
+        dataset = dataset.map(lambda ids, label, n: (ids, label))
+        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    else:
+        boundaries = _check_bucket_boundaries(bucket_boundaries, width)
+        dataset = dataset.map(lambda ids, label, n: (ids[:n], label, n))
+        dataset = dataset.bucket_by_sequence_length(
+            element_length_func=lambda ids, label, n: n,
+            # Padded to the boundary minus one, hence the `+ 1`.
+            bucket_boundaries=[b + 1 for b in boundaries],
+            bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
+            pad_to_bucket_boundary=True,
+            drop_remainder=drop_remainder,
+        )
+        dataset = dataset.map(lambda ids, label, n: (ids, label))
+    return dataset.prefetch(tf.data.AUTOTUNE)

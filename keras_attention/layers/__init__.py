@@ -1,6 +1,7 @@
 """Keras attention layers, each built on `keras_attention.ops`."""
 
 from keras_attention.layers.additive_attention import AdditiveAttention
+from keras_attention.layers.attention_pooling import AttentionPooling
 from keras_attention.layers.attention_rnn_cell import AttentionRNNCell
 from keras_attention.layers.base_attention import ScoreAttention, WeightedScoreAttention
 from keras_attention.layers.cosine_attention import CosineAttention
@@ -21,6 +22,7 @@ from keras_attention.layers.transformer_encoder import TransformerEncoderBlock
 
 __all__ = [
     "AdditiveAttention",
+    "AttentionPooling",
     "AttentionRNNCell",
     "CosineAttention",
     "DotProductAttention",

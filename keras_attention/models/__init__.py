@@ -1,7 +1,25 @@
 """Reference models composed from `keras_attention.layers`."""
 
+from keras_attention.models.hierarchical_attention_network import (
+    HierarchicalAttentionNetwork,
+)
 from keras_attention.models.rnn_seq2seq import RNNSeq2Seq
 from keras_attention.models.seq2seq import Seq2Seq
+from keras_attention.models.text_baselines import (
+    BagOfEmbeddingsClassifier,
+    BiLSTMClassifier,
+)
+from keras_attention.models.text_classifier import TextClassifier
 from keras_attention.models.transformer import Transformer
+from keras_attention.models.transformer_classifier import TransformerClassifier
 
-__all__ = ["RNNSeq2Seq", "Seq2Seq", "Transformer"]
+__all__ = [
+    "BagOfEmbeddingsClassifier",
+    "BiLSTMClassifier",
+    "HierarchicalAttentionNetwork",
+    "RNNSeq2Seq",
+    "Seq2Seq",
+    "TextClassifier",
+    "Transformer",
+    "TransformerClassifier",
+]

@@ -3,8 +3,11 @@
 import json
 import os
 import platform
+import time
 
 import keras
+
+from keras_attention.data.tokenization import train_word_piece, word_piece_tokenizer
 
 
 def prepare_output(out_dir):
@@ -32,3 +35,37 @@ def write_metrics(out_dir, metrics):
 def phase(message):
     """One line per phase of a long job."""
     print(f"[keras-attention] {message}", flush=True)
+
+
+def cached_word_piece(path, texts, vocabulary_size, lowercase=False):
+    """A WordPiece tokenizer learned from `texts` and saved to `path` (one
+    token per line), or loaded from `path` when it exists, so that a resumed
+    run tokenizes exactly as the interrupted one did."""
+    if os.path.exists(path):
+        return word_piece_tokenizer(path, lowercase=lowercase)
+    tokenizer = train_word_piece(texts, vocabulary_size, lowercase=lowercase)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(tokenizer.get_vocabulary()) + "\n")
+    return tokenizer
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training before an epoch that would end past `seconds` of
+    training, judging by the longest epoch so far."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    def on_train_begin(self, logs=None):
+        self.started = self.epoch_started = time.perf_counter()
+        self.longest_epoch = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch_started = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        now = time.perf_counter()
+        self.longest_epoch = max(self.longest_epoch, now - self.epoch_started)
+        if now - self.started + self.longest_epoch > self.seconds:
+            self.model.stop_training = True

@@ -8,15 +8,16 @@ import keras
 import numpy as np
 
 from keras_attention.data.pipeline import encode_texts, translation_dataset
-from keras_attention.data.tokenization import (
-    END_ID,
-    join_punctuation,
-    train_word_piece,
-    word_piece_tokenizer,
-)
+from keras_attention.data.tokenization import END_ID, join_punctuation
 from keras_attention.data.translation import load_translation_pairs
 from keras_attention.models import RNNSeq2Seq, Transformer
-from keras_attention.tasks.common import phase, prepare_output, write_metrics
+from keras_attention.tasks.common import (
+    TimeBudget,
+    cached_word_piece,
+    phase,
+    prepare_output,
+    write_metrics,
+)
 from keras_attention.viz import plot_attention, plot_score_by_length
 
 MODELS = (
@@ -327,47 +328,21 @@ def _scores(hypotheses, references):
     }
 
 
-class TimeBudget(keras.callbacks.Callback):
-    """Stops training before an epoch that would end past `seconds` of
-    training, judging by the longest epoch so far."""
-
-    def __init__(self, seconds):
-        super().__init__()
-        self.seconds = seconds
-
-    def on_train_begin(self, logs=None):
-        self.started = self.epoch_started = time.perf_counter()
-        self.longest_epoch = 0.0
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch_started = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        now = time.perf_counter()
-        self.longest_epoch = max(self.longest_epoch, now - self.epoch_started)
-        if now - self.started + self.longest_epoch > self.seconds:
-            self.model.stop_training = True
-
-
 def _tokenizers(out_dir, train_pairs, settings):
     """WordPiece tokenizers learned from the training split, cached in
     `out_dir` so that a resumed run has the very same vocabularies."""
-    tokenizers = []
-    for side, texts in (
-        ("source", [s for s, _ in train_pairs]),
-        ("target", [t for _, t in train_pairs]),
-    ):
-        path = os.path.join(out_dir, f"{side}_vocabulary.txt")
-        if os.path.exists(path):
-            tokenizer = word_piece_tokenizer(path, lowercase=settings["lowercase"])
-        else:
-            tokenizer = train_word_piece(
-                texts, settings["vocabulary_size"], lowercase=settings["lowercase"]
-            )
-            with open(path, "w", encoding="utf-8") as f:
-                f.write("\n".join(tokenizer.get_vocabulary()) + "\n")
-        tokenizers.append(tokenizer)
-    return tokenizers
+    return [
+        cached_word_piece(
+            os.path.join(out_dir, f"{side}_vocabulary.txt"),
+            texts,
+            settings["vocabulary_size"],
+            lowercase=settings["lowercase"],
+        )
+        for side, texts in (
+            ("source", [s for s, _ in train_pairs]),
+            ("target", [t for _, t in train_pairs]),
+        )
+    ]
 
 
 def _generate(model, source_ids, beam_width, length_penalty):

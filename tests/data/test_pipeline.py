@@ -2,7 +2,11 @@ import numpy as np
 import pytest
 
 from keras_attention.data.dates import generate_date_pairs
-from keras_attention.data.pipeline import encode_texts, translation_dataset
+from keras_attention.data.pipeline import (
+    classification_dataset,
+    encode_texts,
+    translation_dataset,
+)
 from keras_attention.data.tokenization import (
     END_ID,
     PAD_ID,
@@ -200,3 +204,52 @@ def test_bad_bucket_boundaries(tokenizers, pairs, boundaries):
             8,
             bucket_boundaries=boundaries,
         )
+
+
+# classification_dataset
+
+
+def _texts(lengths, width):
+    token_ids = np.zeros((len(lengths), width), "int32")
+    for i, length in enumerate(lengths):
+        token_ids[i, :length] = np.arange(1, length + 1) + 10
+    return token_ids
+
+
+def test_classification_dataset_buckets_cut_batches_and_keep_every_text():
+    lengths = [2, 3, 4, 9, 10, 17, 20, 1, 5, 8]
+    token_ids = _texts(lengths, 20)
+    labels = np.arange(len(lengths))
+    dataset = classification_dataset(token_ids, labels, 2, bucket_boundaries=(4, 10))
+    seen = {}
+    for batch, batch_labels in dataset:
+        width = batch.shape[1]
+        assert width in (4, 10, 20)
+        for row, label in zip(batch.numpy(), batch_labels.numpy(), strict=True):
+            length = lengths[label]
+            assert width == min(w for w in (4, 10, 20) if w >= length)
+            np.testing.assert_array_equal(row[:length], token_ids[label, :length])
+            assert not row[length:].any()
+            seen[int(label)] = True
+    assert sorted(seen) == list(labels)
+
+
+def test_classification_dataset_cuts_documents_by_sentence_count():
+    documents = np.zeros((6, 6, 3), "int32")
+    for i, sentences in enumerate([1, 2, 2, 5, 6, 3]):
+        documents[i, :sentences, 0] = 7
+    dataset = classification_dataset(
+        documents,
+        np.arange(6),
+        3,
+        shuffle=True,
+        bucket_boundaries=(2,),
+        drop_remainder=True,
+    )
+    shapes = sorted(tuple(batch.shape) for batch, _ in dataset)
+    assert shapes == [(3, 2, 3), (3, 6, 3)]
+
+
+def test_classification_dataset_rejects_mismatched_labels():
+    with pytest.raises(ValueError, match=r"\(N,\).*\(4, 5\) and \(3,\)"):
+        classification_dataset(np.zeros((4, 5)), np.zeros(3), 2)

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from keras_attention import cli
-from keras_attention.tasks.common import write_metrics
-from keras_attention.tasks.translate import TimeBudget, run_translate, translate_texts
+from keras_attention.tasks.common import TimeBudget, write_metrics
+from keras_attention.tasks.translate import run_translate, translate_texts
+from tests.tasks.callbacks import Record, StopAt
 
 TINY = {"num_train": 600, "batch_size": 32, "beam_width": 2, "verbose": 0}
 
@@ -72,27 +73,6 @@ def test_loaded_model_translates_text(trained_dir, capsys):
     assert len(lines) == 2
     model = keras.saving.load_model(trained_dir / "model.keras")
     assert translate_texts(model, ["3 March 2021", "tue 04/05/99"]) == lines[-2:]
-
-
-class StopAt(keras.callbacks.Callback):
-    """Simulates a crash at the start of an epoch."""
-
-    def __init__(self, epoch):
-        super().__init__()
-        self.epoch = epoch
-
-    def on_epoch_begin(self, epoch, logs=None):
-        if epoch == self.epoch:
-            raise KeyboardInterrupt(f"interrupted at epoch {epoch}")
-
-
-class Record(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.epochs = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epochs.append(epoch)
 
 
 def test_interrupted_training_resumes_without_losing_finished_epochs(tmp_path):

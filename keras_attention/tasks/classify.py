@@ -1,0 +1,528 @@
+"""`keras-attention classify`: train, evaluate, explain and use a text
+classifier."""
+
+import json
+import os
+import time
+
+import keras
+import numpy as np
+
+from keras_attention.data.classification import (
+    encode_documents,
+    load_classification_data,
+)
+from keras_attention.data.pipeline import classification_dataset, encode_texts
+from keras_attention.models import (
+    BagOfEmbeddingsClassifier,
+    BiLSTMClassifier,
+    HierarchicalAttentionNetwork,
+    TransformerClassifier,
+)
+from keras_attention.tasks.common import (
+    TimeBudget,
+    cached_word_piece,
+    phase,
+    prepare_output,
+    write_metrics,
+)
+from keras_attention.viz import (
+    highlight_html,
+    plot_confusion_matrix,
+    plot_highlighted_text,
+    plot_metric_spread,
+)
+
+MODELS = ("transformer", "han", "bilstm", "bag")
+# The input sizes in tokens and the training budget shared by every model.
+SETTINGS = {
+    "vocabulary_size": 8000,
+    "lowercase": True,
+    "max_length": 256,
+    "max_sentences": 12,
+    "max_words": 40,
+    # Training batches are cut to 64, 128 or 256 tokens (flat texts), or to
+    # 4, 8 or 12 sentences (documents).
+    "token_buckets": (64, 128),
+    "sentence_buckets": (4, 8),
+    "epochs": 15,
+    "patience": 3,
+}
+NUM_DELETED_WORDS = 3
+
+
+def build_model(name, vocabulary_size, num_classes, settings=SETTINGS, **kwargs):
+    """The classifier called `name` (one of `MODELS`) sized for the data."""
+    if name == "transformer":
+        return TransformerClassifier(
+            vocabulary_size, num_classes, max_length=settings["max_length"], **kwargs
+        )
+    if name == "han":
+        return HierarchicalAttentionNetwork(
+            vocabulary_size,
+            num_classes,
+            max_sentences=settings["max_sentences"],
+            max_words=settings["max_words"],
+            **kwargs,
+        )
+    if name == "bilstm":
+        return BiLSTMClassifier(vocabulary_size, num_classes, **kwargs)
+    if name == "bag":
+        return BagOfEmbeddingsClassifier(vocabulary_size, num_classes, **kwargs)
+    raise ValueError(f"`model` must be one of {MODELS}; received {name!r}.")
+
+
+def encode_for_model(model, texts, tokenizer=None, max_length=None):
+    """The token ids `model` reads: a `(N, S, W)` grid of sentences and words
+    for a `HierarchicalAttentionNetwork`, `(N, T)` for the others."""
+    tokenizer = tokenizer or model.tokenizer
+    if tokenizer is None:
+        raise ValueError(
+            "This model has no tokenizer; train it with `keras-attention "
+            "classify` or pass `tokenizer=`."
+        )
+    if isinstance(model, HierarchicalAttentionNetwork):
+        return encode_documents(texts, tokenizer, model.max_sentences, model.max_words)
+    length = getattr(model, "max_length", None) or max_length
+    return encode_texts(texts, tokenizer, length or SETTINGS["max_length"])
+
+
+def classify_texts(model, texts, num_top_words=5):
+    """Labels strings with a model that carries its tokenizer.
+
+    Returns:
+        One dict per text: `label`, `probability` and, for attention models,
+        `top_words`: the `num_top_words` words with the most attention, as
+        `(word, weight)` pairs.
+    """
+    token_ids = encode_for_model(model, texts)
+    probabilities = np.asarray(model.predict(token_ids, verbose=0))
+    importance = model.token_importance(token_ids) if model.has_attention else None
+    names = model.class_names or [str(i) for i in range(model.num_classes)]
+    results = []
+    for i, row in enumerate(probabilities):
+        label = int(np.argmax(row))
+        result = {"label": names[label], "probability": float(row[label])}
+        if importance is not None:
+            words, weights = word_weights(model.tokenizer, token_ids[i], importance[i])
+            if token_ids.ndim == 3:  # sentences of words: rank all words
+                words, weights = sum(words, []), sum(weights, [])
+            order = np.argsort(-np.array(weights), kind="stable")[:num_top_words]
+            result["top_words"] = [(words[j], float(weights[j])) for j in order]
+        results.append(result)
+    return results
+
+
+def run_classify(
+    out_dir,
+    data="reviews",
+    model="transformer",
+    epochs=None,
+    batch_size=32,
+    time_budget_minutes=None,
+    seed=0,
+    num_train=None,
+    num_explanations=3,
+    verbose=1,
+    callbacks=None,
+    **model_kwargs,
+):
+    """Trains `model` on `data`, evaluates it on the test split and writes
+    `metrics.json` (accuracy, macro-F1, the per-class report and, for
+    attention models, the deletion check), `confusion_matrix.png`,
+    `explanation_*.html`/`.png` (attention models) and `model.keras` under
+    `out_dir`. Re-run with the same folder, an interrupted training resumes
+    from its last finished epoch, and a finished one is evaluated again.
+
+    Args:
+        out_dir: output folder.
+        data: `"reviews"`, `"fortunes"` or the path of a `text,label` CSV.
+        model: one of `MODELS`.
+        epochs: most training epochs (default `SETTINGS["epochs"]`); the
+            weights of the epoch with the best validation loss are kept.
+        batch_size: training batch size.
+        time_budget_minutes: stop training before an epoch that would end
+            later than this.
+        seed: seed of the splits, the initialisation and the shuffling.
+        num_train: use only this many training texts (quick runs, tests).
+        num_explanations: test documents to explain with highlights.
+        verbose: Keras progress bar setting.
+        callbacks: extra Keras callbacks for `fit`.
+        **model_kwargs: extra constructor arguments of the model.
+
+    Returns:
+        The metrics dict.
+    """
+    if model not in MODELS:
+        raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
+    prepare_output(out_dir)
+    keras.utils.set_random_seed(seed)
+    epochs = epochs or SETTINGS["epochs"]
+
+    phase(f"loading {data}")
+    splits = load_classification_data(data, seed=seed)
+    train = splits.train
+    train_texts = train.texts[:num_train] if num_train else train.texts
+    train_labels = train.labels[: len(train_texts)]
+    tokenizer = cached_word_piece(
+        os.path.join(out_dir, "vocabulary.txt"),
+        train_texts,
+        SETTINGS["vocabulary_size"],
+        lowercase=SETTINGS["lowercase"],
+    )
+    num_classes = len(splits.class_names)
+    phase(
+        f"{len(train_texts)} training, {len(splits.valid)} validation and "
+        f"{len(splits.test)} test texts; {num_classes} classes "
+        f"{list(splits.class_names)}; vocabulary {tokenizer.vocabulary_size()}"
+    )
+
+    model_path = os.path.join(out_dir, "model.keras")
+    history_path = os.path.join(out_dir, "history.json")
+    if os.path.exists(model_path) and os.path.exists(history_path):
+        phase(f"{model_path} is already trained; evaluating it again")
+        net = keras.saving.load_model(model_path)
+        with open(history_path) as f:
+            history = json.load(f)
+    else:
+        phase(f"building {model}")
+        net = build_model(
+            model,
+            tokenizer.vocabulary_size(),
+            num_classes,
+            class_names=splits.class_names,
+            tokenizer=tokenizer,
+            **model_kwargs,
+        )
+        net.compile(
+            optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+            jit_compile=True,
+        )
+        callbacks = [
+            keras.callbacks.BackupAndRestore(os.path.join(out_dir, "checkpoints")),
+            keras.callbacks.EarlyStopping(
+                patience=SETTINGS["patience"], restore_best_weights=True
+            ),
+            *(callbacks or []),
+        ]
+        if time_budget_minutes:
+            callbacks.append(TimeBudget(time_budget_minutes * 60))
+        phase(f"encoding texts for {model}")
+        x_train = encode_for_model(net, train_texts)
+        x_valid = encode_for_model(net, splits.valid.texts)
+        phase(f"training {net.count_params():,} parameters for up to {epochs} epochs")
+        started = time.perf_counter()
+        hierarchical = isinstance(net, HierarchicalAttentionNetwork)
+        # Full batches only: each of the few batch shapes compiles once.
+        train_data = classification_dataset(
+            x_train,
+            train_labels,
+            batch_size,
+            shuffle=True,
+            seed=seed,
+            bucket_boundaries=SETTINGS[
+                "sentence_buckets" if hierarchical else "token_buckets"
+            ],
+            drop_remainder=True,
+        )
+        fit = net.fit(
+            train_data,
+            epochs=epochs,
+            validation_data=(x_valid, splits.valid.labels),
+            callbacks=callbacks,
+            verbose=verbose,
+            shuffle=False,  # the dataset reshuffles itself every epoch
+        )
+        history = {
+            "train_seconds": round(time.perf_counter() - started, 1),
+            "epochs": fit.epoch[-1] + 1 if fit.epoch else epochs,
+            **{k: [float(v) for v in values] for k, values in fit.history.items()},
+        }
+        net.save(model_path)
+        with open(history_path, "w") as f:
+            json.dump(history, f)
+
+    phase(f"classifying {len(splits.test)} test texts")
+    x_test = encode_for_model(net, splits.test.texts)
+    probabilities = np.asarray(net.predict(x_test, batch_size=128, verbose=0))
+    metrics = evaluate(
+        splits.test.labels, probabilities, splits.class_names, out_dir, model
+    )
+    if net.has_attention:
+        phase(
+            f"deletion check: removing the {NUM_DELETED_WORDS} most-attended vs "
+            f"{NUM_DELETED_WORDS} random words of each test text"
+        )
+        metrics["deletion"] = deletion_check(net, x_test, probabilities, seed=seed)
+        explain(net, splits.test.texts[:num_explanations], out_dir)
+    metrics.update(
+        {
+            "model": model,
+            "data": data,
+            "classes": list(splits.class_names),
+            "train_texts": len(train_texts),
+            "test_texts": len(splits.test),
+            "parameters": net.count_params(),
+            "seed": seed,
+            "epochs": history["epochs"],
+            "train_seconds": history["train_seconds"],
+            "best_valid_accuracy": max(history["val_accuracy"]),
+        }
+    )
+    write_metrics(out_dir, metrics)
+    deletion = metrics.get("deletion")
+    phase(
+        f"{model} on {data}: accuracy {metrics['accuracy']:.3f}, macro-F1 "
+        f"{metrics['macro_f1']:.3f}"
+        + (
+            f"; probability change deleting top-{NUM_DELETED_WORDS} words "
+            f"{deletion['top_attended']:.3f} vs random {deletion['random']:.3f}"
+            if deletion
+            else ""
+        )
+        + f"; trained {history['train_seconds']:.0f} s; wrote {out_dir}"
+    )
+    return metrics
+
+
+def compare(out_dir, models, data="reviews", seeds=(0,), **kwargs):
+    """Runs `run_classify` for every model and seed, in `out_dir/<model>`
+    (one seed) or `out_dir/<model>/seed<k>`, and writes `comparison.json`
+    (each figure's per-seed values, mean and standard deviation) and
+    `comparison.png`."""
+    seeds = list(seeds)
+    figures = ("accuracy", "macro_f1", "train_seconds", "epochs")
+    per_seed = {}
+    for name in models:
+        per_seed[name] = {figure: [] for figure in figures}
+        for seed in seeds:
+            folder = os.path.join(out_dir, name)
+            if len(seeds) > 1:
+                folder = os.path.join(folder, f"seed{seed}")
+            result = run_classify(folder, data=data, model=name, seed=seed, **kwargs)
+            for figure in figures:
+                per_seed[name][figure].append(result[figure])
+            for key in ("top_attended", "random"):
+                if "deletion" in result:
+                    per_seed[name].setdefault(f"deletion_{key}", []).append(
+                        result["deletion"][key]
+                    )
+    summary = {
+        "data": data,
+        "seeds": seeds,
+        "models": {
+            name: {
+                figure: {
+                    "values": values,
+                    "mean": float(np.mean(values)),
+                    "std": float(np.std(values)),
+                }
+                for figure, values in results.items()
+            }
+            for name, results in per_seed.items()
+        },
+    }
+    with open(os.path.join(out_dir, "comparison.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    plot_metric_spread(
+        per_seed,
+        path=os.path.join(out_dir, "comparison.png"),
+        title=f"{data}: test accuracy and macro-F1 over {len(seeds)} seed(s)",
+    )
+    for name, figures_ in summary["models"].items():
+        phase(
+            f"{name}: accuracy {figures_['accuracy']['mean']:.3f} ± "
+            f"{figures_['accuracy']['std']:.3f}, macro-F1 "
+            f"{figures_['macro_f1']['mean']:.3f} ± {figures_['macro_f1']['std']:.3f}"
+        )
+    phase(f"comparison written to {out_dir}/comparison.json and comparison.png")
+    return summary
+
+
+def evaluate(labels, probabilities, class_names, out_dir=None, title=None):
+    """Accuracy, macro-F1 and the per-class report (scikit-learn) of
+    predictions, and the confusion matrix, also drawn to
+    `out_dir/confusion_matrix.png`."""
+    from sklearn import metrics as sk
+
+    predictions = np.argmax(probabilities, axis=-1)
+    classes = list(range(len(class_names)))
+    report = sk.classification_report(
+        labels,
+        predictions,
+        labels=classes,
+        target_names=list(class_names),
+        output_dict=True,
+        zero_division=0,
+    )
+    matrix = sk.confusion_matrix(labels, predictions, labels=classes)
+    if out_dir is not None:
+        plot_confusion_matrix(
+            matrix,
+            list(class_names),
+            path=os.path.join(out_dir, "confusion_matrix.png"),
+            title=f"{title}: test confusion matrix" if title else None,
+        )
+    return {
+        "accuracy": float(sk.accuracy_score(labels, predictions)),
+        "macro_f1": float(
+            sk.f1_score(labels, predictions, labels=classes, average="macro")
+        ),
+        "per_class": {
+            name: {k: float(v) for k, v in report[name].items()} for name in class_names
+        },
+        "confusion_matrix": matrix.tolist(),
+    }
+
+
+def word_index(tokenizer, token_ids):
+    """The word each token belongs to: WordPiece continuations (`##...`)
+    join the word before them, within a sentence. Returns an int array shaped
+    like `token_ids` numbering the words of the document in reading order,
+    -1 at padding."""
+    token_ids = np.asarray(token_ids)
+    rows = token_ids.reshape(-1, token_ids.shape[-1])
+    index = np.full(rows.shape, -1, "int64")
+    word = -1
+    for r, row in enumerate(rows):
+        for t, token in enumerate(row):
+            if token == 0:
+                continue
+            continues = t > 0 and tokenizer.id_to_token(int(token)).startswith("##")
+            if not continues or word < 0:
+                word += 1
+            index[r, t] = word
+    return index.reshape(token_ids.shape)
+
+
+def word_weights(tokenizer, token_ids, importance):
+    """Whole words and their weights (summed over their word pieces) of one
+    document, in reading order, grouped by sentence for a `(S, W)` grid:
+    returns `(words, weights)` lists (of lists for a grid)."""
+    token_ids = np.asarray(token_ids)
+    importance = np.asarray(importance, "float32")
+    index = word_index(tokenizer, token_ids)
+    if token_ids.ndim == 2:
+        sentences = [
+            _merge(tokenizer, ids, weights, idx)
+            for ids, weights, idx in zip(token_ids, importance, index, strict=True)
+            if (ids != 0).any()
+        ]
+        return [s[0] for s in sentences], [s[1] for s in sentences]
+    return _merge(tokenizer, token_ids, importance, index)
+
+
+def _merge(tokenizer, token_ids, importance, index):
+    words, weights, seen = [], [], {}
+    for token, weight, word in zip(token_ids, importance, index, strict=True):
+        if word < 0:
+            continue
+        piece = tokenizer.id_to_token(int(token))
+        if word in seen:
+            position = seen[word]
+            words[position] += piece[2:] if piece.startswith("##") else piece
+            weights[position] += float(weight)
+        else:
+            seen[word] = len(words)
+            words.append(piece)
+            weights.append(float(weight))
+    return words, weights
+
+
+def delete_words(token_ids, index, words):
+    """`token_ids` without the tokens of `words` (indices from `word_index`),
+    the remaining tokens of each row moved left over the gaps."""
+    kept = np.where(np.isin(index, list(words)), 0, token_ids)
+    rows = kept.reshape(-1, kept.shape[-1])
+    compact = np.zeros_like(rows)
+    for r, row in enumerate(rows):
+        remaining = row[row != 0]
+        compact[r, : len(remaining)] = remaining
+    return compact.reshape(kept.shape)
+
+
+def deletion_check(model, token_ids, probabilities, seed=0, k=NUM_DELETED_WORDS):
+    """Do the attention weights point at the words the prediction rests on?
+
+    For every document with more than `k` words, deletes the `k` words with
+    the most attention (summed over their pieces; for the HAN, sentence weight
+    times word weight), and separately `k` words drawn at random, and measures
+    how much the probability of the originally predicted class moves.
+
+    Returns:
+        Dict with the mean absolute probability change for the
+        `top_attended` and the `random` deletions, the share of documents
+        where the top-attended deletion moved it more, and the count.
+    """
+    rng = np.random.default_rng(seed)
+    importance = model.token_importance(token_ids)
+    predicted = np.argmax(probabilities, axis=-1)
+    top_inputs, random_inputs, chosen = [], [], []
+    for i, ids in enumerate(token_ids):
+        index = word_index(model.tokenizer, ids)
+        num_words = int(index.max()) + 1
+        if num_words <= k:
+            continue
+        scores = np.bincount(
+            index[index >= 0], weights=importance[i][index >= 0], minlength=num_words
+        )
+        top = np.argsort(-scores, kind="stable")[:k]
+        drawn = rng.choice(num_words, size=k, replace=False)
+        top_inputs.append(delete_words(ids, index, top))
+        random_inputs.append(delete_words(ids, index, drawn))
+        chosen.append(i)
+    chosen = np.array(chosen, "int64")
+    before = probabilities[chosen, predicted[chosen]]
+
+    def change(inputs):
+        after = np.asarray(model.predict(np.stack(inputs), batch_size=128, verbose=0))
+        return np.abs(after[np.arange(len(chosen)), predicted[chosen]] - before)
+
+    top_change, random_change = change(top_inputs), change(random_inputs)
+    return {
+        "top_attended": float(np.mean(top_change)),
+        "random": float(np.mean(random_change)),
+        "top_moves_more_share": float(np.mean(top_change > random_change)),
+        "documents": len(chosen),
+        "words_deleted": k,
+    }
+
+
+def explain(model, texts, out_dir, prefix="explanation"):
+    """Writes `<prefix>_<i>.html` and `.png` under `out_dir` for each text:
+    its words highlighted by attention (and, for the HAN, its sentences), with
+    the predicted label in the title. Returns the paths written."""
+    token_ids = encode_for_model(model, texts)
+    probabilities = np.asarray(model.predict(token_ids, verbose=0))
+    names = model.class_names or [str(i) for i in range(model.num_classes)]
+    hierarchical = isinstance(model, HierarchicalAttentionNetwork)
+    if hierarchical:
+        word_attention, sentence_attention = model.attention_weights(token_ids)
+    else:
+        importance = model.token_importance(token_ids)
+    paths = []
+    for i in range(len(texts)):
+        label = int(np.argmax(probabilities[i]))
+        title = (
+            f"{type(model).__name__}: {names[label]} ({probabilities[i][label]:.2f})"
+        )
+        if hierarchical:
+            sentences, weights = word_weights(
+                model.tokenizer, token_ids[i], word_attention[i]
+            )
+            real = np.flatnonzero((token_ids[i] != 0).any(axis=-1))
+            sentence_weights = [float(w) for w in sentence_attention[i][real]]
+        else:
+            words, flat = word_weights(model.tokenizer, token_ids[i], importance[i])
+            sentences, weights, sentence_weights = [words], [flat], None
+        path = os.path.join(out_dir, f"{prefix}_{i}")
+        highlight_html(
+            sentences, weights, sentence_weights, title=title, path=path + ".html"
+        )
+        plot_highlighted_text(
+            sentences, weights, sentence_weights, title=title, path=path + ".png"
+        )
+        paths += [path + ".html", path + ".png"]
+    return paths

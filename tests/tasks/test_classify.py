@@ -1,0 +1,188 @@
+import csv
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attention import cli
+from keras_attention.data import DataFormatError, train_word_piece
+from keras_attention.tasks.classify import (
+    classify_texts,
+    compare,
+    delete_words,
+    run_classify,
+    word_index,
+    word_weights,
+)
+from tests.tasks.callbacks import Record, StopAt
+
+FILLER = (
+    "the a this box bag arrived came today yesterday we my kids cat dog tried "
+    "bought ordered price size color taste smell flavor coffee tea snack bar "
+    "chips sauce it was is were and but with for from"
+).split()
+KEYWORDS = {
+    "great": ["delicious", "wonderful", "perfect"],
+    "other": ["awful", "stale", "broken"],
+}
+
+
+def keyword_reviews(num_texts, seed=0):
+    """Texts of 1-3 filler sentences, one of which holds a keyword of the
+    label: a task a classifier learns only by finding that word."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(num_texts):
+        label = rng.choice(list(KEYWORDS))
+        sentences = [
+            list(rng.choice(FILLER, size=rng.integers(4, 9)))
+            for _ in range(rng.integers(1, 4))
+        ]
+        sentence = sentences[rng.integers(len(sentences))]
+        sentence.insert(rng.integers(len(sentence) + 1), rng.choice(KEYWORDS[label]))
+        rows.append((". ".join(" ".join(s) for s in sentences) + ".", label))
+    return rows
+
+
+def write_csv(path, rows, header=("text", "label")):
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def reviews_csv(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    return write_csv(folder / "reviews.csv", keyword_reviews(600))
+
+
+@pytest.fixture(scope="module")
+def han_dir(reviews_csv, tmp_path_factory):
+    out = tmp_path_factory.mktemp("han")
+    cli.main(
+        [
+            "classify",
+            "--data",
+            reviews_csv,
+            "--model",
+            "han",
+            "--epochs",
+            "8",
+            "--out",
+            str(out),
+        ]
+    )
+    return out
+
+
+def test_han_learns_a_csv_and_writes_metrics_plots_and_explanations(han_dir):
+    metrics = json.loads((han_dir / "metrics.json").read_text())
+    assert metrics["accuracy"] > 0.9 and metrics["macro_f1"] > 0.9
+    assert set(metrics["per_class"]) == {"great", "other"}
+    assert sum(map(sum, metrics["confusion_matrix"])) == metrics["test_texts"] == 60
+    # Deleting the attended words (the keyword) moves the prediction more than
+    # deleting random ones.
+    deletion = metrics["deletion"]
+    assert deletion["top_attended"] > deletion["random"]
+    for name in ("model.keras", "confusion_matrix.png", "explanation_0.png"):
+        assert (han_dir / name).stat().st_size > 0
+    page = (han_dir / "explanation_0.html").read_text()
+    assert "sentence-bar" in page and "HierarchicalAttentionNetwork" in page
+
+
+def test_loaded_model_labels_text_and_names_the_attended_word(han_dir, capsys):
+    texts = ["we tried the coffee. it was wonderful and the bag came today."]
+    cli.main(["classify", "--load", str(han_dir / "model.keras"), *texts])
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("great\t")
+    model = keras.saving.load_model(han_dir / "model.keras")
+    [result] = classify_texts(model, texts, num_top_words=1)
+    assert result["label"] == "great" and result["probability"] > 0.5
+    assert result["top_words"][0][0] == "wonderful"
+    assert "wonderful" in line
+
+
+def test_interrupted_training_resumes_without_losing_finished_epochs(
+    reviews_csv, tmp_path
+):
+    options = {"data": reviews_csv, "model": "bag", "epochs": 3, "verbose": 0}
+    with pytest.raises(KeyboardInterrupt):
+        run_classify(tmp_path, callbacks=[StopAt(2)], **options)
+    record = Record()
+    metrics = run_classify(tmp_path, callbacks=[record], **options)
+    assert record.epochs == [2]  # epochs 0 and 1 were restored, not redone
+    assert metrics["epochs"] == 3
+    again = run_classify(tmp_path, **options)  # finished: evaluated, not retrained
+    assert again["accuracy"] == metrics["accuracy"]
+
+
+def test_compare_reports_mean_and_spread_over_seeds(reviews_csv, tmp_path):
+    summary = compare(
+        tmp_path,
+        ["bag", "transformer"],
+        data=reviews_csv,
+        seeds=[0, 1],
+        epochs=1,
+        num_train=200,
+        verbose=0,
+    )
+    for name in ("bag", "transformer"):
+        accuracy = summary["models"][name]["accuracy"]
+        assert len(accuracy["values"]) == 2
+        assert accuracy["mean"] == pytest.approx(np.mean(accuracy["values"]))
+        assert (tmp_path / name / "seed1" / "metrics.json").exists()
+    assert "deletion_top_attended" in summary["models"]["transformer"]
+    assert "deletion_top_attended" not in summary["models"]["bag"]
+    saved = json.loads((tmp_path / "comparison.json").read_text())
+    assert saved == summary
+    assert (tmp_path / "comparison.png").stat().st_size > 0
+
+
+def test_malformed_csv_is_reported_with_its_line(tmp_path):
+    path = write_csv(tmp_path / "bad.csv", [("fine text", "great"), ("no label",)])
+    with pytest.raises(DataFormatError, match="line 3"):
+        run_classify(tmp_path / "out", data=path, verbose=0)
+
+
+def test_unknown_model_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="transformer.*han.*bilstm.*bag"):
+        run_classify(tmp_path, model="svm")
+
+
+def test_texts_without_a_model_are_refused():
+    with pytest.raises(SystemExit, match="--load"):
+        cli.main(["classify", "some text"])
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_word_piece(["playing played player play the cat sat"] * 20, 40)
+
+
+def test_word_pieces_are_grouped_into_words(tokenizer):
+    ids = np.zeros(12, "int32")
+    pieces = np.asarray(tokenizer.tokenize("the cats playing"))
+    ids[: len(pieces)] = pieces
+    index = word_index(tokenizer, ids)
+    assert index[0] == 0 and index[len(pieces)] == -1
+    assert index[len(pieces) - 1] == 2  # "playing" may be several pieces
+    importance = np.where(ids != 0, 1.0, 0.0)
+    words, weights = word_weights(tokenizer, ids, importance)
+    assert words == ["the", "cats", "playing"]
+    assert sum(weights) == pytest.approx(len(pieces))
+
+
+def test_deleting_a_word_removes_all_its_pieces_and_closes_the_gap(tokenizer):
+    grid = np.zeros((2, 8), "int32")
+    first = np.asarray(tokenizer.tokenize("the cats"))
+    second = np.asarray(tokenizer.tokenize("playing the cat"))
+    grid[0, : len(first)] = first
+    grid[1, : len(second)] = second
+    index = word_index(tokenizer, grid)
+    assert index.max() == 4  # five words over two sentences
+    deleted = delete_words(grid, index, [1, 2])  # "cats" and "playing"
+    words, _ = word_weights(tokenizer, deleted, np.ones(grid.shape))
+    assert words == [["the"], ["the", "cat"]]
