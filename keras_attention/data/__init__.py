@@ -16,6 +16,7 @@ from keras_attention.data.classification import (
     split_sentences,
 )
 from keras_attention.data.dates import DATE_FORMATS, date_splits, generate_date_pairs
+from keras_attention.data.files import DataFormatError
 from keras_attention.data.pipeline import (
     classification_dataset,
     encode_texts,
@@ -34,7 +35,6 @@ from keras_attention.data.tokenization import (
 )
 from keras_attention.data.translation import (
     DING_PATH,
-    DataFormatError,
     load_ding,
     load_translation_pairs,
     read_tsv,

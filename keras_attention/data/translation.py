@@ -8,13 +8,13 @@ import re
 import numpy as np
 
 from keras_attention.data.dates import date_splits
+from keras_attention.data.files import DataFormatError, list_lines, read_data_file
 
 DING_PATH = "/usr/share/trans/de-en"
 DING_PACKAGE = "trans-de-en"
 TRANSLATION_DATA = ("dates", "de-en")
 
 _VALID_TSV_LINE = "'Guten Morgen.<TAB>Good morning.' (more columns are ignored)"
-_MAX_LISTED_LINES = 5
 
 # Ding markup: `{m}` (grammar), `[ugs.]` (usage), `<Aalmolch>` (spellings).
 _ANNOTATION = re.compile(r"\s*(\{[^{}]*\}|\[[^\[\]]*\]|<[^<>]*>)")
@@ -29,22 +29,11 @@ _NOT_A_SENTENCE = re.compile(
 )
 
 
-class DataFormatError(ValueError):
-    """A data file does not have the expected format."""
-
-
 def _check_non_negative_int(name, value):
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(
             f"`{name}` must be a non-negative integer; received {name}={value!r}."
         )
-
-
-def _list_lines(line_numbers):
-    listed = ", ".join(str(n) for n in line_numbers[:_MAX_LISTED_LINES])
-    if len(line_numbers) > _MAX_LISTED_LINES:
-        listed += ", ..."
-    return listed
 
 
 def read_tsv(path, source_column=0, target_column=1):
@@ -77,23 +66,11 @@ def read_tsv(path, source_column=0, target_column=1):
             "`source_column` and `target_column` must differ; received "
             f"source_column=target_column={source_column}."
         )
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"Translation file not found: '{path}'. Expected a UTF-8 text file "
-            f"with one pair per line, e.g. {_VALID_TSV_LINE}."
-        )
-    with open(path, "rb") as file:
-        data = file.read()
-    if b"\x00" in data:
-        line_number = data.count(b"\n", 0, data.index(b"\x00")) + 1
-        raise DataFormatError(
-            f"'{path}' looks like a binary file: it has a NUL byte on line "
-            f"{line_number}. Expected a UTF-8 text file with one pair per line, "
-            f"e.g. {_VALID_TSV_LINE}."
-        )
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
+    data = read_data_file(
+        path,
+        "Translation file",
+        f"a UTF-8 text file with one pair per line, e.g. {_VALID_TSV_LINE}",
+    )
 
     num_columns = max(source_column, target_column) + 1
     pairs = []
@@ -131,7 +108,7 @@ def read_tsv(path, source_column=0, target_column=1):
         first_line, first_problem = problems[0]
         raise DataFormatError(
             f"'{path}' has {len(problems)} malformed line(s) (line "
-            f"{_list_lines(line_numbers)}). Line {first_line} has "
+            f"{list_lines(line_numbers)}). Line {first_line} has "
             f"{first_problem}. A valid line looks like {_VALID_TSV_LINE}."
         )
     if not pairs:
