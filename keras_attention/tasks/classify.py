@@ -3,7 +3,6 @@ classifier."""
 
 import json
 import os
-import time
 
 import keras
 import numpy as np
@@ -20,8 +19,8 @@ from keras_attention.models import (
     TransformerClassifier,
 )
 from keras_attention.tasks.common import (
-    TimeBudget,
     cached_word_piece,
+    fit_resumable,
     phase,
     prepare_output,
     write_metrics,
@@ -138,8 +137,9 @@ def run_classify(
         out_dir: output folder.
         data: `"reviews"`, `"fortunes"` or the path of a `text,label` CSV.
         model: one of `MODELS`.
-        epochs: most training epochs (default `SETTINGS["epochs"]`); the
-            weights of the epoch with the best validation loss are kept.
+        epochs: most training epochs (default `SETTINGS["epochs"]`); training
+            stops after `SETTINGS["patience"]` epochs without a better
+            validation loss, and the weights of the best epoch are kept.
         batch_size: training batch size.
         time_budget_minutes: stop training before an epoch that would end
             later than this.
@@ -200,20 +200,10 @@ def run_classify(
             metrics=["accuracy"],
             jit_compile=True,
         )
-        callbacks = [
-            keras.callbacks.BackupAndRestore(os.path.join(out_dir, "checkpoints")),
-            keras.callbacks.EarlyStopping(
-                patience=SETTINGS["patience"], restore_best_weights=True
-            ),
-            *(callbacks or []),
-        ]
-        if time_budget_minutes:
-            callbacks.append(TimeBudget(time_budget_minutes * 60))
         phase(f"encoding texts for {model}")
         x_train = encode_for_model(net, train_texts)
         x_valid = encode_for_model(net, splits.valid.texts)
         phase(f"training {net.count_params():,} parameters for up to {epochs} epochs")
-        started = time.perf_counter()
         hierarchical = isinstance(net, HierarchicalAttentionNetwork)
         # Full batches only: each of the few batch shapes compiles once.
         train_data = classification_dataset(
@@ -227,19 +217,18 @@ def run_classify(
             ],
             drop_remainder=True,
         )
-        fit = net.fit(
+        history = fit_resumable(
+            net,
             train_data,
-            epochs=epochs,
+            out_dir,
+            epochs,
             validation_data=(x_valid, splits.valid.labels),
+            patience=SETTINGS["patience"],
+            time_budget_minutes=time_budget_minutes,
             callbacks=callbacks,
             verbose=verbose,
             shuffle=False,  # the dataset reshuffles itself every epoch
         )
-        history = {
-            "train_seconds": round(time.perf_counter() - started, 1),
-            "epochs": fit.epoch[-1] + 1 if fit.epoch else epochs,
-            **{k: [float(v) for v in values] for k, values in fit.history.items()},
-        }
         net.save(model_path)
         with open(history_path, "w") as f:
             json.dump(history, f)
@@ -268,7 +257,8 @@ def run_classify(
             "seed": seed,
             "epochs": history["epochs"],
             "train_seconds": history["train_seconds"],
-            "best_valid_accuracy": max(history["val_accuracy"]),
+            "best_epoch": history["best_epoch"],
+            "best_valid_accuracy": history["val_accuracy"][history["best_epoch"] - 1],
         }
     )
     write_metrics(out_dir, metrics)

@@ -1,5 +1,6 @@
 """Output folder conventions shared by the end-to-end jobs."""
 
+import csv
 import json
 import os
 import platform
@@ -69,3 +70,120 @@ class TimeBudget(keras.callbacks.Callback):
         self.longest_epoch = max(self.longest_epoch, now - self.epoch_started)
         if now - self.started + self.longest_epoch > self.seconds:
             self.model.stop_training = True
+
+
+class EpochSeconds(keras.callbacks.Callback):
+    """Adds each epoch's wall time to its logs as `seconds` (so that
+    `CSVLogger` records it)."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.started = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["seconds"] = time.perf_counter() - self.started
+
+
+def read_epoch_log(path):
+    """The rows of a `CSVLogger` file as dicts of floats (epoch as int)."""
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return [
+        {k: int(v) if k == "epoch" else float(v) for k, v in row.items()}
+        for row in rows
+    ]
+
+
+def fit_resumable(
+    model,
+    train_data,
+    out_dir,
+    epochs,
+    validation_data,
+    patience=None,
+    time_budget_minutes=None,
+    callbacks=None,
+    verbose=1,
+    **fit_kwargs,
+):
+    """`model.fit` that survives being killed, with the history of every
+    epoch, interrupted runs included.
+
+    Under `out_dir/checkpoints`: `BackupAndRestore` saves the model and
+    optimizer after every epoch (in `backup/`), so a re-run resumes from the
+    last finished epoch; `epochs.csv` logs every epoch's metrics and seconds; and, with
+    `patience`, `best.weights.h5` holds the weights of the epoch with the best
+    validation loss so far (before the interruption too), which the model gets
+    back at the end, and training stops after `patience` epochs that do not
+    beat it.
+
+    Args:
+        model: a compiled model.
+        train_data: training data for `fit`.
+        out_dir: output folder of the run.
+        epochs: total epochs.
+        validation_data: validation data for `fit`.
+        patience: early-stopping patience in epochs; None trains every epoch
+            and keeps the last weights.
+        time_budget_minutes: no epoch starts that would end later than this
+            (`TimeBudget`).
+        callbacks: extra callbacks.
+        verbose: Keras progress bar setting.
+        **fit_kwargs: more `fit` arguments.
+
+    Returns:
+        The history dict: `train_seconds` and `epochs` over all runs, and a
+        list per metric (one entry per epoch).
+    """
+    folder = os.path.join(out_dir, "checkpoints")
+    os.makedirs(folder, exist_ok=True)
+    log_path = os.path.join(folder, "epochs.csv")
+    best_path = os.path.join(folder, "best.weights.h5")
+    logged = read_epoch_log(log_path)
+    best_loss = min((row["val_loss"] for row in logged), default=None)
+    if logged:
+        phase(f"resuming after epoch {logged[-1]['epoch'] + 1} (from {folder})")
+    callbacks = [
+        # Its own folder: it deletes the folder when training ends.
+        keras.callbacks.BackupAndRestore(os.path.join(folder, "backup")),
+        EpochSeconds(),
+        keras.callbacks.CSVLogger(log_path, append=True),
+        *(callbacks or []),
+    ]
+    if patience:
+        callbacks += [
+            keras.callbacks.ModelCheckpoint(
+                best_path,
+                save_best_only=True,
+                save_weights_only=True,
+                initial_value_threshold=best_loss,
+            ),
+            keras.callbacks.EarlyStopping(patience=patience, baseline=best_loss),
+        ]
+    if time_budget_minutes:
+        callbacks.append(TimeBudget(time_budget_minutes * 60))
+    model.fit(
+        train_data,
+        validation_data=validation_data,
+        epochs=epochs,
+        callbacks=callbacks,
+        verbose=verbose,
+        **fit_kwargs,
+    )
+    if patience and os.path.exists(best_path):
+        model.load_weights(best_path)
+    logged = read_epoch_log(log_path)
+    metrics = [
+        k for k in (logged[0] if logged else {}) if k not in ("epoch", "seconds")
+    ]
+    history = {
+        "train_seconds": round(sum(row["seconds"] for row in logged), 1),
+        "epochs": logged[-1]["epoch"] + 1 if logged else 0,
+        **{k: [row[k] for row in logged] for k in metrics},
+    }
+    if patience and logged:
+        losses = history["val_loss"]
+        history["best_epoch"] = int(losses.index(min(losses))) + 1
+    return history

@@ -2,7 +2,6 @@
 
 import json
 import os
-import time
 
 import keras
 import numpy as np
@@ -12,8 +11,8 @@ from keras_attention.data.tokenization import END_ID, join_punctuation
 from keras_attention.data.translation import load_translation_pairs
 from keras_attention.models import RNNSeq2Seq, Transformer
 from keras_attention.tasks.common import (
-    TimeBudget,
     cached_word_piece,
+    fit_resumable,
     phase,
     prepare_output,
     write_metrics,
@@ -189,31 +188,19 @@ def run_translate(
             weighted_metrics=["accuracy"],
             jit_compile=True,
         )
-        callbacks = [
-            keras.callbacks.BackupAndRestore(os.path.join(out_dir, "checkpoints")),
-            *(callbacks or []),
-        ]
-        if time_budget_minutes:
-            callbacks.append(TimeBudget(time_budget_minutes * 60))
-        if data != "dates":
-            # Real corpora are small enough to overfit: keep the best epoch.
-            callbacks.append(
-                keras.callbacks.EarlyStopping(patience=3, restore_best_weights=True)
-            )
         phase(f"training {net.count_params():,} parameters for up to {epochs} epochs")
-        started = time.perf_counter()
-        fit = net.fit(
+        history = fit_resumable(
+            net,
             train_data,
+            out_dir,
+            epochs,
             validation_data=valid_data,
-            epochs=epochs,
+            # Real corpora are small enough to overfit: keep the best epoch.
+            patience=None if data == "dates" else 3,
+            time_budget_minutes=time_budget_minutes,
             callbacks=callbacks,
             verbose=verbose,
         )
-        history = {
-            "train_seconds": round(time.perf_counter() - started, 1),
-            "epochs": fit.epoch[-1] + 1 if fit.epoch else epochs,
-            **{k: [float(x) for x in v] for k, v in fit.history.items()},
-        }
         net.save(model_path)
         with open(history_path, "w") as f:
             json.dump(history, f)

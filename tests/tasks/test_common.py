@@ -1,0 +1,40 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_attention.tasks.common import fit_resumable, read_epoch_log
+from tests.tasks.callbacks import Record, StopAt
+
+
+def diverging_task():
+    """Training pulls the output towards +1 while validation wants -1, so
+    the validation loss is best after the first epoch and worse after it."""
+    dense = keras.layers.Dense(1, kernel_initializer="zeros")
+    model = keras.Sequential([keras.Input((3,)), dense])
+    model.compile(keras.optimizers.SGD(0.1), "mse")
+    x = np.ones((16, 3), "float32")
+    return model, (x, np.ones((16, 1))), (x, -np.ones((16, 1)))
+
+
+def test_best_epoch_before_an_interruption_is_kept(tmp_path):
+    model, train, valid = diverging_task()
+    options = {"epochs": 8, "validation_data": valid, "patience": 2, "verbose": 0}
+    x, y = train
+    with pytest.raises(KeyboardInterrupt):
+        fit_resumable(model, x, tmp_path, y=y, callbacks=[StopAt(2)], **options)
+    model, _, _ = diverging_task()
+    record = Record()
+    history = fit_resumable(model, x, tmp_path, y=y, callbacks=[record], **options)
+    # Resumed at epoch 2; epochs 2 and 3 did not beat epoch 0: stopped.
+    assert record.epochs == [2, 3]
+    assert history["epochs"] == 4 and history["best_epoch"] == 1
+    assert len(history["val_loss"]) == 4
+    assert history["val_loss"][0] == min(history["val_loss"])
+    # The model holds the weights of epoch 0, saved before the interruption.
+    loss = model.evaluate(*valid, verbose=0)
+    assert loss == pytest.approx(history["val_loss"][0], rel=1e-5)
+    logged = read_epoch_log(tmp_path / "checkpoints" / "epochs.csv")
+    assert [row["epoch"] for row in logged] == [0, 1, 2, 3]
+    assert history["train_seconds"] == pytest.approx(
+        sum(row["seconds"] for row in logged), abs=0.1
+    )
