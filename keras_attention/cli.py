@@ -65,6 +65,7 @@ def _classify(args):
         "batch_size": args.batch_size,
         "time_budget_minutes": args.time_budget,
         "num_train": args.num_train,
+        "jit_compile": args.xla,
     }
     models = args.model.split(",")
     seeds = list(range(args.seed, args.seed + args.seeds))
@@ -162,6 +163,12 @@ def build_parser():
         help="minutes of training at most (no epoch starts that would end later)",
     )
     classify.add_argument("--num-train", type=int, default=None)
+    classify.add_argument(
+        "--xla",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="train with XLA (default: off on TensorFlow, where it is slower on CPU)",
+    )
     classify.add_argument("--seed", type=int, default=0, help="the first seed")
     classify.add_argument(
         "--seeds",

@@ -137,34 +137,39 @@ class TransformerClassifier(TextClassifier):
         pooled_dropout = keras.layers.Dropout(dropout, dtype=dtype)
         probabilities = class_probabilities(num_classes)
 
-        def forward(token_ids, training=None):
+        def forward(token_ids, training=None, return_importance=True):
             if pooling == "cls":
                 token_ids = prepend_cls(token_ids)
             mask = padding_mask(token_ids)
             x = embedding_dropout(embedding(token_ids), training=training)
-            for block in blocks:
-                x, weights = block(
-                    x,
-                    padding_mask=mask,
-                    training=training,
-                    return_attention_scores=True,
-                )
+            for i, block in enumerate(blocks):
+                # Only the last block's weights explain; the training graph
+                # asks for none (explicit weights cost time and memory).
+                if return_importance and i == len(blocks) - 1:
+                    x, weights = block(
+                        x,
+                        padding_mask=mask,
+                        training=training,
+                        return_attention_scores=True,
+                    )
+                else:
+                    x = block(x, padding_mask=mask, training=training)
+            pooled = x[:, 0] if pooling == "cls" else average(x, mask=mask)
+            outputs = probabilities(pooled_dropout(pooled, training=training))
+            if not return_importance:
+                return outputs
             weights = ops.mean(weights, axis=1)  # (B, T, T) over heads
             if pooling == "cls":
-                pooled = x[:, 0]
-                importance = weights[:, 0, 1:]
-            else:
-                pooled = average(x, mask=mask)
-                queries = ops.cast(mask, weights.dtype)[..., None]
-                importance = ops.sum(weights * queries, axis=1) / ops.maximum(
-                    ops.sum(queries, axis=1), ops.cast(1, weights.dtype)
-                )
-            pooled = pooled_dropout(pooled, training=training)
-            return probabilities(pooled), importance
+                return outputs, weights[:, 0, 1:]
+            queries = ops.cast(mask, weights.dtype)[..., None]
+            importance = ops.sum(weights * queries, axis=1) / ops.maximum(
+                ops.sum(queries, axis=1), ops.cast(1, weights.dtype)
+            )
+            return outputs, importance
 
         # === Functional model ===
         inputs = keras.Input((None,), dtype="int32", name="token_ids")
-        outputs, _ = forward(inputs)
+        outputs = forward(inputs, return_importance=False)
         super().__init__(
             inputs=inputs,
             outputs=outputs,
