@@ -200,6 +200,7 @@ def run_translate(
             time_budget_minutes=time_budget_minutes,
             callbacks=callbacks,
             verbose=verbose,
+            shuffle=False,  # the dataset reshuffles itself every epoch
         )
         net.save(model_path)
         with open(history_path, "w") as f:
