@@ -21,6 +21,7 @@ from keras_attention.models import (
 from keras_attention.tasks.common import (
     cached_word_piece,
     fit_resumable,
+    load_or_train,
     phase,
     prepare_output,
     write_metrics,
@@ -184,14 +185,7 @@ def run_classify(
         f"{list(splits.class_names)}; vocabulary {tokenizer.vocabulary_size()}"
     )
 
-    model_path = os.path.join(out_dir, "model.keras")
-    history_path = os.path.join(out_dir, "history.json")
-    if os.path.exists(model_path) and os.path.exists(history_path):
-        phase(f"{model_path} is already trained; evaluating it again")
-        net = keras.saving.load_model(model_path)
-        with open(history_path) as f:
-            history = json.load(f)
-    else:
+    def train():
         phase(f"building {model}")
         net = build_model(
             model,
@@ -236,9 +230,9 @@ def run_classify(
             verbose=verbose,
             shuffle=False,  # the dataset reshuffles itself every epoch
         )
-        net.save(model_path)
-        with open(history_path, "w") as f:
-            json.dump(history, f)
+        return net, history
+
+    net, history = load_or_train(out_dir, train)
 
     phase(f"classifying {len(splits.test)} test texts")
     x_test = encode_for_model(net, splits.test.texts)

@@ -187,3 +187,20 @@ def fit_resumable(
         losses = history["val_loss"]
         history["best_epoch"] = int(losses.index(min(losses))) + 1
     return history
+
+
+def load_or_train(out_dir, train):
+    """The model and history of a finished run in `out_dir` (`model.keras`
+    and `history.json`), or else those that `train()` returns as
+    `(model, history)`, saved there for the next time."""
+    model_path = os.path.join(out_dir, "model.keras")
+    history_path = os.path.join(out_dir, "history.json")
+    if os.path.exists(model_path) and os.path.exists(history_path):
+        phase(f"{model_path} is already trained; evaluating it again")
+        with open(history_path) as f:
+            return keras.saving.load_model(model_path), json.load(f)
+    model, history = train()
+    model.save(model_path)
+    with open(history_path, "w") as f:
+        json.dump(history, f)
+    return model, history

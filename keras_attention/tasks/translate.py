@@ -13,6 +13,7 @@ from keras_attention.models import RNNSeq2Seq, Transformer
 from keras_attention.tasks.common import (
     cached_word_piece,
     fit_resumable,
+    load_or_train,
     phase,
     prepare_output,
     write_metrics,
@@ -164,14 +165,7 @@ def run_translate(
     )
     valid_data, _ = translation_dataset(splits["valid"], **dataset_args)
 
-    model_path = os.path.join(out_dir, "model.keras")
-    history_path = os.path.join(out_dir, "history.json")
-    if os.path.exists(model_path) and os.path.exists(history_path):
-        phase(f"{model_path} is already trained; evaluating it again")
-        net = keras.saving.load_model(model_path)
-        with open(history_path) as f:
-            history = json.load(f)
-    else:
+    def train():
         phase(f"building {model}")
         net = build_model(
             model,
@@ -202,9 +196,9 @@ def run_translate(
             verbose=verbose,
             shuffle=False,  # the dataset reshuffles itself every epoch
         )
-        net.save(model_path)
-        with open(history_path, "w") as f:
-            json.dump(history, f)
+        return net, history
+
+    net, history = load_or_train(out_dir, train)
 
     phase(f"translating {len(test_pairs)} test sentences (greedy)")
     metrics = evaluate(net, test_pairs, settings["length_buckets"], beam_width=1)
