@@ -22,9 +22,9 @@ from keras_attention.data.classification import (
     split_labelled,
     split_sentences,
 )
+from keras_attention.data.files import DataFormatError
 from keras_attention.data.pipeline import encode_texts
 from keras_attention.data.tokenization import train_word_piece
-from keras_attention.data.translation import DataFormatError
 
 
 def _write(tmp_path, content, name="data.csv"):
