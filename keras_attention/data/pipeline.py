@@ -256,4 +256,12 @@ def classification_dataset(
             drop_remainder=drop_remainder,
         )
         dataset = dataset.map(lambda ids, label, n: (ids, label))
+        # Bucketing hides the number of batches from tf.data; it is known, so
+        # Keras can show the epoch's length and does not warn at its end.
+        sizes = np.bincount(
+            np.searchsorted(boundaries, lengths), minlength=len(boundaries)
+        )
+        full, partial = sizes // batch_size, (sizes % batch_size) > 0
+        num_batches = int(full.sum() + (0 if drop_remainder else partial.sum()))
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
     return dataset.prefetch(tf.data.AUTOTUNE)
