@@ -17,11 +17,18 @@ from keras_attention.data.classification import (
 )
 from keras_attention.data.dates import DATE_FORMATS, date_splits, generate_date_pairs
 from keras_attention.data.files import DataFormatError
+from keras_attention.data.images import (
+    FASHION_MNIST_CLASSES,
+    FASHION_MNIST_DIR,
+    load_fashion_mnist,
+    read_idx,
+)
 from keras_attention.data.pipeline import (
     classification_dataset,
     encode_texts,
     translation_dataset,
 )
+from keras_attention.data.scenes import Scenes, compose_scenes, scene_splits
 from keras_attention.data.synthetic import keyword_task, reversal_task
 from keras_attention.data.tokenization import (
     END_ID,
@@ -48,15 +55,19 @@ __all__ = [
     "DING_PATH",
     "DataFormatError",
     "END_ID",
+    "FASHION_MNIST_CLASSES",
+    "FASHION_MNIST_DIR",
     "FORTUNES_DIR",
     "FORTUNE_CATEGORIES",
     "LabelledTexts",
     "PAD_ID",
     "SPECIAL_TOKENS",
     "START_ID",
+    "Scenes",
     "UNK_ID",
-    "clean_text",
     "classification_dataset",
+    "clean_text",
+    "compose_scenes",
     "date_splits",
     "encode_documents",
     "encode_texts",
@@ -65,12 +76,15 @@ __all__ = [
     "keyword_task",
     "load_classification_data",
     "load_ding",
+    "load_fashion_mnist",
     "load_fortunes",
     "load_reviews",
     "load_translation_pairs",
+    "read_idx",
     "read_labelled_csv",
     "read_tsv",
     "reversal_task",
+    "scene_splits",
     "split_labelled",
     "split_pairs",
     "split_sentences",
