@@ -11,6 +11,11 @@ def _demo(args):
     run_demo(args.out, epochs=args.epochs, seed=args.seed)
 
 
+def _texts_or_stdin(texts):
+    """The texts given on the command line, or else one per line of stdin."""
+    return texts or [line.rstrip("\n") for line in sys.stdin]
+
+
 def _translate(args):
     from keras_attention.tasks import translate
 
@@ -18,7 +23,7 @@ def _translate(args):
         import keras
 
         model = keras.saving.load_model(args.load)
-        texts = args.sentences or [line.rstrip("\n") for line in sys.stdin]
+        texts = _texts_or_stdin(args.sentences)
         for line in translate.translate_texts(model, texts, beam_width=args.beam):
             print(line)
         return
@@ -47,7 +52,7 @@ def _classify(args):
         import keras
 
         model = keras.saving.load_model(args.load)
-        texts = args.texts or [line.rstrip("\n") for line in sys.stdin]
+        texts = _texts_or_stdin(args.texts)
         for text, result in zip(
             texts, classify.classify_texts(model, texts), strict=True
         ):

@@ -170,17 +170,10 @@ def translation_dataset(
         dataset = dataset.map(lambda e, d, t, n: (e, d, t))
         dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
     else:
-        # Trim to the example's length; `bucket_by_sequence_length` pads the
-        # unknown dimension to its boundary minus one, hence the `+ 1`.
         dataset = dataset.map(lambda e, d, t, n: (e[:n], d[:n], t[:n], n))
-        dataset = dataset.bucket_by_sequence_length(
-            element_length_func=lambda e, d, t, n: n,
-            bucket_boundaries=[b + 1 for b in bucket_boundaries],
-            bucket_batch_sizes=[batch_size] * (len(bucket_boundaries) + 1),
-            pad_to_bucket_boundary=True,
-            drop_remainder=drop_remainder,
+        dataset = _bucket_by_length(
+            dataset, lengths, bucket_boundaries, batch_size, drop_remainder
         )
-        dataset = dataset.map(lambda e, d, t, n: (e, d, t))
 
     def to_model_inputs(encoder_ids, decoder_ids, target_ids):
         inputs = {"encoder_token_ids": encoder_ids, "decoder_token_ids": decoder_ids}
@@ -247,21 +240,28 @@ def classification_dataset(
     else:
         boundaries = _check_bucket_boundaries(bucket_boundaries, width)
         dataset = dataset.map(lambda ids, label, n: (ids[:n], label, n))
-        dataset = dataset.bucket_by_sequence_length(
-            element_length_func=lambda ids, label, n: n,
-            # Padded to the boundary minus one, hence the `+ 1`.
-            bucket_boundaries=[b + 1 for b in boundaries],
-            bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
-            pad_to_bucket_boundary=True,
-            drop_remainder=drop_remainder,
+        dataset = _bucket_by_length(
+            dataset, lengths, boundaries, batch_size, drop_remainder
         )
-        dataset = dataset.map(lambda ids, label, n: (ids, label))
-        # Bucketing hides the number of batches from tf.data; it is known, so
-        # Keras can show the epoch's length and does not warn at its end.
-        sizes = np.bincount(
-            np.searchsorted(boundaries, lengths), minlength=len(boundaries)
-        )
-        full, partial = sizes // batch_size, (sizes % batch_size) > 0
-        num_batches = int(full.sum() + (0 if drop_remainder else partial.sum()))
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _bucket_by_length(dataset, lengths, boundaries, batch_size, drop_remainder):
+    """Batches `(*tensors, length)` elements, each already cut to its length,
+    with the elements of one bucket (lengths up to one of `boundaries`), every
+    batch padded to its bucket's boundary, and drops the length."""
+    dataset = dataset.bucket_by_sequence_length(
+        element_length_func=lambda *element: element[-1],
+        # Padded to the boundary minus one, hence the `+ 1`.
+        bucket_boundaries=[b + 1 for b in boundaries],
+        bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
+        pad_to_bucket_boundary=True,
+        drop_remainder=drop_remainder,
+    )
+    dataset = dataset.map(lambda *element: element[:-1])
+    # Bucketing hides the number of batches from tf.data; it is known, so
+    # Keras can show the epoch's length and does not warn at its end.
+    sizes = np.bincount(np.searchsorted(boundaries, lengths), minlength=len(boundaries))
+    full, partial = sizes // batch_size, (sizes % batch_size) > 0
+    num_batches = int(full.sum() + (0 if drop_remainder else partial.sum()))
+    return dataset.apply(tf.data.experimental.assert_cardinality(num_batches))

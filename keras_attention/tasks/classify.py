@@ -77,19 +77,21 @@ def build_model(name, vocabulary_size, num_classes, settings=SETTINGS, **kwargs)
     raise ValueError(f"`model` must be one of {MODELS}; received {name!r}.")
 
 
-def encode_for_model(model, texts, tokenizer=None, max_length=None):
-    """The token ids `model` reads: a `(N, S, W)` grid of sentences and words
-    for a `HierarchicalAttentionNetwork`, `(N, T)` for the others."""
-    tokenizer = tokenizer or model.tokenizer
-    if tokenizer is None:
+def encode_for_model(model, texts):
+    """The token ids `model` reads, with its tokenizer: a `(N, S, W)` grid of
+    sentences and words for a `HierarchicalAttentionNetwork`, `(N, T)` for the
+    others (cut to `SETTINGS["max_length"]` for models without a length)."""
+    if model.tokenizer is None:
         raise ValueError(
             "This model has no tokenizer; train it with `keras-attention "
-            "classify` or pass `tokenizer=`."
+            "classify`, or give the model `tokenizer=`."
         )
     if isinstance(model, HierarchicalAttentionNetwork):
-        return encode_documents(texts, tokenizer, model.max_sentences, model.max_words)
-    length = getattr(model, "max_length", None) or max_length
-    return encode_texts(texts, tokenizer, length or SETTINGS["max_length"])
+        return encode_documents(
+            texts, model.tokenizer, model.max_sentences, model.max_words
+        )
+    length = getattr(model, "max_length", SETTINGS["max_length"])
+    return encode_texts(texts, model.tokenizer, length)
 
 
 def classify_texts(model, texts, num_top_words=5):
