@@ -80,6 +80,40 @@ def _classify(args):
         classify.compare(args.out, models, seeds=seeds, **options)
 
 
+def _caption(args):
+    from keras_attention.tasks import caption
+
+    if args.load:
+        import keras
+
+        model = keras.saving.load_model(args.load)
+        out = args.out if args.out is not None else os.path.dirname(args.load)
+        captions = caption.caption_files(model, args.images, out, args.beam)
+        for path, text in zip(args.images, captions, strict=True):
+            print(f"{text}\t{path}")
+        if model.attention:
+            print(f"attention overlays written to {out or '.'}", file=sys.stderr)
+        return
+    if args.images:
+        raise SystemExit("images to caption need --load DIR/model.keras")
+    options = {
+        "data": args.data,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "beam_width": args.beam,
+        "time_budget_minutes": args.time_budget,
+        "seed": args.seed,
+        "num_train": args.num_train,
+        "jit_compile": args.xla,
+    }
+    out = args.out or "runs/caption"
+    models = args.model.split(",")
+    if len(models) == 1:
+        caption.run_caption(out, model=models[0], **options)
+    else:
+        caption.compare(out, models, **options)
+
+
 def _bench(args):
     from keras_attention.bench import attention
 
@@ -185,6 +219,51 @@ def build_parser():
     classify.add_argument("--out", default="runs/classify", help="output folder")
     classify.add_argument("--load", default=None, help="a trained model.keras")
     classify.set_defaults(run=_classify)
+
+    caption = commands.add_parser(
+        "caption",
+        help="train and evaluate an image captioner (Show, Attend and Tell, "
+        "or the same decoder without attention) with attention overlays, or "
+        "caption images with a trained one",
+    )
+    caption.add_argument("images", nargs="*", help="with --load: images to caption")
+    caption.add_argument(
+        "--data",
+        default="scenes",
+        help="scenes (Fashion-MNIST items composed with spatial captions, from "
+        "the Debian dataset-fashion-mnist; the default) or a folder of images "
+        "with a captions.tsv (image file<TAB>caption per line)",
+    )
+    caption.add_argument(
+        "--model",
+        default="attention",
+        help="attention or no-attention; a comma-separated list trains each in "
+        "OUT/<model> and compares their BLEU",
+    )
+    caption.add_argument("--epochs", type=int, default=None)
+    caption.add_argument("--batch-size", type=int, default=32)
+    caption.add_argument("--beam", type=int, default=3, help="beam width")
+    caption.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        help="minutes of training at most (no epoch starts that would end later)",
+    )
+    caption.add_argument(
+        "--num-train", type=int, default=None, help="training scenes (20,000)"
+    )
+    caption.add_argument(
+        "--xla", action=argparse.BooleanOptionalAction, default=True, help="XLA"
+    )
+    caption.add_argument("--seed", type=int, default=0)
+    caption.add_argument(
+        "--out",
+        default=None,
+        help="output folder (default runs/caption; with --load, the model's "
+        "folder, where the overlays go)",
+    )
+    caption.add_argument("--load", default=None, help="a trained model.keras")
+    caption.set_defaults(run=_caption)
 
     bench = commands.add_parser(
         "bench",

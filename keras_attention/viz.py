@@ -652,3 +652,212 @@ def _save(fig, path):
     _make_parent(path)
     fig.savefig(path, dpi=120)
     _pyplot().close(fig)
+
+
+def upsample_attention(weights, grid_shape, image_shape):
+    """Spreads attention over grid locations onto the image's pixels.
+
+    Each location's weight is shared evenly among the pixels of its cell
+    (the image divided into `grid_shape` equal cells, row-major), so the
+    map sums to the same total as `weights`.
+
+    Args:
+        weights: `(L,)` with `L = grid_shape[0] * grid_shape[1]`.
+        grid_shape: `(h, w)` of the grid.
+        image_shape: `(H, W)`, multiples of `h` and `w`.
+
+    Returns:
+        float32 `(H, W)`.
+    """
+    weights = np.asarray(weights, "float32")
+    h, w = grid_shape
+    height, width = image_shape[:2]
+    if weights.shape != (h * w,):
+        raise ValueError(
+            f"`weights` must have shape ({h * w},) for a {h}x{w} grid; received "
+            f"{weights.shape}."
+        )
+    if height % h or width % w:
+        raise ValueError(
+            f"The image {height}x{width} must divide into the {h}x{w} grid."
+        )
+    cell = (height // h, width // w)
+    return np.kron(weights.reshape(h, w), np.ones(cell, "float32")) / (
+        cell[0] * cell[1]
+    )
+
+
+def _show_image(ax, image):
+    image = np.asarray(image, "float32")
+    if image.ndim == 3 and image.shape[-1] == 1:
+        image = image[..., 0]
+    ax.imshow(image, cmap="gray" if image.ndim == 2 else None, vmin=0, vmax=1)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _smooth(heatmap, image_shape):
+    """The attention map resized smoothly (bilinear) to the image, as the
+    Show, Attend and Tell figures draw it."""
+    from PIL import Image
+
+    small = Image.fromarray(np.asarray(heatmap, "float32"), mode="F")
+    return np.asarray(small.resize((image_shape[1], image_shape[0]), Image.BILINEAR))
+
+
+def plot_caption_attention(
+    image, words, weights, grid_shape, path=None, title=None, boxes=None
+):
+    """Where the decoder looked for each word: the image, then one panel per
+    word with the attention overlaid in white (the figures of Xu et al.,
+    2015).
+
+    Args:
+        image: `(H, W)` or `(H, W, C)` in [0, 1].
+        words: the generated words (tokens), one per row of `weights`.
+        weights: `(len(words), L)`, attention over the `L` grid locations.
+        grid_shape: `(h, w)` of the grid (row-major locations).
+        path: where to write the PNG; None to skip.
+        title: figure title.
+        boxes: optional `(top, left, bottom, right)` boxes drawn on the
+            image panel.
+
+    Returns:
+        The matplotlib figure.
+    """
+    plt = _pyplot()
+    weights = _to_matrix(weights)
+    words = list(words)
+    _check_labels("words", words, weights.shape[0], "rows")
+    image = np.asarray(image, "float32")
+    height, width = image.shape[:2]
+    columns = min(6, len(words) + 1)
+    rows = math.ceil((len(words) + 1) / columns)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(2.0 * columns, 2.2 * rows), squeeze=False
+    )
+    for ax in axes.flat:
+        ax.axis("off")
+    _show_image(axes[0, 0], image)
+    axes[0, 0].axis("on")
+    axes[0, 0].set_title("image", fontsize=10)
+    for box in [] if boxes is None else boxes:
+        top, left, bottom, right = box
+        if top < 0:
+            continue
+        axes[0, 0].add_patch(
+            plt.Rectangle(
+                (left - 0.5, top - 0.5),
+                right - left,
+                bottom - top,
+                fill=False,
+                edgecolor="tab:orange",
+                linewidth=1,
+            )
+        )
+    for k, (word, row) in enumerate(zip(words, weights, strict=True), start=1):
+        ax = axes.flat[k]
+        heat = _smooth(
+            upsample_attention(row, grid_shape, (height, width)), image.shape
+        )
+        _show_image(ax, image)
+        ax.imshow(heat / max(float(heat.max()), 1e-12), cmap="gray", alpha=0.6)
+        ax.axis("on")
+        ax.set_title(word, fontsize=11)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    if path is not None:
+        _save(fig, path)
+    return fig
+
+
+def plot_caption_grid(images, captions, path=None, references=None, columns=4):
+    """A grid of images with their generated captions; with `references`, a
+    caption that matches one of its references is green, others red.
+
+    Args:
+        images: `(N, H, W)` or `(N, H, W, C)` in [0, 1].
+        captions: N generated captions.
+        path: where to write the PNG; None to skip.
+        references: optional, for each image a list of reference captions.
+        columns: images per row.
+
+    Returns:
+        The matplotlib figure.
+    """
+    import textwrap
+
+    plt = _pyplot()
+    images = np.asarray(images, "float32")
+    captions = list(captions)
+    if len(images) != len(captions) or not captions:
+        raise ValueError(
+            f"Expected one caption per image and at least one image; received "
+            f"{len(images)} images and {len(captions)} captions."
+        )
+    if references is not None and len(references) != len(captions):
+        raise ValueError(
+            f"Expected one list of references per image; received "
+            f"{len(references)} for {len(captions)} images."
+        )
+    columns = min(columns, len(captions))
+    rows = math.ceil(len(captions) / columns)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(3.0 * columns, 3.6 * rows), squeeze=False
+    )
+    for ax in axes.flat:
+        ax.axis("off")
+    for i, (image, caption) in enumerate(zip(images, captions, strict=True)):
+        ax = axes.flat[i]
+        _show_image(ax, image)
+        ax.axis("on")
+        color = "black"
+        if references is not None:
+            color = "tab:green" if caption in references[i] else "tab:red"
+        ax.set_title(textwrap.fill(caption, 28), fontsize=8, color=color)
+    fig.tight_layout()
+    if path is not None:
+        _save(fig, path)
+    return fig
+
+
+def plot_localization(in_box, chance, path=None, title=None):
+    """The distribution of the attention mass inside the named object's box,
+    against the box's share of the image (the chance level).
+
+    Args:
+        in_box: per named word, the share of its attention inside the box.
+        chance: per named word, the box's area over the image's.
+        path: where to write the PNG; None to skip.
+        title: figure title.
+
+    Returns:
+        The matplotlib figure.
+    """
+    plt = _pyplot()
+    in_box = np.asarray(in_box, "float32")
+    chance = np.asarray(chance, "float32")
+    if in_box.shape != chance.shape or in_box.ndim != 1 or not len(in_box):
+        raise ValueError(
+            "`in_box` and `chance` must be non-empty 1-D arrays of one length; "
+            f"received shapes {in_box.shape} and {chance.shape}."
+        )
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    bins = np.linspace(0, 1, 21)
+    ax.hist(in_box, bins=bins, alpha=0.7, label="attention inside the box")
+    ax.hist(chance, bins=bins, alpha=0.7, label="box share of the image (chance)")
+    ax.axvline(in_box.mean(), color="tab:blue", linestyle="--")
+    ax.axvline(chance.mean(), color="tab:orange", linestyle="--")
+    ax.set_xlabel("share of the image / of the attention")
+    ax.set_ylabel("named words")
+    ax.legend(frameon=False)
+    ax.set_title(
+        title
+        or f"mean {in_box.mean():.2f} inside vs {chance.mean():.2f} chance "
+        f"({in_box.mean() / max(chance.mean(), 1e-12):.1f}x)"
+    )
+    fig.tight_layout()
+    if path is not None:
+        _save(fig, path)
+    return fig

@@ -215,3 +215,55 @@ def test_plot_metric_spread_rejects_missing_values():
         viz.plot_metric_spread({"rnn": {"accuracy": []}}, metrics=["accuracy"])
     with pytest.raises(ValueError, match="at least one model"):
         viz.plot_metric_spread({})
+
+
+def test_upsample_attention_spreads_each_cell_evenly():
+    weights = np.array([0.5, 0.25, 0.25, 0.0])
+    heat = viz.upsample_attention(weights, (2, 2), (4, 6))
+    assert heat.shape == (4, 6)
+    assert heat.sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(heat[:2, :3], 0.5 / 6)
+    np.testing.assert_allclose(heat[2:, 3:], 0.0)
+    with pytest.raises(ValueError, match=r"shape \(4,\) for a 2x2 grid"):
+        viz.upsample_attention(np.ones(3), (2, 2), (4, 4))
+    with pytest.raises(ValueError, match="divide into the 2x2 grid"):
+        viz.upsample_attention(np.ones(4), (2, 2), (5, 4))
+
+
+def test_plot_caption_attention_has_a_panel_per_word(tmp_path):
+    image = np.random.default_rng(0).random((16, 16, 1))
+    weights = np.eye(4)[:3]
+    path = tmp_path / "overlay.png"
+    fig = viz.plot_caption_attention(
+        image, ["a", "bag", "[END]"], weights, (2, 2), path=path, boxes=[(0, 0, 8, 8)]
+    )
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == ["image", "a", "bag", "[END]"]
+    with pytest.raises(ValueError, match="`words` has 2 labels"):
+        viz.plot_caption_attention(image, ["a", "bag"], weights, (2, 2))
+
+
+def test_plot_caption_grid_colors_matches(tmp_path):
+    images = np.zeros((3, 8, 8))
+    path = tmp_path / "grid.png"
+    fig = viz.plot_caption_grid(
+        images,
+        ["a bag", "a top", "a coat"],
+        path=path,
+        references=[["a bag"], ["a shirt"], ["a coat", "the coat"]],
+    )
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    colors = [ax.title.get_color() for ax in fig.axes[:3]]
+    assert colors == ["tab:green", "tab:red", "tab:green"]
+    with pytest.raises(ValueError, match="one caption per image"):
+        viz.plot_caption_grid(images, ["a bag"])
+
+
+def test_plot_localization_titles_the_ratio(tmp_path):
+    path = tmp_path / "localization.png"
+    fig = viz.plot_localization([0.6, 0.4], [0.1, 0.1], path=path)
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    assert "5.0x" in fig.axes[0].get_title()
+    with pytest.raises(ValueError, match="one length"):
+        viz.plot_localization([0.5], [0.1, 0.2])

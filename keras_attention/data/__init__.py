@@ -24,7 +24,9 @@ from keras_attention.data.images import (
     read_idx,
 )
 from keras_attention.data.pipeline import (
+    caption_dataset,
     classification_dataset,
+    encode_captions,
     encode_texts,
     translation_dataset,
 )
@@ -65,10 +67,12 @@ __all__ = [
     "START_ID",
     "Scenes",
     "UNK_ID",
+    "caption_dataset",
     "classification_dataset",
     "clean_text",
     "compose_scenes",
     "date_splits",
+    "encode_captions",
     "encode_documents",
     "encode_texts",
     "generate_date_pairs",

@@ -265,3 +265,103 @@ def _bucket_by_length(dataset, lengths, boundaries, batch_size, drop_remainder):
     full, partial = sizes // batch_size, (sizes % batch_size) > 0
     num_batches = int(full.sum() + (0 if drop_remainder else partial.sum()))
     return dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
+
+
+def encode_captions(captions, tokenizer, max_length):
+    """Tokenizes several captions per image into one array.
+
+    Args:
+        captions: for each image, a non-empty list of caption strings.
+        tokenizer: a keras-hub tokenizer with the special tokens of
+            `train_word_piece`.
+        max_length: tokens per caption row, `[START]` and `[END]` included;
+            longer captions are truncated (keeping `[END]`).
+
+    Returns:
+        int32 `(N, P, max_length)`, `P` the most captions of any image: each
+        row is `[START] caption [END]` right-padded with `PAD_ID`; images with
+        fewer captions have rows of padding.
+    """
+    captions = [list(c) for c in captions]
+    empty = [i for i, c in enumerate(captions) if not c]
+    if empty:
+        raise ValueError(
+            f"Every image needs at least one caption; image {empty[0]} has none."
+        )
+    flat = [text for image_captions in captions for text in image_captions]
+    rows = encode_texts(flat, tokenizer, max_length, add_start=True, add_end=True)
+    most = max((len(c) for c in captions), default=0)
+    encoded = np.zeros((len(captions), most, max_length), "int32")
+    start = 0
+    for i, image_captions in enumerate(captions):
+        encoded[i, : len(image_captions)] = rows[start : start + len(image_captions)]
+        start += len(image_captions)
+    return encoded
+
+
+def caption_dataset(
+    images, caption_ids, batch_size, shuffle=False, seed=0, drop_remainder=False
+):
+    """Builds a batched `tf.data.Dataset` for teacher-forced captioning.
+
+    One epoch visits every image once, with one of its captions drawn at
+    random each time (the captions of an image are phrasings of the same
+    scene, so an epoch costs one encoder pass per image, not per caption).
+    Each example is `(inputs, targets, sample_weight)`: `inputs["images"]`
+    float32 in [0, 1], `inputs["decoder_token_ids"]` the caption row without
+    its last token, `targets` the row without `[START]` (so step `t` learns
+    token `t + 1`), and `sample_weight` 1.0 on real tokens, 0.0 on padding.
+
+    Args:
+        images: `(N, H, W, C)` floats in [0, 1] (stored as uint8 in the
+            pipeline) or uint8.
+        caption_ids: int32 `(N, P, T)` from `encode_captions`.
+        batch_size: images per batch.
+        shuffle: whether to shuffle the images (reshuffled each epoch).
+        seed: the seed of the shuffling and of the caption draws.
+        drop_remainder: whether to drop the last, smaller batch.
+
+    Returns:
+        A prefetched `tf.data.Dataset`.
+    """
+    check_positive_int("batch_size", batch_size)
+    images = np.asarray(images)
+    caption_ids = np.asarray(caption_ids, "int32")
+    if images.ndim != 4:
+        raise ValueError(
+            f"`images` must have shape (N, height, width, channels); received "
+            f"{images.shape}."
+        )
+    if caption_ids.ndim != 3 or len(caption_ids) != len(images):
+        raise ValueError(
+            "`caption_ids` must have shape (N, captions, length) with N = "
+            f"{len(images)} images; received {caption_ids.shape}."
+        )
+    if images.dtype != np.uint8:
+        images = np.round(np.clip(images, 0.0, 1.0) * 255).astype("uint8")
+    counts = np.sum(caption_ids[:, :, 0] != PAD_ID, axis=1).astype("int32")
+    if np.any(counts == 0):
+        raise ValueError(
+            f"Image {int(np.argmin(counts))} has no caption in `caption_ids`."
+        )
+    dataset = tf.data.Dataset.from_tensor_slices((images, caption_ids, counts))
+    if shuffle:
+        dataset = dataset.shuffle(len(images), seed=seed, reshuffle_each_iteration=True)
+    draws = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=shuffle)
+
+    def example(item, draw):
+        image, rows, count = item
+        row = rows[tf.cast(draw % tf.cast(count, tf.int64), tf.int32)]
+        targets = row[1:]
+        inputs = {
+            "images": tf.cast(image, tf.float32) / 255.0,
+            "decoder_token_ids": row[:-1],
+        }
+        return inputs, targets, tf.cast(tf.not_equal(targets, PAD_ID), tf.float32)
+
+    dataset = tf.data.Dataset.zip((dataset, draws)).map(
+        example, num_parallel_calls=tf.data.AUTOTUNE
+    )
+    return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(
+        tf.data.AUTOTUNE
+    )

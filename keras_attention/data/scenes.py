@@ -21,8 +21,10 @@ class Scenes:
         images: float32 `(N, H, W, 1)` in [0, 1].
         captions: for each scene, a list of captions (several phrasings).
         boxes: int32 `(N, K, 4)`: `(top, left, bottom, right)` of each item,
-            bottom and right exclusive; rows of -1 for absent items.
-        classes: int32 `(N, K)`: each item's Fashion-MNIST class, -1 if absent.
+            bottom and right exclusive; rows of -1 for absent items. None
+            when no boxes are known (a user's images).
+        classes: int32 `(N, K)`: each item's Fashion-MNIST class, -1 if
+            absent; None when unknown.
     """
 
     images: np.ndarray

@@ -23,6 +23,13 @@ class AttentionRNNCell(keras.layers.Layer):
       `h~_t = tanh(W_c [c_t; h_t])`, and `h~_t` is fed to the next step's input
       beside `y_t` (input feeding).
 
+    With `gate=True` the context is scaled by a gating scalar computed from
+    the attending state, `c_t = beta_t * attend(s, H)` with
+    `beta_t = sigmoid(w_beta^T s + b_beta)`, so that the decoder can weigh the
+    memory against its language model at each step: the decoder of Show,
+    Attend and Tell (Xu et al., 2015) is the `"bahdanau"` arrangement of an
+    LSTM with this gate.
+
     The memory travels in the recurrent state (`keras.layers.RNN` takes no
     constants), so `keras.layers.RNN(cell)` runs it over a sequence, compiled
     with XLA and differentiable on every backend. Build the initial state with
@@ -36,6 +43,7 @@ class AttentionRNNCell(keras.layers.Layer):
             `MultiplicativeAttention`, `DotProductAttention`, ...).
         memory_dim: feature size of the memory (the encoder outputs).
         style: `"bahdanau"` or `"luong"`.
+        gate: scale the context by the gating scalar `beta_t`.
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -67,9 +75,18 @@ class AttentionRNNCell(keras.layers.Layer):
     References:
         - [Bahdanau et al., 2015](https://arxiv.org/abs/1409.0473)
         - [Luong et al., 2015](https://arxiv.org/abs/1508.04025)
+        - [Xu et al., 2015](https://arxiv.org/abs/1502.03044) (the gate)
     """
 
-    def __init__(self, cell, attention, memory_dim, style="bahdanau", **kwargs):
+    def __init__(
+        self,
+        cell,
+        attention,
+        memory_dim,
+        style="bahdanau",
+        gate=False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         check_choice("style", style, STYLES)
         check_positive_int("memory_dim", memory_dim)
@@ -89,12 +106,17 @@ class AttentionRNNCell(keras.layers.Layer):
         self.attention = attention
         self.memory_dim = memory_dim
         self.style = style
+        self.gate = bool(gate)
         self.units = units
         cell_states = cell.state_size
         self.num_cell_states = 1 if isinstance(cell_states, int) else len(cell_states)
         if style == "luong":
             self.combine = keras.layers.Dense(
-                units, activation="tanh", use_bias=False, name="combine"
+                units,
+                activation="tanh",
+                use_bias=False,
+                dtype=self.dtype_policy,
+                name="combine",
             )
             self.output_size = units
             self.state_size = [*_as_list(cell_states), units]
@@ -102,6 +124,13 @@ class AttentionRNNCell(keras.layers.Layer):
             self.combine = None
             self.output_size = units + memory_dim
             self.state_size = _as_list(cell_states)
+        self.gate_dense = (
+            keras.layers.Dense(
+                1, activation="sigmoid", dtype=self.dtype_policy, name="gate"
+            )
+            if gate
+            else None
+        )
 
     def build(self, input_shape):
         feed_dim = self.memory_dim if self.style == "bahdanau" else self.units
@@ -109,6 +138,8 @@ class AttentionRNNCell(keras.layers.Layer):
         self._build_attention()
         if self.combine is not None:
             self.combine.build((None, self.memory_dim + self.units))
+        if self.gate_dense is not None:
+            self.gate_dense.build((None, self.units))
 
     def get_initial_state_from_memory(self, memory, cell_states, memory_mask=None):
         """The initial state list for a memory.
@@ -126,7 +157,9 @@ class AttentionRNNCell(keras.layers.Layer):
             # In a functional model the keys must be prepared by a layer call,
             # so that they follow the current weights rather than the weights
             # at the time the graph was built.
-            return InitialAttentionState(self)(memory, cell_states, memory_mask)
+            return InitialAttentionState(self)(
+                memory, cell_states, memory_mask=memory_mask
+            )
         if not hasattr(memory, "shape"):
             memory = ops.convert_to_tensor(memory)
         memory = ops.cast(memory, self.compute_dtype)
@@ -161,9 +194,7 @@ class AttentionRNNCell(keras.layers.Layer):
         memory, keys, memory_mask = states[-3:]
         mask = ops.greater(memory_mask, 0.5)
         if self.style == "bahdanau":
-            context, weights = self.attention.attend_prepared(
-                cell_states[0], memory, keys, mask
-            )
+            context, weights = self._attend(cell_states[0], memory, keys, mask)
             cell_input = ops.concatenate([inputs, ops.cast(context, inputs.dtype)], -1)
             hidden, new_cell_states = self.cell(
                 cell_input, cell_states, training=training
@@ -175,15 +206,19 @@ class AttentionRNNCell(keras.layers.Layer):
             hidden, new_cell_states = self.cell(
                 cell_input, cell_states, training=training
             )
-            context, weights = self.attention.attend_prepared(
-                hidden, memory, keys, mask
-            )
+            context, weights = self._attend(hidden, memory, keys, mask)
             output = self.combine(
                 ops.concatenate([ops.cast(context, hidden.dtype), hidden], -1)
             )
             feed = [output]
         new_states = [*_as_list(new_cell_states), *feed, memory, keys, memory_mask]
         return output, new_states, weights
+
+    def _attend(self, query, memory, keys, mask):
+        context, weights = self.attention.attend_prepared(query, memory, keys, mask)
+        if self.gate_dense is not None:
+            context = context * ops.cast(self.gate_dense(query), context.dtype)
+        return context, weights
 
     def call(self, inputs, states, training=None):
         output, new_states, _ = self.step(inputs, states, training=training)
@@ -197,6 +232,7 @@ class AttentionRNNCell(keras.layers.Layer):
                 "attention": keras.saving.serialize_keras_object(self.attention),
                 "memory_dim": self.memory_dim,
                 "style": self.style,
+                "gate": self.gate,
             }
         )
         return config

@@ -5,6 +5,7 @@ from keras_attention.models.hierarchical_attention_network import (
 )
 from keras_attention.models.rnn_seq2seq import RNNSeq2Seq
 from keras_attention.models.seq2seq import Seq2Seq
+from keras_attention.models.show_attend_tell import ShowAttendTell
 from keras_attention.models.text_baselines import (
     BagOfEmbeddingsClassifier,
     BiLSTMClassifier,
@@ -19,6 +20,7 @@ __all__ = [
     "HierarchicalAttentionNetwork",
     "RNNSeq2Seq",
     "Seq2Seq",
+    "ShowAttendTell",
     "TextClassifier",
     "Transformer",
     "TransformerClassifier",

@@ -3,13 +3,14 @@
 import keras
 from keras import ops
 
-from keras_attention._checks import check_positive_int
-from keras_attention.decoding import beam_search, compile_function, greedy_search
+from keras_attention.models.generation import GenerationMixin
 
 
-class Seq2Seq(keras.Model):
+class Seq2Seq(GenerationMixin, keras.Model):
     """Base of `RNNSeq2Seq` and `Transformer`: teacher-forced training through
-    `call`, and compiled greedy or beam-search generation through `generate`.
+    `call`, and compiled greedy or beam-search generation through `generate`
+    (`GenerationMixin`, which reads `max_target_length` as the default
+    length).
 
     Subclasses build a functional graph from
     `{"encoder_token_ids": (B, S), "decoder_token_ids": (B, T)}` (token 0 is
@@ -48,85 +49,15 @@ class Seq2Seq(keras.Model):
         self.end_token_id = end_token_id
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
-        self._generate_functions = {}
 
-    def generate(
-        self,
-        encoder_token_ids,
-        max_length=None,
-        beam_width=1,
-        length_penalty=0.6,
-        jit_compile=True,
-    ):
-        """Translates a batch of token ids.
-
-        Args:
-            encoder_token_ids: int `(B, S)`, padded with 0.
-            max_length: tokens to generate at most; defaults to the model's
-                `max_target_length`.
-            beam_width: 1 for greedy search, more for beam search.
-            length_penalty: alpha of the beam-search length penalty.
-            jit_compile: compile the whole search with XLA.
-
-        Returns:
-            int32 numpy-convertible `(B, max_length)`: the generated tokens,
-            ending with `end_token_id` and padded with 0 after it.
-        """
-        max_length = max_length or self.max_target_length
-        check_positive_int("max_length", max_length)
-        check_positive_int("beam_width", beam_width)
-        key = (max_length, beam_width, float(length_penalty), jit_compile)
-        if key not in self._generate_functions:
-
-            def generate_step(encoder_token_ids):
-                return self.search(
-                    encoder_token_ids, max_length, beam_width, length_penalty
-                )
-
-            self._generate_functions[key] = compile_function(
-                generate_step, self, jit_compile=jit_compile
-            )
+    def generation_inputs(self, encoder_token_ids):
         encoder_token_ids = ops.convert_to_tensor(encoder_token_ids, "int32")
         if len(encoder_token_ids.shape) != 2:
             raise ValueError(
                 "`encoder_token_ids` must have shape (batch, length); received "
                 f"{tuple(encoder_token_ids.shape)}."
             )
-        return self._generate_functions[key](encoder_token_ids)
-
-    def search(self, encoder_token_ids, max_length, beam_width=1, length_penalty=0.6):
-        """The uncompiled search behind `generate`."""
-        batch_size = ops.shape(encoder_token_ids)[0]
-        cache = self.initial_cache(encoder_token_ids, max_length)
-        if beam_width == 1:
-            return greedy_search(
-                self.decode_step,
-                cache,
-                batch_size,
-                max_length,
-                self.start_token_id,
-                self.end_token_id,
-                model=self,
-            )
-        return beam_search(
-            self.decode_step,
-            cache,
-            batch_size,
-            max_length,
-            self.start_token_id,
-            self.end_token_id,
-            beam_width=beam_width,
-            length_penalty=length_penalty,
-        )
-
-    def initial_cache(self, encoder_token_ids, max_length):
-        """The decoder's cache before the first step, batch on axis 0."""
-        raise NotImplementedError
-
-    def decode_step(self, token_ids, cache, index):
-        """Logits `(B, V)` of the token after `token_ids` `(B,)` (at target
-        position `index`), and the updated cache."""
-        raise NotImplementedError
+        return encoder_token_ids
 
     def attention_weights(self, encoder_token_ids, decoder_token_ids):
         """Cross-attention weights `(B, T, S)` with teacher forcing."""

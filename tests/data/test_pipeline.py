@@ -3,7 +3,9 @@ import pytest
 
 from keras_attention.data.dates import generate_date_pairs
 from keras_attention.data.pipeline import (
+    caption_dataset,
     classification_dataset,
+    encode_captions,
     encode_texts,
     translation_dataset,
 )
@@ -253,3 +255,53 @@ def test_classification_dataset_cuts_documents_by_sentence_count():
 def test_classification_dataset_rejects_mismatched_labels():
     with pytest.raises(ValueError, match=r"\(N,\).*\(4, 5\) and \(3,\)"):
         classification_dataset(np.zeros((4, 5)), np.zeros(3), 2)
+
+
+@pytest.fixture(scope="module")
+def caption_tokenizer():
+    return train_word_piece(
+        ["a bag above a shirt", "a small top to the left of a bag"] * 5,
+        100,
+        lowercase=True,
+    )
+
+
+def test_encode_captions_pads_images_with_fewer_captions(caption_tokenizer):
+    captions = [["a bag above a shirt", "a shirt below a bag"], ["a top"]]
+    ids = encode_captions(captions, caption_tokenizer, 8)
+    assert ids.shape == (2, 2, 8) and ids.dtype == np.int32
+    assert ids[0, 0, 0] == START_ID and ids[1, 0, 0] == START_ID
+    expected = encode_texts(
+        ["a top"], caption_tokenizer, 8, add_start=True, add_end=True
+    )
+    np.testing.assert_array_equal(ids[1, 0], expected[0])
+    assert END_ID in ids[1, 0]
+    assert not ids[1, 1].any()  # the second image has one caption only
+    with pytest.raises(ValueError, match="image 1 has none"):
+        encode_captions([["a bag"], []], caption_tokenizer, 8)
+
+
+def test_caption_dataset_draws_every_phrasing_and_shifts_targets(caption_tokenizer):
+    captions = [["a bag above a shirt", "a shirt below a bag", "a top"]]
+    ids = encode_captions(captions * 4, caption_tokenizer, 8)
+    images = np.random.default_rng(0).random((4, 8, 8, 1)).astype("float32")
+    dataset = caption_dataset(images, ids, batch_size=4, shuffle=True, seed=1)
+    seen = set()
+    for _ in range(5):  # epochs: each draws a phrasing per image anew
+        for inputs, targets, weights in dataset:
+            decoder = inputs["decoder_token_ids"].numpy()
+            targets = targets.numpy()
+            np.testing.assert_array_equal(decoder[:, 1:], targets[:, :-1])
+            np.testing.assert_array_equal(weights.numpy(), targets != 0)
+            assert inputs["images"].shape == (4, 8, 8, 1)
+            assert float(inputs["images"].numpy().max()) <= 1.0
+            seen.update(tuple(row) for row in decoder)
+    assert seen == {tuple(row[:-1]) for row in ids[0]}
+
+
+def test_caption_dataset_rejects_mismatched_inputs(caption_tokenizer):
+    ids = encode_captions([["a bag"]] * 2, caption_tokenizer, 6)
+    with pytest.raises(ValueError, match=r"N = 3 images; received \(2, 1, 6\)"):
+        caption_dataset(np.zeros((3, 8, 8, 1)), ids, 2)
+    with pytest.raises(ValueError, match=r"\(N, height, width, channels\)"):
+        caption_dataset(np.zeros((2, 8, 8)), ids, 2)

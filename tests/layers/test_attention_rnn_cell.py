@@ -10,12 +10,13 @@ from keras_attention.layers import (
 )
 
 
-def make_cell(style="bahdanau", attention=None, cell=None):
+def make_cell(style="bahdanau", attention=None, cell=None, gate=False):
     return AttentionRNNCell(
         cell or keras.layers.GRUCell(8),
         attention or AdditiveAttention(units=6),
         memory_dim=8,
         style=style,
+        gate=gate,
     )
 
 
@@ -48,6 +49,22 @@ def test_bahdanau_step_follows_the_paper():
     np.testing.assert_allclose(weights, expected_weights, atol=1e-6)
     hidden, _ = cell.cell(np.concatenate([inputs[:, 0], context], -1), [initial[0]])
     np.testing.assert_allclose(output, np.concatenate([hidden, context], -1), atol=1e-5)
+
+
+@pytest.mark.parametrize("style", ["bahdanau", "luong"])
+def test_gate_scales_the_context_by_a_sigmoid_of_the_attending_state(style):
+    # Xu et al. (2015): c_t = beta_t * attend(s, H), beta_t = sigmoid(w^T s + b).
+    gated = make_cell(style, gate=True)
+    _, inputs, initial = run(gated, MEMORY, steps=1)
+    state = initial[0]
+    query = state
+    if style == "luong":
+        query, _ = gated.cell(np.concatenate([inputs[:, 0], initial[1]], -1), [state])
+    context, _ = gated._attend(query, *initial[-3:-1], np.ones((2, 4), bool))
+    plain = gated.attention([query, MEMORY])
+    beta = 1 / (1 + np.exp(-(np.asarray(query) @ gated.gate_dense.kernel.numpy())))
+    np.testing.assert_allclose(context, beta * np.asarray(plain), atol=1e-5)
+    assert AttentionRNNCell.from_config(gated.get_config()).gate
 
 
 def test_luong_step_feeds_the_attentional_vector():

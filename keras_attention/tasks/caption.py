@@ -1,0 +1,470 @@
+"""`keras-attention caption`: train, evaluate and use an image captioner."""
+
+import json
+import os
+
+import keras
+import numpy as np
+
+from keras_attention.data.captioned_images import load_caption_data, load_image
+from keras_attention.data.images import FASHION_MNIST_CLASSES
+from keras_attention.data.pipeline import caption_dataset, encode_captions
+from keras_attention.data.tokenization import END_ID
+from keras_attention.models import ShowAttendTell
+from keras_attention.tasks.common import (
+    cached_word_piece,
+    fit_resumable,
+    load_or_train,
+    phase,
+    prepare_output,
+    write_metrics,
+)
+from keras_attention.viz import (
+    plot_caption_attention,
+    plot_caption_grid,
+    plot_localization,
+    plot_metric_spread,
+)
+
+# Model name -> whether the decoder attends over the image.
+MODELS = {"attention": True, "no-attention": False}
+SETTINGS = {
+    "vocabulary_size": 500,
+    "max_caption_length": 24,  # tokens, [START] and [END] included
+    "epochs": 12,
+    "patience": 3,
+    "encoder_filters": (16, 32, 64),
+}
+EVAL_BATCH_SIZE = 100
+NUM_OVERLAYS = 4
+NUM_GRID_IMAGES = 16
+# The words of a caption that name a scene's item, mapped to its class.
+NAME_WORDS = {
+    word: label
+    for label, name in enumerate(FASHION_MNIST_CLASSES)
+    for word in name.split()
+}
+
+
+def build_model(name, vocabulary_size, image_shape, settings=SETTINGS, **kwargs):
+    """The captioner called `name` (one of `MODELS`) sized for the data."""
+    if name not in MODELS:
+        raise ValueError(f"`model` must be one of {list(MODELS)}; received {name!r}.")
+    kwargs.setdefault("encoder_filters", settings["encoder_filters"])
+    return ShowAttendTell(
+        vocabulary_size,
+        image_shape=image_shape,
+        attention=MODELS[name],
+        max_caption_length=settings["max_caption_length"] - 1,
+        **kwargs,
+    )
+
+
+def caption_images(model, images, beam_width=1, length_penalty=0.6):
+    """Captions images with a model that carries its tokenizer.
+
+    Args:
+        model: a trained `ShowAttendTell` with a `tokenizer`.
+        images: `(N, H, W, C)` in [0, 1], of the model's `image_shape`.
+        beam_width: 1 for greedy search, more for beam search.
+        length_penalty: alpha of the beam-search length penalty.
+
+    Returns:
+        `(captions, token_ids)`: N strings, and int32 `(N, T)` tokens ending
+        with `[END]` and 0-padded.
+    """
+    if model.tokenizer is None:
+        raise ValueError(
+            "This model has no tokenizer; train it with `keras-attention "
+            "caption`, or pass `tokenizer=` when building it."
+        )
+    images = np.asarray(images, "float32")
+    outputs = []
+    for start in range(0, len(images), EVAL_BATCH_SIZE):
+        batch = images[start : start + EVAL_BATCH_SIZE]
+        rows = len(batch)
+        # One batch size, so that XLA compiles the search once.
+        batch = np.pad(batch, ((0, EVAL_BATCH_SIZE - rows), (0, 0), (0, 0), (0, 0)))
+        tokens = model.generate(
+            batch, beam_width=beam_width, length_penalty=length_penalty
+        )
+        outputs.append(np.asarray(tokens)[:rows])
+    token_ids = np.concatenate(outputs)
+    return [words_of(model.tokenizer, row) for row in token_ids], token_ids
+
+
+def words_of(tokenizer, token_ids):
+    """The caption of generated tokens: the words up to `[END]`."""
+    words = []
+    for token in token_ids:
+        if int(token) == END_ID:
+            break
+        if int(token) > END_ID:
+            words.append(tokenizer.id_to_token(int(token)))
+    return " ".join(words).replace(" ##", "")
+
+
+def box_overlap(grid_shape, image_shape, box):
+    """The share of each grid cell that lies inside a box.
+
+    Args:
+        grid_shape: `(h, w)` of the attention grid (row-major locations).
+        image_shape: `(H, W)` of the image.
+        box: `(top, left, bottom, right)` in pixels, bottom/right exclusive.
+
+    Returns:
+        float32 `(h * w,)`: for each cell, the fraction of its pixels inside
+        the box; `weights @ overlap` is the attention mass inside the box.
+    """
+    h, w = grid_shape
+    height, width = image_shape[:2]
+    top, left, bottom, right = box
+    rows = np.arange(h + 1) * height / h
+    cols = np.arange(w + 1) * width / w
+    row_in = np.clip(np.minimum(rows[1:], bottom) - np.maximum(rows[:-1], top), 0, None)
+    col_in = np.clip(np.minimum(cols[1:], right) - np.maximum(cols[:-1], left), 0, None)
+    cell_area = (height / h) * (width / w)
+    return (np.outer(row_in, col_in) / cell_area).reshape(-1).astype("float32")
+
+
+def localization(model, scenes, token_ids):
+    """Attention localization on generated captions.
+
+    For each generated word that names an item of its scene, the share of
+    that step's attention inside the item's box, and the share of the image
+    the box covers (the level of attention spread evenly).
+
+    Args:
+        model: a `ShowAttendTell` with attention.
+        scenes: `Scenes` with boxes and classes.
+        token_ids: int `(N, T)` generated for `scenes.images`.
+
+    Returns:
+        dict with `in_box` and `chance` (one value per named word) and
+        `unmatched` (the number of generated names of items the scene lacks).
+    """
+    tokenizer = model.tokenizer
+    image_shape = scenes.images.shape[1:3]
+    in_box, chance, unmatched = [], [], 0
+    for start in range(0, len(token_ids), EVAL_BATCH_SIZE):
+        tokens = np.asarray(token_ids[start : start + EVAL_BATCH_SIZE], "int32")
+        decoder_ids = np.concatenate(
+            [np.full((len(tokens), 1), model.start_token_id, "int32"), tokens[:, :-1]],
+            axis=1,
+        )
+        weights = np.asarray(
+            model.attention_weights(
+                scenes.images[start : start + len(tokens)], decoder_ids
+            ),
+            "float32",
+        )
+        for row, (scene_tokens, scene_weights) in enumerate(
+            zip(tokens, weights, strict=True)
+        ):
+            scene = start + row
+            for t, token in enumerate(scene_tokens):
+                if int(token) == END_ID or int(token) == 0:
+                    break
+                label = NAME_WORDS.get(tokenizer.id_to_token(int(token)))
+                if label is None:
+                    continue
+                items = np.flatnonzero(scenes.classes[scene] == label)
+                if not len(items):
+                    unmatched += 1
+                    continue
+                box = scenes.boxes[scene, items[0]]
+                overlap = box_overlap(model.grid_shape, image_shape, box)
+                in_box.append(float(scene_weights[t] @ overlap))
+                area = (box[2] - box[0]) * (box[3] - box[1])
+                chance.append(area / (image_shape[0] * image_shape[1]))
+    return {
+        "in_box": np.array(in_box),
+        "chance": np.array(chance),
+        "unmatched": unmatched,
+    }
+
+
+def bleu_scores(hypotheses, references):
+    """Corpus BLEU-1 .. BLEU-4 (sacrebleu, 0-100) against every reference
+    of each hypothesis."""
+    from sacrebleu.metrics import BLEU
+
+    most = max(len(r) for r in references)
+    streams = [[r[k] if k < len(r) else None for r in references] for k in range(most)]
+    return {
+        f"bleu{n}": float(
+            BLEU(max_ngram_order=n).corpus_score(hypotheses, streams).score
+        )
+        for n in range(1, 5)
+    }
+
+
+def evaluate(model, scenes, beam_width=1):
+    """BLEU-1..4, exact-caption rate and, where the scenes have boxes and the
+    model attends, attention localization."""
+    captions, token_ids = caption_images(model, scenes.images, beam_width)
+    metrics = bleu_scores(captions, scenes.captions)
+    metrics["exact_caption_rate"] = float(
+        np.mean([c in refs for c, refs in zip(captions, scenes.captions, strict=True)])
+    )
+    located = None
+    if model.attention and scenes.boxes is not None:
+        located = localization(model, scenes, token_ids)
+        in_box, chance = located["in_box"], located["chance"]
+        if len(in_box):
+            metrics.update(
+                {
+                    "attention_in_box": float(in_box.mean()),
+                    "attention_chance": float(chance.mean()),
+                    "attention_in_box_ratio": float(in_box.mean() / chance.mean()),
+                    "attention_in_box_quartiles": [
+                        float(q) for q in np.percentile(in_box, [25, 50, 75])
+                    ],
+                    "attention_above_chance_rate": float(np.mean(in_box > chance)),
+                    "named_words": int(len(in_box)),
+                    "named_words_not_in_scene": located["unmatched"],
+                }
+            )
+    return metrics, captions, token_ids, located
+
+
+def run_caption(
+    out_dir,
+    data="scenes",
+    model="attention",
+    epochs=None,
+    batch_size=32,
+    beam_width=3,
+    time_budget_minutes=None,
+    seed=0,
+    num_train=None,
+    jit_compile=True,
+    verbose=1,
+    callbacks=None,
+    **model_kwargs,
+):
+    """Trains a captioner, evaluates it on the test split and writes
+    `metrics.json`, `model.keras`, per-word attention overlays, a caption
+    grid and the localization histogram under `out_dir`. Re-run with the same
+    folder, an interrupted training resumes from its last finished epoch,
+    and a finished one is evaluated again without training.
+
+    Args:
+        out_dir: output folder.
+        data: `"scenes"` or a folder of images with `captions.tsv`.
+        model: `"attention"` (Show, Attend and Tell) or `"no-attention"` (the
+            same decoder with the image vector only).
+        epochs: most training epochs (early stopping on validation loss
+            keeps the best).
+        batch_size: training batch size.
+        beam_width: beam width of a second evaluation (1 skips it).
+        time_budget_minutes: stop training after this many minutes.
+        seed: seed of the data, the initialisation and the shuffling.
+        num_train: number of training scenes (`"scenes"` only).
+        jit_compile: train with XLA.
+        verbose: Keras progress bar setting.
+        callbacks: extra Keras callbacks for `fit`.
+        **model_kwargs: extra constructor arguments of `ShowAttendTell`.
+
+    Returns:
+        The metrics dict.
+    """
+    if model not in MODELS:
+        raise ValueError(f"`model` must be one of {list(MODELS)}; received {model!r}.")
+    prepare_output(out_dir)
+    keras.utils.set_random_seed(seed)
+    settings = SETTINGS
+    epochs = epochs or settings["epochs"]
+
+    phase(f"loading {data}")
+    splits = load_caption_data(data, seed=seed, num_train=num_train)
+    texts = [c for captions in splits["train"].captions for c in captions]
+    tokenizer = cached_word_piece(
+        os.path.join(out_dir, "vocabulary.txt"),
+        texts,
+        settings["vocabulary_size"],
+        lowercase=True,
+    )
+    image_shape = splits["train"].images.shape[1:]
+    phase(
+        f"{len(splits['train'])} training images ({len(texts)} captions), "
+        f"{len(splits['test'])} test images, vocabulary "
+        f"{tokenizer.vocabulary_size()}, images {image_shape}"
+    )
+
+    def dataset(scenes, **kwargs):
+        ids = encode_captions(
+            scenes.captions, tokenizer, settings["max_caption_length"]
+        )
+        return caption_dataset(scenes.images, ids, batch_size, seed=seed, **kwargs)
+
+    def train():
+        phase(f"building {model}")
+        net = build_model(
+            model,
+            tokenizer.vocabulary_size(),
+            image_shape,
+            settings,
+            tokenizer=tokenizer,
+            **model_kwargs,
+        )
+        net.compile(
+            optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            weighted_metrics=["accuracy"],
+            jit_compile=jit_compile,
+        )
+        phase(f"training {net.count_params():,} parameters for up to {epochs} epochs")
+        history = fit_resumable(
+            net,
+            dataset(splits["train"], shuffle=True, drop_remainder=True),
+            out_dir,
+            epochs,
+            validation_data=dataset(splits["valid"]),
+            patience=settings["patience"],
+            time_budget_minutes=time_budget_minutes,
+            callbacks=callbacks,
+            verbose=verbose,
+            shuffle=False,  # the dataset reshuffles itself every epoch
+        )
+        return net, history
+
+    net, history = load_or_train(out_dir, train)
+
+    test = splits["test"]
+    phase(f"captioning {len(test)} test images (greedy)")
+    metrics, captions, token_ids, located = evaluate(net, test)
+    if beam_width > 1:
+        phase(f"captioning again with beam search (width {beam_width})")
+        beam, _, _, _ = evaluate(net, test, beam_width=beam_width)
+        metrics.update(
+            {
+                f"beam{beam_width}_{k}": v
+                for k, v in beam.items()
+                if k.startswith(("bleu", "exact"))
+            }
+        )
+    plot_caption_grid(
+        test.images[:NUM_GRID_IMAGES],
+        captions[:NUM_GRID_IMAGES],
+        os.path.join(out_dir, "captions.png"),
+        references=test.captions[:NUM_GRID_IMAGES],
+    )
+    if net.attention:
+        for i in range(min(NUM_OVERLAYS, len(test))):
+            plot_overlay(
+                net,
+                test.images[i],
+                os.path.join(out_dir, f"attention_{i}.png"),
+                boxes=None if test.boxes is None else test.boxes[i],
+            )
+        if located is not None and len(located["in_box"]):
+            plot_localization(
+                located["in_box"],
+                located["chance"],
+                os.path.join(out_dir, "localization.png"),
+            )
+    metrics.update(
+        {
+            "model": model,
+            "data": data,
+            "train_images": len(splits["train"]),
+            "test_images": len(test),
+            "parameters": net.count_params(),
+            "epochs": history["epochs"],
+            "train_seconds": history["train_seconds"],
+            "final_valid_token_accuracy": history["val_accuracy"][-1],
+            "samples": [
+                {"generated": c, "references": r}
+                for c, r in zip(captions[:5], test.captions[:5], strict=True)
+            ],
+        }
+    )
+    write_metrics(out_dir, metrics)
+    located_text = (
+        f"; attention in box {metrics['attention_in_box']:.2f} vs chance "
+        f"{metrics['attention_chance']:.2f}"
+        if "attention_in_box" in metrics
+        else ""
+    )
+    phase(
+        f"{model} on {data}: BLEU-4 {metrics['bleu4']:.1f}, exact captions "
+        f"{metrics['exact_caption_rate']:.3f}{located_text}; trained "
+        f"{history['train_seconds']:.0f} s; wrote {out_dir}"
+    )
+    return metrics
+
+
+def compare(out_dir, models=tuple(MODELS), data="scenes", **kwargs):
+    """Runs `run_caption` for each model in `out_dir/<model>` and writes
+    `comparison.json` and `comparison.png` (BLEU-1..4 side by side)."""
+    results = {
+        name: run_caption(os.path.join(out_dir, name), data=data, model=name, **kwargs)
+        for name in models
+    }
+    keys = (
+        "bleu1",
+        "bleu2",
+        "bleu3",
+        "bleu4",
+        "exact_caption_rate",
+        "attention_in_box",
+        "attention_chance",
+        "train_seconds",
+        "epochs",
+    )
+    summary = {name: {k: r[k] for k in keys if k in r} for name, r in results.items()}
+    with open(os.path.join(out_dir, "comparison.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    plot_metric_spread(
+        {
+            name: {k: [r[k]] for k in ("bleu1", "bleu2", "bleu3", "bleu4")}
+            for name, r in results.items()
+        },
+        metrics=("bleu1", "bleu2", "bleu3", "bleu4"),
+        path=os.path.join(out_dir, "comparison.png"),
+        title=f"Captioning {data}: BLEU on the test images",
+    )
+    phase(f"comparison written to {out_dir}/comparison.json and comparison.png")
+    return results
+
+
+def plot_overlay(model, image, path, boxes=None):
+    """Captions one image greedily and draws the attention of every word."""
+    tokens, weights = model.generate(np.asarray(image)[None], return_attention=True)
+    tokens = np.asarray(tokens)[0]
+    weights = np.asarray(weights)[0]
+    words = []
+    for token in tokens:
+        words.append(model.tokenizer.id_to_token(int(token)) if token else "")
+        if int(token) == END_ID or not token:
+            break
+    length = len(words)
+    caption = words_of(model.tokenizer, tokens)
+    plot_caption_attention(
+        image,
+        words,
+        weights[:length],
+        model.grid_shape,
+        path=path,
+        title=caption,
+        boxes=boxes,
+    )
+    return caption
+
+
+def caption_files(model, paths, out_dir=None, beam_width=1):
+    """Captions image files with a trained model; with `out_dir`, also
+    writes each image's attention overlay there as `<name>_attention.png`.
+
+    Returns:
+        The captions, one per path.
+    """
+    height, width, channels = model.image_shape
+    images = np.stack([load_image(p, (height, width), channels) for p in paths])
+    captions, _ = caption_images(model, images, beam_width)
+    if out_dir is not None and model.attention:
+        for path, image in zip(paths, images, strict=True):
+            name = os.path.splitext(os.path.basename(path))[0]
+            plot_overlay(model, image, os.path.join(out_dir, f"{name}_attention.png"))
+    return captions
