@@ -105,6 +105,7 @@ def _caption(args):
         "seed": args.seed,
         "num_train": args.num_train,
         "jit_compile": args.xla,
+        "doubly_stochastic": args.doubly_stochastic,
     }
     out = args.out or "runs/caption"
     models = args.model.split(",")
@@ -251,6 +252,13 @@ def build_parser():
     )
     caption.add_argument(
         "--num-train", type=int, default=None, help="training scenes (20,000)"
+    )
+    caption.add_argument(
+        "--doubly-stochastic",
+        type=float,
+        default=1.0,
+        help="strength lambda of the doubly stochastic attention regularization "
+        "(0 turns it off)",
     )
     caption.add_argument(
         "--xla", action=argparse.BooleanOptionalAction, default=True, help="XLA"

@@ -161,14 +161,14 @@ def test_mixed_precision_under_xla(policy):
     history = model.fit(inputs, targets, epochs=2, verbose=0)
     assert np.all(np.isfinite(history.history["loss"]))
     tokens, weights = model.generate(inputs["images"], return_attention=True)
-    np.testing.assert_allclose(
-        np.asarray(weights, "float32").sum(-1), 1.0, atol=1e-2
-    )
+    np.testing.assert_allclose(np.asarray(weights, "float32").sum(-1), 1.0, atol=1e-2)
 
 
 def test_bad_image_shape_is_a_clear_error():
     model = captioner()
-    with pytest.raises(ValueError, match=r"\(batch, 16, 16, 1\); received \(2, 8, 8, 1\)"):
+    with pytest.raises(
+        ValueError, match=r"\(batch, 16, 16, 1\); received \(2, 8, 8, 1\)"
+    ):
         model.generate(np.zeros((2, 8, 8, 1), "float32"))
     with pytest.raises(ValueError, match=r"received \(16, 16, 1\)"):
         model.generate(np.zeros((16, 16, 1), "float32"))
@@ -198,3 +198,56 @@ def test_no_attention_model_has_no_attention_weights():
     inputs = batch()
     with pytest.raises(ValueError, match="attention=False"):
         model.attention_weights(inputs["images"], inputs["decoder_token_ids"])
+
+
+def test_a_tiny_model_overfits_a_handful_of_scenes():
+    """The model learns: eight real scenes, one caption each, memorized well
+    enough that greedy decoding reproduces most captions word for word."""
+    import os
+
+    from keras_attention.data import (
+        FASHION_MNIST_DIR,
+        compose_scenes,
+        encode_captions,
+        load_fashion_mnist,
+        train_word_piece,
+    )
+    from keras_attention.tasks.caption import words_of
+
+    if not os.path.isdir(FASHION_MNIST_DIR):
+        pytest.skip("`apt-get install dataset-fashion-mnist` to train on scenes")
+    images, labels = load_fashion_mnist("test")
+    scenes = compose_scenes(images[:500], labels[:500], 8, max_items=2, seed=0)
+    captions = [c[0] for c in scenes.captions]
+    tokenizer = train_word_piece(captions * 20, 100, lowercase=True)
+    ids = encode_captions([[c] for c in captions], tokenizer, 12)[:, 0]
+    targets = ids[:, 1:]
+    model = ShowAttendTell(
+        tokenizer.vocabulary_size(),
+        encoder_filters=(8, 16, 32),
+        units=64,
+        embedding_dim=16,
+        attention_units=16,
+        dropout=0.0,
+        max_caption_length=11,
+        tokenizer=tokenizer,
+    )
+    model.compile(
+        keras.optimizers.Adam(3e-3),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
+    model.fit(
+        {"images": scenes.images, "decoder_token_ids": ids[:, :-1]},
+        targets,
+        sample_weight=(targets != 0).astype("float32"),
+        batch_size=8,
+        epochs=400,
+        verbose=0,
+    )
+    generated = [
+        words_of(tokenizer, row) for row in np.asarray(model.generate(scenes.images))
+    ]
+    assert sum(g == c for g, c in zip(generated, captions, strict=True)) >= 7, list(
+        zip(generated, captions, strict=True)
+    )
