@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_attention.models.generation import GenerationMixin
+from keras_attention.models.saving import deserialize_optional, serialize_optional
 
 
 class Seq2Seq(GenerationMixin, keras.Model):
@@ -74,21 +75,14 @@ class Seq2Seq(GenerationMixin, keras.Model):
             "max_target_length": self.max_target_length,
             "start_token_id": self.start_token_id,
             "end_token_id": self.end_token_id,
-            "source_tokenizer": _serialize(self.source_tokenizer),
-            "target_tokenizer": _serialize(self.target_tokenizer),
+            "source_tokenizer": serialize_optional(self.source_tokenizer),
+            "target_tokenizer": serialize_optional(self.target_tokenizer),
         }
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        for name in ("source_tokenizer", "target_tokenizer"):
-            if config.get(name) is not None:
-                config[name] = keras.saving.deserialize_keras_object(config[name])
-        return cls(**config)
-
-
-def _serialize(layer):
-    return None if layer is None else keras.saving.serialize_keras_object(layer)
+        names = ("source_tokenizer", "target_tokenizer")
+        return cls(**deserialize_optional(config, names))
 
 
 def token_id_inputs():

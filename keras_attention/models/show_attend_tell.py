@@ -7,6 +7,7 @@ from keras_attention._checks import check_positive_int, check_rate
 from keras_attention.layers.additive_attention import AdditiveAttention
 from keras_attention.layers.attention_rnn_cell import AttentionRNNCell
 from keras_attention.models.generation import GenerationMixin
+from keras_attention.models.saving import deserialize_optional, serialize_optional
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -41,8 +42,9 @@ class ShowAttendTell(GenerationMixin, keras.Model):
         vocabulary_size: number of caption tokens (0 is padding).
         image_shape: `(H, W, C)` of the input images, values in [0, 1].
         encoder_filters: filters of the convolutional stages; each stage is
-            two 3x3 convolutions and a 2x2 max-pooling, so the grid is
-            `H / 2**stages` by `W / 2**stages`.
+            two 3x3 convolutions (each followed by group normalization and a
+            ReLU) and a 2x2 max-pooling, so the grid is `H / 2**stages` by
+            `W / 2**stages`.
         embedding_dim: size of the word embeddings and of the deep output.
         units: size of the LSTM state.
         attention_units: size of the additive attention's hidden layer.
@@ -350,19 +352,12 @@ class ShowAttendTell(GenerationMixin, keras.Model):
             "max_caption_length": self.max_caption_length,
             "start_token_id": self.start_token_id,
             "end_token_id": self.end_token_id,
-            "tokenizer": None
-            if self.tokenizer is None
-            else keras.saving.serialize_keras_object(self.tokenizer),
+            "tokenizer": serialize_optional(self.tokenizer),
         }
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if config.get("tokenizer") is not None:
-            config["tokenizer"] = keras.saving.deserialize_keras_object(
-                config["tokenizer"]
-            )
-        return cls(**config)
+        return cls(**deserialize_optional(config, ("tokenizer",)))
 
 
 def _convolutional_encoder(encoder_filters, dtype):

@@ -6,6 +6,7 @@ import numpy as np
 from keras import ops
 
 from keras_attention._checks import check_positive_int
+from keras_attention.models.saving import deserialize_optional, serialize_optional
 
 
 class TextClassifier(keras.Model):
@@ -71,7 +72,6 @@ class TextClassifier(keras.Model):
         return np.concatenate(chunks)
 
     def get_config(self):
-        tokenizer = self.tokenizer
         return {
             "name": self.name,
             "trainable": self.trainable,
@@ -79,19 +79,12 @@ class TextClassifier(keras.Model):
             "vocabulary_size": self.vocabulary_size,
             "num_classes": self.num_classes,
             "class_names": self.class_names,
-            "tokenizer": None
-            if tokenizer is None
-            else keras.saving.serialize_keras_object(tokenizer),
+            "tokenizer": serialize_optional(self.tokenizer),
         }
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if config.get("tokenizer") is not None:
-            config["tokenizer"] = keras.saving.deserialize_keras_object(
-                config["tokenizer"]
-            )
-        return cls(**config)
+        return cls(**deserialize_optional(config, ("tokenizer",)))
 
 
 def check_classifier_args(vocabulary_size, num_classes, class_names, **sizes):
