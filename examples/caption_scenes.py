@@ -6,8 +6,11 @@ Scenes of two or three real Fashion-MNIST items (Debian package
 the items and their places ("a small sneaker to the left of a bag"). A
 convolutional encoder trained from scratch makes an 8x8 grid of features; an
 LSTM decoder attends over the 64 locations at every word. This short run
-trains on 8,000 scenes for 6 epochs (about 10 minutes on 2 CPU cores);
-`keras-attention caption` trains longer, with checkpoints and more metrics.
+trains on 8,000 scenes for 6 epochs: 14 minutes on this project's 2-core
+machine (with another job sharing it), after which the captions have the
+right shape and often the right items but few are exact (0.03 of the test
+scenes). `keras-attention caption` trains 12 epochs on 20,000 scenes, with
+checkpoints and more metrics (BLEU-4 72; see docs/tutorials/captioning.md).
 
     python examples/caption_scenes.py
 """
