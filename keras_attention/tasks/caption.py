@@ -200,32 +200,33 @@ def bleu_scores(hypotheses, references):
 
 
 def evaluate(model, scenes, beam_width=1):
-    """BLEU-1..4, exact-caption rate and, where the scenes have boxes and the
-    model attends, attention localization."""
+    """BLEU-1..4 and the exact-caption rate of the model's captions of
+    `scenes`; returns `(metrics, captions, token_ids)`."""
     captions, token_ids = caption_images(model, scenes.images, beam_width)
     metrics = bleu_scores(captions, scenes.captions)
     metrics["exact_caption_rate"] = float(
         np.mean([c in refs for c, refs in zip(captions, scenes.captions, strict=True)])
     )
-    located = None
-    if model.attention and scenes.boxes is not None:
-        located = localization(model, scenes, token_ids)
-        in_box, chance = located["in_box"], located["chance"]
-        if len(in_box):
-            metrics.update(
-                {
-                    "attention_in_box": float(in_box.mean()),
-                    "attention_chance": float(chance.mean()),
-                    "attention_in_box_ratio": float(in_box.mean() / chance.mean()),
-                    "attention_in_box_quartiles": [
-                        float(q) for q in np.percentile(in_box, [25, 50, 75])
-                    ],
-                    "attention_above_chance_rate": float(np.mean(in_box > chance)),
-                    "named_words": int(len(in_box)),
-                    "named_words_not_in_scene": located["unmatched"],
-                }
-            )
-    return metrics, captions, token_ids, located
+    return metrics, captions, token_ids
+
+
+def localization_metrics(located):
+    """The figures of `localization`'s result for `metrics.json` (none when
+    no generated word named an item of its scene)."""
+    in_box, chance = located["in_box"], located["chance"]
+    if not len(in_box):
+        return {}
+    return {
+        "attention_in_box": float(in_box.mean()),
+        "attention_chance": float(chance.mean()),
+        "attention_in_box_ratio": float(in_box.mean() / chance.mean()),
+        "attention_in_box_quartiles": [
+            float(q) for q in np.percentile(in_box, [25, 50, 75])
+        ],
+        "attention_above_chance_rate": float(np.mean(in_box > chance)),
+        "named_words": int(len(in_box)),
+        "named_words_not_in_scene": located["unmatched"],
+    }
 
 
 def run_caption(
@@ -333,10 +334,16 @@ def run_caption(
 
     test = splits["test"]
     phase(f"captioning {len(test)} test images (greedy)")
-    metrics, captions, token_ids, located = evaluate(net, test)
+    metrics, captions, token_ids = evaluate(net, test)
+    located = None
+    if net.attention and test.boxes is not None:
+        # Measured on the greedy captions only: the beam-search pass below
+        # reports BLEU and exact captions.
+        located = localization(net, test, token_ids)
+        metrics.update(localization_metrics(located))
     if beam_width > 1:
         phase(f"captioning again with beam search (width {beam_width})")
-        beam, _, _, _ = evaluate(net, test, beam_width=beam_width)
+        beam, _, _ = evaluate(net, test, beam_width=beam_width)
         metrics.update(
             {
                 f"beam{beam_width}_{k}": v
