@@ -861,3 +861,155 @@ def plot_localization(in_box, chance, path=None, title=None):
     if path is not None:
         _save(fig, path)
     return fig
+
+
+def plot_image_grid(images, path=None, columns=8, row_titles=None, title=None):
+    """A grid of images (generated samples, say), `columns` per row.
+
+    Args:
+        images: `(N, H, W, C)` in [0, 1], C = 1 or 3.
+        path: where to write the PNG; None to skip.
+        columns: images per row.
+        row_titles: optional label per row (e.g. the class of a conditional
+            generator's row).
+        title: figure title.
+
+    Returns:
+        The matplotlib figure.
+    """
+    images = np.asarray(images, "float32")
+    if images.ndim != 4 or images.shape[-1] not in (1, 3):
+        raise ValueError(
+            f"`images` must have shape (N, H, W, 1 or 3); received {images.shape}."
+        )
+    rows = math.ceil(len(images) / columns)
+    if row_titles is not None and len(row_titles) != rows:
+        raise ValueError(f"`row_titles` has {len(row_titles)} labels for {rows} rows.")
+    plt = _pyplot()
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(columns * 1.0, rows * 1.0 + 0.4), squeeze=False
+    )
+    for i, ax in enumerate(axes.flat):
+        if i < len(images):
+            _show_image(ax, images[i])
+        else:
+            ax.axis("off")
+    if row_titles is not None:
+        for ax, label in zip(axes[:, 0], row_titles, strict=True):
+            ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout(pad=0.3)
+    if path is not None:
+        _save(fig, path)
+    return fig
+
+
+def plot_gan_history(history, path=None, title=None):
+    """The training curves of a GAN, one point per epoch: the hinge losses
+    of both networks and their mean logits on real and generated images, and
+    FID when the history has it.
+
+    Args:
+        history: `{"d_loss": [...], "g_loss": [...], "d_real": [...],
+            "d_fake": [...], "fid": [...] (optional)}`, one value per epoch.
+        path: where to write the PNG; None to skip.
+        title: figure title.
+
+    Returns:
+        The matplotlib figure.
+    """
+    required = ("d_loss", "g_loss", "d_real", "d_fake")
+    missing = [k for k in required if k not in history]
+    if missing:
+        raise ValueError(
+            f"`history` lacks {missing}; it has {sorted(history)}, expected "
+            f"every one of {list(required)}."
+        )
+    plt = _pyplot()
+    panels = 3 if history.get("fid") else 2
+    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.2))
+    epochs = np.arange(1, len(history["d_loss"]) + 1)
+    for key, label in (("d_loss", "discriminator"), ("g_loss", "generator")):
+        axes[0].plot(epochs, history[key], marker="o", label=label)
+    axes[0].set_title("hinge loss")
+    for key, label in (("d_real", "D(real)"), ("d_fake", "D(generated)")):
+        axes[1].plot(epochs, history[key], marker="o", label=label)
+    axes[1].set_title("mean discriminator logit")
+    if panels == 3:
+        axes[2].plot(epochs, history["fid"], marker="o", color="tab:green")
+        axes[2].set_title("FID (lower is better)")
+    for ax in axes:
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+    for ax in axes[:2]:
+        ax.legend(frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    if path is not None:
+        _save(fig, path)
+    return fig
+
+
+def plot_self_attention(images, weights, query_points, path=None, title=None):
+    """Where chosen query positions of generated images attend, in the style
+    of the SAGAN paper's figure: each row shows one image with its query
+    points marked, then one attention map per point over the image.
+
+    Args:
+        images: `(B, H, W, C)` in [0, 1].
+        weights: `(B, r * r, r * r)` self-attention weights over an `r x r`
+            map (row = query, row-major), `r` dividing H and W.
+        query_points: `(row, column)` pairs in map coordinates.
+        path: where to write the PNG; None to skip.
+        title: figure title.
+
+    Returns:
+        The matplotlib figure.
+    """
+    images = np.asarray(images, "float32")
+    weights = np.asarray(weights, "float32")
+    if weights.ndim != 3 or weights.shape[1] != weights.shape[2]:
+        raise ValueError(
+            f"`weights` must have shape (B, r * r, r * r); received {weights.shape}."
+        )
+    side = math.isqrt(weights.shape[1])
+    if side * side != weights.shape[1] or len(images) != len(weights):
+        raise ValueError(
+            f"`weights` {weights.shape} must be square maps of a square grid, "
+            f"one per image ({len(images)} images)."
+        )
+    for row, column in query_points:
+        if not (0 <= row < side and 0 <= column < side):
+            raise ValueError(
+                f"Query point ({row}, {column}) is outside the {side}x{side} map."
+            )
+    plt = _pyplot()
+    columns = 1 + len(query_points)
+    fig, axes = plt.subplots(
+        len(images), columns, figsize=(1.8 * columns, 1.8 * len(images)), squeeze=False
+    )
+    scale = images.shape[1] / side
+    colors = plt.cm.tab10.colors
+    for b, image in enumerate(images):
+        _show_image(axes[b, 0], image)
+        for k, (row, column) in enumerate(query_points):
+            color = colors[k % len(colors)]
+            center = ((column + 0.5) * scale - 0.5, (row + 0.5) * scale - 0.5)
+            axes[b, 0].plot(*center, "o", color=color, markersize=5)
+            attention = weights[b, row * side + column]
+            heatmap = upsample_attention(attention, (side, side), images.shape[1:3])
+            ax = axes[b, k + 1]
+            _show_image(ax, image)
+            ax.imshow(heatmap, cmap="jet", alpha=0.55)
+            ax.plot(*center, "o", color=color, markersize=5)
+            for spine in ax.spines.values():
+                spine.set_edgecolor(color)
+                spine.set_linewidth(2)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout(pad=0.3)
+    if path is not None:
+        _save(fig, path)
+    return fig

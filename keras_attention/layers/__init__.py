@@ -4,6 +4,9 @@ from keras_attention.layers.additive_attention import AdditiveAttention
 from keras_attention.layers.attention_pooling import AttentionPooling
 from keras_attention.layers.attention_rnn_cell import AttentionRNNCell
 from keras_attention.layers.base_attention import ScoreAttention, WeightedScoreAttention
+from keras_attention.layers.conditional_batch_normalization import (
+    ConditionalBatchNormalization,
+)
 from keras_attention.layers.cosine_attention import CosineAttention
 from keras_attention.layers.dot_product_attention import DotProductAttention
 from keras_attention.layers.feed_forward import FeedForward
@@ -14,6 +17,7 @@ from keras_attention.layers.position_encoding import (
     PositionEmbedding,
     SinusoidalPositionEncoding,
 )
+from keras_attention.layers.self_attention_2d import SelfAttention2D
 from keras_attention.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
@@ -24,6 +28,7 @@ __all__ = [
     "AdditiveAttention",
     "AttentionPooling",
     "AttentionRNNCell",
+    "ConditionalBatchNormalization",
     "CosineAttention",
     "DotProductAttention",
     "FeedForward",
@@ -32,6 +37,7 @@ __all__ = [
     "MultiplicativeAttention",
     "PositionEmbedding",
     "ScoreAttention",
+    "SelfAttention2D",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",
     "TransformerDecoderBlock",

@@ -4,6 +4,14 @@ from keras_attention.models.hierarchical_attention_network import (
     HierarchicalAttentionNetwork,
 )
 from keras_attention.models.rnn_seq2seq import RNNSeq2Seq
+from keras_attention.models.sagan import (
+    SAGAN,
+    generator_attention,
+    generator_inputs,
+    sagan_discriminator,
+    sagan_generator,
+    sample_images,
+)
 from keras_attention.models.seq2seq import Seq2Seq
 from keras_attention.models.show_attend_tell import ShowAttendTell
 from keras_attention.models.text_baselines import (
@@ -19,9 +27,15 @@ __all__ = [
     "BiLSTMClassifier",
     "HierarchicalAttentionNetwork",
     "RNNSeq2Seq",
+    "SAGAN",
     "Seq2Seq",
     "ShowAttendTell",
     "TextClassifier",
     "Transformer",
     "TransformerClassifier",
+    "generator_attention",
+    "generator_inputs",
+    "sagan_discriminator",
+    "sagan_generator",
+    "sample_images",
 ]

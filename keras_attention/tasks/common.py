@@ -85,13 +85,16 @@ class EpochSeconds(keras.callbacks.Callback):
 
 
 def read_epoch_log(path):
-    """The rows of a `CSVLogger` file as dicts of floats (epoch as int)."""
+    """The rows of a `CSVLogger` file as dicts of floats (epoch as int),
+    without the columns it could not fill."""
     if not os.path.exists(path):
         return []
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
+    # CSVLogger writes "NA" for the `val_` columns of a run without
+    # validation data.
     return [
-        {k: int(v) if k == "epoch" else float(v) for k, v in row.items()}
+        {k: int(v) if k == "epoch" else float(v) for k, v in row.items() if v != "NA"}
         for row in rows
     ]
 
@@ -105,6 +108,7 @@ def fit_resumable(
     patience=None,
     time_budget_minutes=None,
     callbacks=None,
+    epoch_metrics=None,
     verbose=1,
     **fit_kwargs,
 ):
@@ -130,6 +134,8 @@ def fit_resumable(
         time_budget_minutes: no epoch starts that would end later than this
             (`TimeBudget`).
         callbacks: extra callbacks.
+        epoch_metrics: callbacks that add figures to an epoch's logs (FID,
+            say); they run before the epoch's line is written.
         verbose: Keras progress bar setting.
         **fit_kwargs: more `fit` arguments.
 
@@ -142,13 +148,16 @@ def fit_resumable(
     log_path = os.path.join(folder, "epochs.csv")
     best_path = os.path.join(folder, "best.weights.h5")
     logged = read_epoch_log(log_path)
-    best_loss = min((row["val_loss"] for row in logged), default=None)
+    best_loss = min(
+        (row["val_loss"] for row in logged if "val_loss" in row), default=None
+    )
     if logged:
         phase(f"resuming after epoch {logged[-1]['epoch'] + 1} (from {folder})")
     callbacks = [
         # Its own folder: it deletes the folder when training ends.
         keras.callbacks.BackupAndRestore(os.path.join(folder, "backup")),
         EpochSeconds(),
+        *(epoch_metrics or []),
         keras.callbacks.CSVLogger(log_path, append=True),
         *(callbacks or []),
     ]

@@ -1,0 +1,614 @@
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_attention._checks import check_positive_int
+from keras_attention.layers.conditional_batch_normalization import (
+    ConditionalBatchNormalization,
+)
+from keras_attention.layers.self_attention_2d import SelfAttention2D
+
+# The base resolution of both networks: the generator starts from a 4x4 map
+# and the discriminator ends on one.
+BASE_RESOLUTION = 4
+
+
+def _check_image_shape(image_shape):
+    image_shape = tuple(image_shape)
+    size = image_shape[0] if len(image_shape) == 3 else None
+    if (
+        len(image_shape) != 3
+        or image_shape[0] != image_shape[1]
+        or not isinstance(size, int)
+        or size < 2 * BASE_RESOLUTION
+        or size & (size - 1)
+    ):
+        raise ValueError(
+            "`image_shape` must be (size, size, channels) with size a power of "
+            f"2 of at least {2 * BASE_RESOLUTION}; received {image_shape}."
+        )
+    check_positive_int("channels (image_shape[2])", image_shape[2])
+    return image_shape
+
+
+def attention_resolutions(image_size):
+    """The feature-map sizes where both SAGAN networks can attend: from the
+    4x4 map up to half the image size."""
+    return [2**k for k in range(2, int(math.log2(image_size)))]
+
+
+def _check_attention_resolution(image_size, resolution):
+    allowed = attention_resolutions(image_size)
+    if resolution not in allowed:
+        raise ValueError(
+            f"`attention_resolution` must be one of {allowed} for {image_size}x"
+            f"{image_size} images (a feature-map size found in both networks); "
+            f"received {resolution!r}."
+        )
+
+
+def _spectral(layer):
+    return keras.layers.SpectralNormalization(layer, name=f"{layer.name}_sn")
+
+
+def _conv(filters, kernel_size, name):
+    return _spectral(
+        keras.layers.Conv2D(filters, kernel_size, padding="same", name=name)
+    )
+
+
+def _normalize(x, labels, num_classes, name):
+    if num_classes:
+        return ConditionalBatchNormalization(num_classes, name=name)(x, labels)
+    return keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5, name=name)(x)
+
+
+def _generator_block(x, labels, filters, num_classes, name):
+    """Pre-activation residual block that doubles the resolution."""
+    h = _normalize(x, labels, num_classes, f"{name}_norm1")
+    h = keras.layers.ReLU(name=f"{name}_relu1")(h)
+    h = keras.layers.UpSampling2D(2, name=f"{name}_up")(h)
+    h = _conv(filters, 3, f"{name}_conv1")(h)
+    h = _normalize(h, labels, num_classes, f"{name}_norm2")
+    h = keras.layers.ReLU(name=f"{name}_relu2")(h)
+    h = _conv(filters, 3, f"{name}_conv2")(h)
+    shortcut = keras.layers.UpSampling2D(2, name=f"{name}_shortcut_up")(x)
+    shortcut = _conv(filters, 1, f"{name}_shortcut_conv")(shortcut)
+    return keras.layers.Add(name=f"{name}_add")([h, shortcut])
+
+
+def _discriminator_block(x, filters, downsample, first, name):
+    """Residual block; the first one skips the leading ReLU (its input is the
+    image) and pools before its shortcut convolution, as in SNGAN."""
+    h = x if first else keras.layers.ReLU(name=f"{name}_relu0")(x)
+    h = _conv(filters, 3, f"{name}_conv1")(h)
+    h = keras.layers.ReLU(name=f"{name}_relu1")(h)
+    h = _conv(filters, 3, f"{name}_conv2")(h)
+    if downsample:
+        h = keras.layers.AveragePooling2D(2, name=f"{name}_pool")(h)
+    shortcut = x
+    if first:
+        shortcut = keras.layers.AveragePooling2D(2, name=f"{name}_shortcut_pool")(x)
+        shortcut = _conv(filters, 1, f"{name}_shortcut_conv")(shortcut)
+    elif downsample or x.shape[-1] != filters:
+        shortcut = _conv(filters, 1, f"{name}_shortcut_conv")(shortcut)
+        if downsample:
+            shortcut = keras.layers.AveragePooling2D(2, name=f"{name}_shortcut_pool")(
+                shortcut
+            )
+    return keras.layers.Add(name=f"{name}_add")([h, shortcut])
+
+
+def _generator_channels(image_size, width):
+    """Channels of the generator's maps from 4x4 up: `width * 2^(n-1)` at
+    4x4 and 8x8, halving at each later doubling, `width` at full size."""
+    blocks = int(math.log2(image_size // BASE_RESOLUTION))
+    return [width * 2 ** max(blocks - 1 - i, 0) for i in range(-1, blocks)]
+
+
+def sagan_generator(
+    image_shape=(32, 32, 1),
+    latent_dim=128,
+    width=32,
+    num_classes=None,
+    attention=True,
+    attention_resolution=16,
+    name="generator",
+):
+    """The SAGAN generator: `z` (and a class) to an image in [-1, 1].
+
+    A spectrally normalized dense layer maps `z` to a 4x4 map, residual
+    blocks (batch norm, ReLU, 2x nearest upsampling, 3x3 convolutions) double
+    it up to the image size, and a final batch norm, ReLU, 3x3 convolution and
+    tanh give the image. With `num_classes`, every batch normalization is a
+    `ConditionalBatchNormalization` on the class. `SelfAttention2D` (spectrally
+    normalized) follows the block that produces `attention_resolution`.
+
+    Args:
+        image_shape: `(size, size, channels)`, size a power of 2, at least 8.
+        latent_dim: size of `z`.
+        width: channels at full resolution; they double at each halving of
+            the resolution, down to 8x8.
+        num_classes: number of classes for a class-conditional generator.
+        attention: add the self-attention block.
+        attention_resolution: the feature-map size it attends over.
+        name: model name.
+
+    Returns:
+        A functional `keras.Model` from `z` `(B, latent_dim)` (and int labels
+        `(B,)`) to float32 images `(B, size, size, channels)` in [-1, 1].
+    """
+    size, _, channels = _check_image_shape(image_shape)
+    for arg, value in (("latent_dim", latent_dim), ("width", width)):
+        check_positive_int(arg, value)
+    if num_classes is not None:
+        check_positive_int("num_classes", num_classes)
+    if attention:
+        _check_attention_resolution(size, attention_resolution)
+    widths = _generator_channels(size, width)
+    z = keras.Input((latent_dim,), name="z")
+    inputs = [z]
+    labels = None
+    if num_classes:
+        labels = keras.Input((), dtype="int32", name="labels")
+        inputs.append(labels)
+    x = _spectral(
+        keras.layers.Dense(BASE_RESOLUTION * BASE_RESOLUTION * widths[0], name="dense")
+    )(z)
+    x = keras.layers.Reshape((BASE_RESOLUTION, BASE_RESOLUTION, widths[0]))(x)
+    resolution = BASE_RESOLUTION
+    for i, filters in enumerate(widths[1:]):
+        if attention and resolution == attention_resolution:
+            x = SelfAttention2D(spectral_normalization=True, name="self_attention")(x)
+        x = _generator_block(x, labels, filters, num_classes, f"block{i + 1}")
+        resolution *= 2
+    x = _normalize(x, labels, num_classes, "output_norm")
+    x = keras.layers.ReLU(name="output_relu")(x)
+    x = _conv(channels, 3, "output_conv")(x)
+    images = keras.layers.Activation("tanh", dtype="float32", name="images")(x)
+    return keras.Model(inputs if num_classes else z, images, name=name)
+
+
+def sagan_discriminator(
+    image_shape=(32, 32, 1),
+    width=32,
+    num_classes=None,
+    attention=True,
+    attention_resolution=16,
+    name="discriminator",
+):
+    """The SAGAN discriminator: an image (and a class) to a real/fake logit.
+
+    Residual blocks with spectrally normalized convolutions and average
+    pooling halve the image down to 4x4 (channels doubling from `width`), one
+    more block keeps 4x4, then ReLU, global sum pooling and a spectrally
+    normalized dense layer give the logit. With `num_classes` it is a
+    projection discriminator: `logit = psi(phi(x)) + embed(y)^T phi(x)`.
+    `SelfAttention2D` follows the block that produces `attention_resolution`.
+
+    Args:
+        image_shape: `(size, size, channels)`, size a power of 2, at least 8.
+        width: channels of the first block.
+        num_classes: number of classes for the projection discriminator.
+        attention: add the self-attention block.
+        attention_resolution: the feature-map size it attends over.
+        name: model name.
+
+    Returns:
+        A functional `keras.Model` from images `(B, size, size, channels)` in
+        [-1, 1] (and int labels `(B,)`) to float32 logits `(B, 1)`.
+
+    References:
+        - [Miyato & Koyama, 2018. cGANs with Projection
+          Discriminator](https://arxiv.org/abs/1802.05637)
+    """
+    size, _, channels = _check_image_shape(image_shape)
+    check_positive_int("width", width)
+    if num_classes is not None:
+        check_positive_int("num_classes", num_classes)
+    if attention:
+        _check_attention_resolution(size, attention_resolution)
+    images = keras.Input((size, size, channels), name="images")
+    inputs = [images]
+    if num_classes:
+        labels = keras.Input((), dtype="int32", name="labels")
+        inputs.append(labels)
+    x = images
+    resolution, filters, i = size, width, 0
+    while resolution > BASE_RESOLUTION:
+        x = _discriminator_block(x, filters, True, i == 0, f"block{i + 1}")
+        resolution //= 2
+        i += 1
+        if attention and resolution == attention_resolution:
+            x = SelfAttention2D(spectral_normalization=True, name="self_attention")(x)
+        if resolution > BASE_RESOLUTION:
+            filters *= 2
+    x = _discriminator_block(x, filters, False, False, f"block{i + 1}")
+    x = keras.layers.ReLU(name="output_relu")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    # Sum pooling (SNGAN, BigGAN) = mean pooling times the number of positions.
+    features = keras.layers.Rescaling(float(resolution * resolution), name="sum")(x)
+    logits = _spectral(keras.layers.Dense(1, dtype="float32", name="logit"))(features)
+    if num_classes:
+        class_embedding = _spectral(
+            keras.layers.Embedding(num_classes, filters, name="class_embedding")
+        )(labels)
+        projection = keras.layers.Dot(axes=1, dtype="float32", name="projection")(
+            [class_embedding, features]
+        )
+        logits = keras.layers.Add(dtype="float32", name="logits")([logits, projection])
+    return keras.Model(inputs if num_classes else images, logits, name=name)
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class SAGAN(keras.Model):
+    """Self-Attention GAN: the generator and discriminator trained together
+    with the hinge loss and the two time-scale update rule.
+
+    Both networks are residual convolutional networks with spectral
+    normalization on every layer (`keras.layers.SpectralNormalization`) and a
+    `SelfAttention2D` block at `attention_resolution` (see
+    `sagan_generator`, `sagan_discriminator`). One training step updates the
+    discriminator once and then the generator once:
+
+    ```
+    L_D = E[relu(1 - D(x, y))] + E[relu(1 + D(G(z, y), y))]
+    L_G = -E[D(G(z, y), y)]
+    ```
+
+    with separate Adam optimizers (TTUR: `beta_1 = 0`, `beta_2 = 0.9`,
+    learning rates 4e-4 for D and 1e-4 for G by default). With `ema_decay`,
+    an `ema_generator` keeps an exponential moving average of the generator's
+    weights, updated after every step; `sample` uses it.
+
+    `fit` on images in [-1, 1] (and labels for a conditional model) shows the
+    losses on Keras's progress bar: `d_loss`, `g_loss`, and the mean logits
+    `d_real` and `d_fake`. Training uses `tf.GradientTape` and so needs the
+    TensorFlow backend; the networks themselves (`generator`, `sample`,
+    `discriminator`) run on any backend.
+
+    Args:
+        image_shape: `(size, size, channels)`, size a power of 2, at least 8.
+        latent_dim: size of `z`.
+        generator_width: channels of the generator at full resolution.
+        discriminator_width: channels of the discriminator's first block.
+        num_classes: number of classes for the class-conditional variant
+            (conditional batch norm in G, projection discriminator).
+        attention: use `SelfAttention2D` in both networks (False is the
+            ablation baseline).
+        attention_resolution: the feature-map size they attend over.
+        ema_decay: decay of the generator's weight average (e.g. 0.999), or
+            None for none.
+        seed: seed of the latent vectors drawn during training.
+        **kwargs: `name` and other model arguments.
+
+    Call arguments:
+        inputs: `z` `(B, latent_dim)`, or `[z, labels]` for a conditional
+            model.
+        training: whether batch norm uses batch statistics.
+
+    Returns:
+        Generated images `(B, size, size, channels)` in [-1, 1].
+
+    Example:
+
+    ```python
+    gan = keras_attention.models.SAGAN(
+        image_shape=(8, 8, 1), generator_width=8, discriminator_width=8,
+        latent_dim=16, attention_resolution=4,
+    )
+    gan.compile()
+    images = np.random.uniform(-1, 1, (64, 8, 8, 1)).astype("float32")
+    gan.fit(images, batch_size=32, epochs=1, verbose=0)
+    samples = gan.sample(4, seed=0)  # (4, 8, 8, 1) in [0, 1]
+    ```
+
+    References:
+        - [Zhang et al., 2019. Self-Attention Generative Adversarial
+          Networks](https://arxiv.org/abs/1805.08318)
+        - [Miyato et al., 2018. Spectral Normalization for Generative
+          Adversarial Networks](https://arxiv.org/abs/1802.05957)
+        - [Heusel et al., 2017. GANs Trained by a Two Time-Scale Update Rule
+          Converge to a Local Nash Equilibrium](https://arxiv.org/abs/1706.08500)
+        - [Lim & Ye, 2017. Geometric GAN](https://arxiv.org/abs/1705.02894)
+          (the hinge loss)
+    """
+
+    def __init__(
+        self,
+        image_shape=(32, 32, 1),
+        latent_dim=128,
+        generator_width=32,
+        discriminator_width=32,
+        num_classes=None,
+        attention=True,
+        attention_resolution=16,
+        ema_decay=None,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if ema_decay is not None and not 0.0 < ema_decay < 1.0:
+            raise ValueError(
+                f"`ema_decay` must be in (0, 1) or None; received {ema_decay!r}."
+            )
+        self.image_shape = _check_image_shape(image_shape)
+        self.latent_dim = latent_dim
+        self.generator_width = generator_width
+        self.discriminator_width = discriminator_width
+        self.num_classes = num_classes
+        self.attention = bool(attention)
+        self.attention_resolution = attention_resolution
+        self.ema_decay = ema_decay
+        self.seed = seed
+        generator_args = {
+            "image_shape": self.image_shape,
+            "latent_dim": latent_dim,
+            "width": generator_width,
+            "num_classes": num_classes,
+            "attention": attention,
+            "attention_resolution": attention_resolution,
+        }
+        self.generator = sagan_generator(**generator_args)
+        self.discriminator = sagan_discriminator(
+            image_shape=self.image_shape,
+            width=discriminator_width,
+            num_classes=num_classes,
+            attention=attention,
+            attention_resolution=attention_resolution,
+        )
+        self.ema_generator = None
+        if ema_decay is not None:
+            self.ema_generator = sagan_generator(**generator_args, name="ema_generator")
+            self.ema_generator.set_weights(self.generator.get_weights())
+            self.ema_generator.trainable = False
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.trackers = {
+            name: keras.metrics.Mean(name=name)
+            for name in ("d_loss", "g_loss", "d_real", "d_fake")
+        }
+        self.generator_optimizer = None
+        self.discriminator_optimizer = None
+        self.built = True
+
+    def call(self, inputs, training=False):
+        return self.generator(inputs, training=training)
+
+    def compile(self, generator_optimizer=None, discriminator_optimizer=None, **kwargs):
+        """Configures training.
+
+        Args:
+            generator_optimizer: default `Adam(1e-4, beta_1=0, beta_2=0.9)`.
+            discriminator_optimizer: default `Adam(4e-4, beta_1=0,
+                beta_2=0.9)`.
+            **kwargs: more `Model.compile` arguments (`jit_compile`, ...);
+                `optimizer` and `loss` are not taken.
+        """
+        for arg in ("optimizer", "loss"):
+            if arg in kwargs:
+                raise ValueError(
+                    f"SAGAN.compile takes `generator_optimizer` and "
+                    f"`discriminator_optimizer` (the loss is the hinge loss); "
+                    f"received `{arg}`."
+                )
+        super().compile(**kwargs)
+        optimizers = {
+            "generator": (generator_optimizer, 1e-4, self.generator),
+            "discriminator": (discriminator_optimizer, 4e-4, self.discriminator),
+        }
+        for name, (optimizer, learning_rate, network) in optimizers.items():
+            if optimizer is None:
+                optimizer = keras.optimizers.Adam(
+                    learning_rate, beta_1=0.0, beta_2=0.9, name=f"{name}_adam"
+                )
+            optimizer = keras.optimizers.get(optimizer)
+            if self.dtype_policy.name == "mixed_float16" and not isinstance(
+                optimizer, keras.optimizers.LossScaleOptimizer
+            ):
+                optimizer = keras.optimizers.LossScaleOptimizer(
+                    optimizer, name=f"{name}_loss_scale"
+                )
+            # Built now so that a checkpoint restores into existing variables.
+            optimizer.build(network.trainable_variables)
+            setattr(self, f"{name}_optimizer", optimizer)
+
+    @property
+    def metrics(self):
+        return list(self.trackers.values())
+
+    def generator_inputs(self, batch_size, labels=None, seed=None):
+        """`generator_inputs` of this model's generator; `seed` defaults to
+        the model's own seed generator."""
+        seed = self.seed_generator if seed is None else seed
+        return generator_inputs(self.generator, batch_size, labels, seed)
+
+    def _unpack(self, data):
+        images, labels = (data, None) if not isinstance(data, tuple) else data[:2]
+        if self.num_classes and labels is None:
+            raise ValueError(
+                "A conditional SAGAN (num_classes set) trains on (images, "
+                "labels); received images only."
+            )
+        return images, labels if self.num_classes else None
+
+    def _discriminate(self, images, labels):
+        if self.num_classes:
+            return self.discriminator([images, labels], training=True)
+        return self.discriminator(images, training=True)
+
+    def train_step(self, data):
+        if keras.backend.backend() != "tensorflow":
+            raise NotImplementedError(
+                "SAGAN training uses tf.GradientTape and needs the TensorFlow "
+                f"backend; the backend is {keras.backend.backend()!r}."
+            )
+        import tensorflow as tf
+
+        real, labels = self._unpack(data)
+        real = ops.cast(real, "float32")
+        batch_size = ops.shape(real)[0]
+
+        # Discriminator: real and generated images in one pass.
+        generator_inputs = self.generator_inputs(batch_size, labels)
+        with tf.GradientTape() as tape:
+            fake = self.generator(generator_inputs, training=True)
+            both = ops.concatenate([real, ops.cast(fake, real.dtype)], axis=0)
+            both_labels = None
+            if labels is not None:
+                both_labels = ops.concatenate([labels, labels], axis=0)
+            logits = ops.cast(self._discriminate(both, both_labels), "float32")
+            real_logits, fake_logits = logits[:batch_size], logits[batch_size:]
+            d_loss = ops.mean(ops.relu(1.0 - real_logits)) + ops.mean(
+                ops.relu(1.0 + fake_logits)
+            )
+            scaled = self.discriminator_optimizer.scale_loss(d_loss)
+        variables = self.discriminator.trainable_variables
+        self.discriminator_optimizer.apply(tape.gradient(scaled, variables), variables)
+
+        # Generator.
+        generator_inputs = self.generator_inputs(batch_size, labels)
+        with tf.GradientTape() as tape:
+            fake = self.generator(generator_inputs, training=True)
+            logits = self._discriminate(fake, labels)
+            g_loss = -ops.mean(ops.cast(logits, "float32"))
+            scaled = self.generator_optimizer.scale_loss(g_loss)
+        variables = self.generator.trainable_variables
+        self.generator_optimizer.apply(tape.gradient(scaled, variables), variables)
+
+        if self.ema_generator is not None:
+            self._update_ema()
+        for name, value in (
+            ("d_loss", d_loss),
+            ("g_loss", g_loss),
+            ("d_real", ops.mean(real_logits)),
+            ("d_fake", ops.mean(fake_logits)),
+        ):
+            self.trackers[name].update_state(value)
+        return {name: tracker.result() for name, tracker in self.trackers.items()}
+
+    def _update_ema(self):
+        decay = self.ema_decay
+        for average, weight in zip(
+            self.ema_generator.weights, self.generator.weights, strict=True
+        ):
+            if weight.trainable:
+                average.assign(decay * average + (1.0 - decay) * weight)
+            else:
+                # Batch-norm statistics and power-iteration vectors are copied.
+                average.assign(weight)
+
+    @property
+    def sampler(self):
+        """The network `sample` uses: the weight average when there is one."""
+        return self.ema_generator or self.generator
+
+    def sample(self, num_images, labels=None, seed=None, batch_size=256):
+        """`sample_images` from `sampler` (the weight average when there is
+        one): float32 numpy `(num_images, size, size, channels)` in [0, 1]."""
+        return sample_images(self.sampler, num_images, labels, seed, batch_size)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "image_shape": list(self.image_shape),
+                "latent_dim": self.latent_dim,
+                "generator_width": self.generator_width,
+                "discriminator_width": self.discriminator_width,
+                "num_classes": self.num_classes,
+                "attention": self.attention,
+                "attention_resolution": self.attention_resolution,
+                "ema_decay": self.ema_decay,
+                "seed": self.seed,
+            }
+        )
+        return config
+
+
+def _num_classes(generator):
+    """The number of classes of a conditional generator (the size of its
+    first conditional batch norm's table), or None."""
+    if len(generator.inputs) == 1:
+        return None
+    for layer in generator.layers:
+        if isinstance(layer, ConditionalBatchNormalization):
+            return layer.num_classes
+    raise ValueError(f"`{generator.name}` has a labels input but no class table.")
+
+
+def generator_inputs(generator, batch_size, labels=None, seed=None):
+    """Inputs for a SAGAN generator network: standard normal `z`, and for a
+    conditional one the given labels or labels drawn uniformly.
+
+    Args:
+        generator: a network from `sagan_generator` (or a loaded one).
+        batch_size: number of images.
+        labels: int `(batch_size,)` classes, conditional generators only.
+        seed: an int, a `keras.random.SeedGenerator`, or None.
+
+    Returns:
+        `z`, or `[z, labels]`.
+    """
+    z = keras.random.normal((batch_size, generator.inputs[0].shape[-1]), seed=seed)
+    num_classes = _num_classes(generator)
+    if num_classes is None:
+        if labels is not None:
+            raise ValueError(f"`{generator.name}` is unconditional; received labels.")
+        return z
+    if labels is None:
+        labels = keras.random.randint((batch_size,), 0, num_classes, seed=seed)
+    labels = ops.convert_to_tensor(labels)
+    if tuple(labels.shape) != (batch_size,):
+        raise ValueError(
+            f"`labels` must have shape ({batch_size},); received {tuple(labels.shape)}."
+        )
+    return [z, ops.cast(labels, "int32")]
+
+
+def sample_images(generator, num_images, labels=None, seed=None, batch_size=256):
+    """Generates images with a SAGAN generator network.
+
+    Args:
+        generator: a network from `sagan_generator` (or a loaded one).
+        num_images: how many.
+        labels: int `(num_images,)` classes for a conditional generator
+            (drawn uniformly when None).
+        seed: int seed of `z` (and of drawn labels).
+        batch_size: images per forward pass.
+
+    Returns:
+        float32 numpy `(num_images, size, size, channels)` in [0, 1].
+    """
+    check_positive_int("num_images", num_images)
+    seed = keras.random.SeedGenerator(seed)
+    inputs = generator_inputs(generator, num_images, labels, seed)
+    images = generator.predict(inputs, batch_size=batch_size, verbose=0)
+    return np.clip((np.asarray(images, "float32") + 1.0) / 2.0, 0.0, 1.0)
+
+
+def generator_attention(generator, inputs):
+    """A SAGAN generator's images and self-attention weights.
+
+    Args:
+        generator: a network from `sagan_generator` with attention.
+        inputs: `z` (or `[z, labels]`), e.g. from `generator_inputs`.
+
+    Returns:
+        `(images, weights)`: float32 numpy images in [0, 1] and weights
+        `(B, r * r, r * r)` over the `r x r` map the block attends over (row =
+        query position, row-major; each row sums to 1).
+    """
+    try:
+        block = generator.get_layer("self_attention")
+    except ValueError:
+        raise ValueError(
+            f"`{generator.name}` has no self-attention block (built with "
+            "attention=False)."
+        ) from None
+    features = keras.Model(generator.inputs, block.input)(inputs, training=False)
+    _, weights = block(features, return_attention_scores=True, training=False)
+    images = generator(inputs, training=False)
+    images = np.clip((ops.convert_to_numpy(images) + 1.0) / 2.0, 0.0, 1.0)
+    return images, ops.convert_to_numpy(ops.cast(weights, "float32"))
