@@ -54,8 +54,8 @@ class ConditionalBatchNormalization(keras.layers.Layer):
         self.momentum = momentum
         self.epsilon = epsilon
 
-    def build(self, input_shape, labels_shape=None):
-        input_shape = tuple(input_shape)
+    def build(self, inputs_shape, labels_shape=None):
+        input_shape = tuple(inputs_shape)
         check_rank("inputs", input_shape, (2, 3, 4, 5))
         channels = input_shape[-1]
         if channels is None:
@@ -105,8 +105,8 @@ class ConditionalBatchNormalization(keras.layers.Layer):
             shift, normalized.dtype
         )
 
-    def compute_output_shape(self, input_shape, labels_shape=None):
-        return tuple(input_shape)
+    def compute_output_shape(self, inputs_shape, labels_shape=None):
+        return tuple(inputs_shape)
 
     def get_config(self):
         config = super().get_config()

@@ -232,9 +232,15 @@ def sagan_discriminator(
     features = keras.layers.Rescaling(float(resolution * resolution), name="sum")(x)
     logits = _spectral(keras.layers.Dense(1, dtype="float32", name="logit"))(features)
     if num_classes:
-        class_embedding = _spectral(
-            keras.layers.Embedding(num_classes, filters, name="class_embedding")
+        # A dense layer on one-hot labels rather than an Embedding: Keras's
+        # SpectralNormalization casts its output to the input dtype, which
+        # for an Embedding is the integer labels.
+        one_hot = keras.layers.CategoryEncoding(
+            num_classes, output_mode="one_hot", name="one_hot"
         )(labels)
+        class_embedding = _spectral(
+            keras.layers.Dense(filters, use_bias=False, name="class_embedding")
+        )(one_hot)
         projection = keras.layers.Dot(axes=1, dtype="float32", name="projection")(
             [class_embedding, features]
         )
@@ -509,6 +515,11 @@ class SAGAN(keras.Model):
         one): float32 numpy `(num_images, size, size, channels)` in [0, 1]."""
         return sample_images(self.sampler, num_images, labels, seed, batch_size)
 
+    def get_compile_config(self):
+        # The optimizers are rebuilt by `compile()`; a loaded model is
+        # compiled again before it trains.
+        return None
+
     def get_config(self):
         config = super().get_config()
         config.update(
@@ -560,7 +571,8 @@ def generator_inputs(generator, batch_size, labels=None, seed=None):
     if labels is None:
         labels = keras.random.randint((batch_size,), 0, num_classes, seed=seed)
     labels = ops.convert_to_tensor(labels)
-    if tuple(labels.shape) != (batch_size,):
+    known = isinstance(batch_size, int) and None not in labels.shape
+    if known and tuple(labels.shape) != (batch_size,):
         raise ValueError(
             f"`labels` must have shape ({batch_size},); received {tuple(labels.shape)}."
         )
