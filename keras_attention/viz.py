@@ -899,7 +899,8 @@ def plot_image_grid(images, path=None, columns=8, row_titles=None, title=None):
             ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=8)
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.tight_layout(pad=0.3)
+    # Room at the top for the title.
+    fig.tight_layout(pad=0.3, rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
     if path is not None:
         _save(fig, path)
     return fig

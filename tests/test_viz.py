@@ -267,3 +267,51 @@ def test_plot_localization_titles_the_ratio(tmp_path):
     assert "5.0x" in fig.axes[0].get_title()
     with pytest.raises(ValueError, match="one length"):
         viz.plot_localization([0.5], [0.1, 0.2])
+
+
+def test_plot_image_grid_lays_out_rows_with_titles(tmp_path):
+    images = np.random.default_rng(0).random((20, 8, 8, 1)).astype("float32")
+    fig = viz.plot_image_grid(
+        images, tmp_path / "grid.png", columns=5, row_titles=list("abcd")
+    )
+    assert (tmp_path / "grid.png").exists()
+    assert len(fig.axes) == 20
+    assert [fig.axes[i].get_ylabel() for i in (0, 5, 10, 15)] == list("abcd")
+    with pytest.raises(ValueError, match="3 labels for 4 rows"):
+        viz.plot_image_grid(images, columns=5, row_titles=list("abc"))
+    with pytest.raises(ValueError, match=r"\(N, H, W, 1 or 3\)"):
+        viz.plot_image_grid(images[..., 0])
+
+
+def test_plot_gan_history_draws_losses_logits_and_fid(tmp_path):
+    history = {
+        "d_loss": [1.5, 1.2, 1.1],
+        "g_loss": [0.4, 0.6, 0.7],
+        "d_real": [0.3, 0.5, 0.6],
+        "d_fake": [-0.3, -0.5, -0.6],
+        "fid": [90.0, 60.0, 40.0],
+    }
+    fig = viz.plot_gan_history(history, tmp_path / "losses.png")
+    assert (tmp_path / "losses.png").exists()
+    assert [ax.get_title() for ax in fig.axes] == [
+        "hinge loss",
+        "mean discriminator logit",
+        "FID (lower is better)",
+    ]
+    assert (
+        len(viz.plot_gan_history({k: history[k] for k in list(history)[:4]}).axes) == 2
+    )
+    with pytest.raises(ValueError, match="lacks"):
+        viz.plot_gan_history({"d_loss": [1.0]})
+
+
+def test_plot_self_attention_draws_a_map_per_query_point(tmp_path):
+    images = np.zeros((2, 16, 16, 1), "float32")
+    weights = np.full((2, 16, 16), 1 / 16, "float32")
+    fig = viz.plot_self_attention(images, weights, [(0, 0), (3, 3)], tmp_path / "a.png")
+    assert (tmp_path / "a.png").exists()
+    assert len(fig.axes) == 2 * 3
+    with pytest.raises(ValueError, match="outside the 4x4 map"):
+        viz.plot_self_attention(images, weights, [(4, 0)])
+    with pytest.raises(ValueError, match="square"):
+        viz.plot_self_attention(images, weights[:, :15, :15], [(0, 0)])

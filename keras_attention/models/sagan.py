@@ -399,7 +399,8 @@ class SAGAN(keras.Model):
                     f"`discriminator_optimizer` (the loss is the hinge loss); "
                     f"received `{arg}`."
                 )
-        super().compile(**kwargs)
+        # No `optimizer` of the base class (it would default to RMSprop).
+        super().compile(optimizer=None, **kwargs)
         optimizers = {
             "generator": (generator_optimizer, 1e-4, self.generator),
             "discriminator": (discriminator_optimizer, 4e-4, self.discriminator),

@@ -137,6 +137,7 @@ def run_gan(
     seed=0,
     image_size=32,
     channels=1,
+    callbacks=None,
 ):
     """Trains SAGAN (or its no-attention ablation) on an image set, measures
     it every epoch, and writes everything to `out_dir`.
@@ -173,6 +174,7 @@ def run_gan(
         seed: seed of initialization, data order and latent vectors.
         image_size: side of a folder's images after resizing.
         channels: 1 or 3 for a folder's images.
+        callbacks: extra training callbacks.
 
     Returns:
         The metrics dict.
@@ -249,7 +251,7 @@ def run_gan(
             epochs,
             validation_data=None,
             time_budget_minutes=time_budget_minutes,
-            callbacks=[keras.callbacks.TerminateOnNaN()],
+            callbacks=[keras.callbacks.TerminateOnNaN(), *(callbacks or [])],
             epoch_metrics=[monitor],
             steps_per_epoch=steps_per_epoch,
             shuffle=False,  # the dataset shuffles

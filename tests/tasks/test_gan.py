@@ -1,0 +1,144 @@
+import json
+
+import keras
+import numpy as np
+import pytest
+from PIL import Image
+
+from keras_attention import cli
+from keras_attention.models import sample_images
+from keras_attention.tasks.gan import ablation, run_gan
+from tests.tasks.callbacks import Record, StopAt
+
+TINY = {
+    "data": "digits",
+    "width": 8,
+    "latent_dim": 16,
+    "batch_size": 64,
+    "fid_samples": 300,
+}
+
+
+@pytest.fixture(scope="module")
+def gan_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gan")
+    cli.main(
+        [
+            "gan",
+            "--data",
+            "digits",
+            "--epochs",
+            "2",
+            "--width",
+            "8",
+            "--fid-samples",
+            "300",
+            "--ema",
+            "0.9",
+            "--out",
+            str(out),
+        ]
+    )
+    return out
+
+
+def test_gan_writes_metrics_plots_and_models(gan_dir):
+    metrics = json.loads((gan_dir / "metrics.json").read_text())
+    for key in ("fid", "inception_score", "fid_real_floor", "train_seconds"):
+        assert np.isfinite(metrics[key]), key
+    assert metrics["model"] == "sagan" and metrics["epochs"] == 2
+    assert metrics["nan_free"] and metrics["steps"] == 2 * (1797 // 64)
+    # The real images measured against the reference set the floor.
+    assert metrics["fid_real_floor"] < metrics["fid"]
+    history = json.loads((gan_dir / "history.json").read_text())
+    assert len(history["fid"]) == len(history["d_loss"]) == 2
+    for name in ("samples.png", "losses.png", "attention.png", "classifier.keras"):
+        assert (gan_dir / name).exists(), name
+    assert sorted(p.name for p in (gan_dir / "samples").iterdir()) == [
+        "epoch_001.png",
+        "epoch_002.png",
+    ]
+
+
+def test_saved_generator_is_the_trained_one(gan_dir):
+    generator = keras.saving.load_model(gan_dir / "model.keras", safe_mode=True)
+    gan = keras.saving.load_model(gan_dir / "gan.keras", safe_mode=True)
+    assert generator.name == "ema_generator"
+    np.testing.assert_array_equal(
+        sample_images(generator, 6, seed=2), gan.sample(6, seed=2)
+    )
+
+
+def test_loaded_generator_writes_samples_and_attention(gan_dir, tmp_path, capsys):
+    cli.main(
+        [
+            "gan",
+            "--load",
+            str(gan_dir / "model.keras"),
+            "--samples",
+            "16",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    printed = capsys.readouterr().out.split()
+    assert printed == [str(tmp_path / "samples.png"), str(tmp_path / "attention.png")]
+    assert Image.open(tmp_path / "attention.png").size[0] > 100
+
+
+def test_rerun_of_a_finished_run_evaluates_without_training(gan_dir):
+    before = json.loads((gan_dir / "metrics.json").read_text())
+    record = Record()
+    again = run_gan(str(gan_dir), epochs=2, ema_decay=0.9, callbacks=[record], **TINY)
+    assert record.epochs == []
+    assert again["fid"] == pytest.approx(before["fid"], rel=1e-4)
+
+
+def test_interrupted_training_resumes(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        run_gan(str(tmp_path), epochs=3, **TINY, callbacks=[StopAt(2)])
+    record = Record()
+    metrics = run_gan(str(tmp_path), epochs=3, **TINY, callbacks=[record])
+    assert record.epochs == [2]
+    assert metrics["epochs"] == 3
+    rows = (tmp_path / "checkpoints" / "epochs.csv").read_text().splitlines()
+    assert [row.split(",")[0] for row in rows[1:]] == ["0", "1", "2"]
+
+
+def test_conditional_gan_draws_a_row_per_class(tmp_path):
+    metrics = run_gan(str(tmp_path), epochs=1, conditional=True, **TINY)
+    assert metrics["conditional"] and np.isfinite(metrics["fid"])
+    grid = Image.open(tmp_path / "samples.png")
+    assert grid.size[1] > grid.size[0]  # ten rows of eight
+
+
+def test_ablation_compares_fid_with_and_without_attention(tmp_path):
+    results = ablation(str(tmp_path), seeds=(0,), epochs=1, **TINY)
+    summary = json.loads((tmp_path / "comparison.json").read_text())
+    assert set(summary) == {"attention", "no-attention"}
+    assert summary["no-attention"]["fid"] == [results["no-attention"][0]["fid"]]
+    assert results["no-attention"][0]["model"] == "sagan-no-attention"
+    assert (tmp_path / "comparison.png").exists()
+    # One classifier measures both.
+    assert sorted(p.name for p in tmp_path.glob("*.keras")) == ["classifier.keras"]
+    assert not (tmp_path / "attention-seed0" / "classifier.keras").exists()
+
+
+def test_folder_without_classes_trains_unmeasured_and_refuses_conditional(tmp_path):
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(40):
+        Image.fromarray(rng.integers(0, 256, (10, 10), "uint8")).save(
+            folder / f"{i}.png"
+        )
+    with pytest.raises(ValueError, match="one subfolder per class"):
+        run_gan(str(tmp_path / "out"), data=str(folder), conditional=True)
+    metrics = run_gan(
+        str(tmp_path / "out"),
+        data=str(folder),
+        image_size=8,
+        epochs=1,
+        **{k: v for k, v in TINY.items() if k != "data"} | {"batch_size": 16},
+    )
+    assert "fid" not in metrics and metrics["train_images"] == 40
