@@ -298,6 +298,7 @@ def run_gan(
                 "fid_real_floor": floor["fid"],
                 "inception_score_real": floor["inception_score"],
                 "classifier_held_out_accuracy": classifier_accuracy,
+                "fid_per_epoch": [round(v, 3) for v in history.get("fid", [])],
             }
         )
     inputs = grid_inputs(gan)

@@ -52,6 +52,7 @@ def test_gan_writes_metrics_plots_and_models(gan_dir):
     assert metrics["fid_real_floor"] < metrics["fid"]
     history = json.loads((gan_dir / "history.json").read_text())
     assert len(history["fid"]) == len(history["d_loss"]) == 2
+    assert metrics["fid_per_epoch"] == [round(v, 3) for v in history["fid"]]
     for name in ("samples.png", "losses.png", "attention.png", "classifier.keras"):
         assert (gan_dir / name).exists(), name
     assert sorted(p.name for p in (gan_dir / "samples").iterdir()) == [
