@@ -1014,3 +1014,39 @@ def plot_self_attention(images, weights, query_points, path=None, title=None):
     if path is not None:
         _save(fig, path)
     return fig
+
+
+def plot_curves(curves, path=None, xlabel="epoch", ylabel=None, title=None):
+    """Lines of a metric over epochs, one per run (e.g. FID per epoch of
+    every model and seed of an ablation).
+
+    Args:
+        curves: `{label: [value per epoch, ...]}`; epochs count from 1.
+        path: where to write the PNG; None to skip.
+        xlabel: x-axis label.
+        ylabel: y-axis label.
+        title: figure title.
+
+    Returns:
+        The matplotlib figure.
+    """
+    if not curves:
+        raise ValueError("`curves` must hold at least one curve; received none.")
+    empty = [label for label, values in curves.items() if not len(values)]
+    if empty:
+        raise ValueError(f"Curves {empty} are empty; expected a value per epoch.")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    for label, values in curves.items():
+        ax.plot(np.arange(1, len(values) + 1), values, marker="o", label=label)
+    ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    if path is not None:
+        _save(fig, path)
+    return fig

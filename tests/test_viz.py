@@ -315,3 +315,18 @@ def test_plot_self_attention_draws_a_map_per_query_point(tmp_path):
         viz.plot_self_attention(images, weights, [(4, 0)])
     with pytest.raises(ValueError, match="square"):
         viz.plot_self_attention(images, weights[:, :15, :15], [(0, 0)])
+
+
+def test_plot_curves_draws_a_line_per_run(tmp_path):
+    fig = viz.plot_curves(
+        {"attention": [50.0, 30.0], "no attention": [55.0, 35.0, 33.0]},
+        tmp_path / "curves.png",
+        ylabel="FID",
+    )
+    assert (tmp_path / "curves.png").exists()
+    assert [line.get_label() for line in fig.axes[0].lines] == [
+        "attention",
+        "no attention",
+    ]
+    with pytest.raises(ValueError, match="empty"):
+        viz.plot_curves({"a": []})

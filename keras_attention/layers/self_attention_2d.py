@@ -94,6 +94,8 @@ class SelfAttention2D(keras.layers.Layer):
         self.gamma_initializer = keras.initializers.get(gamma_initializer)
 
     def _projection(self, filters, name):
+        # Each projection gets its own copy of the initializer, so that a
+        # seeded one does not give the four projections the same kernel.
         conv = keras.layers.Conv2D(
             filters,
             1,

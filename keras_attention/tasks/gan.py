@@ -17,6 +17,7 @@ from keras_attention.tasks.common import (
 )
 from keras_attention.tasks.image_quality import ImageQuality, train_feature_classifier
 from keras_attention.viz import (
+    plot_curves,
     plot_gan_history,
     plot_image_grid,
     plot_metric_spread,
@@ -346,7 +347,8 @@ def ablation(out_dir, seeds=(0, 1), data="fashion-mnist", **kwargs):
     """SAGAN with and without self-attention, trained with the same settings
     and seeds, in `out_dir/<variant>-seed<k>`, measured with one shared
     classifier; writes `comparison.json` (mean and spread of FID and the
-    score per variant) and `comparison.png`.
+    score per variant), `comparison.png` and `fid_curves.png` (FID per epoch
+    of every run).
 
     Returns:
         `{variant: [metrics per seed]}`.
@@ -384,6 +386,16 @@ def ablation(out_dir, seeds=(0, 1), data="fashion-mnist", **kwargs):
             path=os.path.join(out_dir, "comparison.png"),
             title=f"SAGAN on {data}: FID with and without self-attention "
             f"({len(seeds)} seeds; lower is better)",
+        )
+        plot_curves(
+            {
+                f"{variant}, seed {seed}": run["fid_per_epoch"]
+                for variant, runs in results.items()
+                for seed, run in zip(seeds, runs, strict=True)
+            },
+            path=os.path.join(out_dir, "fid_curves.png"),
+            ylabel="FID (lower is better)",
+            title=f"SAGAN on {data}: FID per epoch",
         )
         phase(
             "FID with attention "

@@ -120,6 +120,7 @@ def test_ablation_compares_fid_with_and_without_attention(tmp_path):
     assert summary["no-attention"]["fid"] == [results["no-attention"][0]["fid"]]
     assert results["no-attention"][0]["model"] == "sagan-no-attention"
     assert (tmp_path / "comparison.png").exists()
+    assert (tmp_path / "fid_curves.png").exists()
     # One classifier measures both.
     assert sorted(p.name for p in tmp_path.glob("*.keras")) == ["classifier.keras"]
     assert not (tmp_path / "attention-seed0" / "classifier.keras").exists()
