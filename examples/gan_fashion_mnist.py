@@ -4,7 +4,7 @@ its generator attends.
 SAGAN on the 60,000 Fashion-MNIST training images (Debian package
 `dataset-fashion-mnist`, padded to 32x32): residual generator and
 discriminator with spectral normalization, self-attention on the 16x16 maps,
-hinge loss and the two time-scale update rule. This short run takes 1,500
+hinge loss and the two time-scale update rule. This short run takes 800
 steps; `keras-attention gan` adds per-epoch FID, checkpoints and the ablation
 (see docs/tutorials/gan.md for the figures of longer runs).
 
@@ -30,7 +30,7 @@ gan = keras_attention.models.SAGAN(
     image_shape=(32, 32, 1), generator_width=16, discriminator_width=16, seed=0
 )
 gan.compile(jit_compile=True)
-gan.fit(dataset, steps_per_epoch=500, epochs=3)
+gan.fit(dataset, steps_per_epoch=400, epochs=2)
 
 # 3. Measure: FID and an Inception-style score in the feature space of a small
 #    classifier trained on the real images (not ImageNet's Inception network).
