@@ -102,10 +102,11 @@ def _discriminator_block(x, filters, downsample, first, name):
 
 
 def _generator_channels(image_size, width):
-    """Channels of the generator's maps from 4x4 up: `width * 2^(n-1)` at
-    4x4 and 8x8, halving at each later doubling, `width` at full size."""
+    """Channels of the generator's maps from 4x4 up to full size: `width` at
+    full size, doubling at each halving of the resolution (`width * 8` at
+    4x4 for 32x32 images)."""
     blocks = int(math.log2(image_size // BASE_RESOLUTION))
-    return [width * 2 ** max(blocks - 1 - i, 0) for i in range(-1, blocks)]
+    return [width * 2 ** (blocks - i) for i in range(blocks + 1)]
 
 
 def sagan_generator(
@@ -130,7 +131,7 @@ def sagan_generator(
         image_shape: `(size, size, channels)`, size a power of 2, at least 8.
         latent_dim: size of `z`.
         width: channels at full resolution; they double at each halving of
-            the resolution, down to 8x8.
+            the resolution, down to the 4x4 map.
         num_classes: number of classes for a class-conditional generator.
         attention: add the self-attention block.
         attention_resolution: the feature-map size it attends over.
