@@ -551,6 +551,11 @@ def _num_classes(generator):
     raise ValueError(f"`{generator.name}` has a labels input but no class table.")
 
 
+def to_unit_range(images):
+    """Generator outputs in [-1, 1] as float32 numpy images in [0, 1]."""
+    return np.clip((np.asarray(images, "float32") + 1.0) / 2.0, 0.0, 1.0)
+
+
 def generator_inputs(generator, batch_size, labels=None, seed=None):
     """Inputs for a SAGAN generator network: standard normal `z`, and for a
     conditional one the given labels or labels drawn uniformly.
@@ -598,8 +603,7 @@ def sample_images(generator, num_images, labels=None, seed=None, batch_size=256)
     check_positive_int("num_images", num_images)
     seed = keras.random.SeedGenerator(seed)
     inputs = generator_inputs(generator, num_images, labels, seed)
-    images = generator.predict(inputs, batch_size=batch_size, verbose=0)
-    return np.clip((np.asarray(images, "float32") + 1.0) / 2.0, 0.0, 1.0)
+    return to_unit_range(generator.predict(inputs, batch_size=batch_size, verbose=0))
 
 
 def generator_attention(generator, inputs):
@@ -623,6 +627,5 @@ def generator_attention(generator, inputs):
         ) from None
     features = keras.Model(generator.inputs, block.input)(inputs, training=False)
     _, weights = block(features, return_attention_scores=True, training=False)
-    images = generator(inputs, training=False)
-    images = np.clip((ops.convert_to_numpy(images) + 1.0) / 2.0, 0.0, 1.0)
+    images = to_unit_range(ops.convert_to_numpy(generator(inputs, training=False)))
     return images, ops.convert_to_numpy(ops.cast(weights, "float32"))

@@ -8,7 +8,11 @@ import numpy as np
 
 from keras_attention.data.image_sets import load_image_set
 from keras_attention.models import SAGAN, generator_attention, sample_images
-from keras_attention.models.sagan import attention_resolutions, generator_inputs
+from keras_attention.models.sagan import (
+    attention_resolutions,
+    generator_inputs,
+    to_unit_range,
+)
 from keras_attention.tasks.common import (
     fit_resumable,
     phase,
@@ -83,9 +87,8 @@ class GANMonitor(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         sampler = self.model.sampler
-        images = np.asarray(sampler.predict(self.inputs, verbose=0), "float32")
         plot_image_grid(
-            (images + 1.0) / 2.0,
+            to_unit_range(sampler.predict(self.inputs, verbose=0)),
             os.path.join(self.folder, f"epoch_{epoch + 1:03d}.png"),
             columns=GRID_COLUMNS,
             row_titles=self.row_titles,
@@ -198,44 +201,13 @@ def run_gan(
         attention_resolution = min(16, attention_resolutions(size)[-1])
     classifier, classifier_accuracy = _evaluator(images, out_dir, classifier_path, seed)
     quality = None
+    # The first `fid_samples` images of this order are the FID reference, the
+    # next ones measure the real-data floor.
+    order = np.random.default_rng(seed).permutation(len(images.images))
     if classifier is not None:
-        reference = np.random.default_rng(seed).permutation(len(images.images))
-        quality = ImageQuality(classifier, images.images[reference[:fid_samples]])
+        quality = ImageQuality(classifier, images.images[order[:fid_samples]])
 
-    keras.utils.set_random_seed(seed)
-    gan = SAGAN(
-        image_shape=images.images.shape[1:],
-        latent_dim=latent_dim,
-        generator_width=width,
-        discriminator_width=width,
-        num_classes=images.num_classes if conditional else None,
-        attention=attention,
-        attention_resolution=attention_resolution,
-        ema_decay=ema_decay,
-        seed=seed,
-    )
-    gan.compile(jit_compile=jit_compile)
     name = "SAGAN" if attention else "SAGAN without attention"
-    phase(
-        f"{name}{' (class-conditional)' if conditional else ''} on {data}: "
-        f"{len(images.images)} images {images.images.shape[1:]}, generator "
-        f"{gan.generator.count_params():,} and discriminator "
-        f"{gan.discriminator.count_params():,} parameters"
-    )
-    dataset = image_dataset(
-        images.images,
-        images.labels if conditional else None,
-        batch_size,
-        seed,
-        repeat=steps_per_epoch is not None,
-    )
-    monitor = GANMonitor(
-        out_dir,
-        grid_inputs(gan),
-        quality,
-        fid_samples,
-        row_titles=list(images.class_names) if conditional else None,
-    )
     model_path = os.path.join(out_dir, "model.keras")
     gan_path = os.path.join(out_dir, "gan.keras")
     history_path = os.path.join(out_dir, "history.json")
@@ -245,6 +217,39 @@ def run_gan(
         with open(history_path) as f:
             history = json.load(f)
     else:
+        keras.utils.set_random_seed(seed)
+        gan = SAGAN(
+            image_shape=images.images.shape[1:],
+            latent_dim=latent_dim,
+            generator_width=width,
+            discriminator_width=width,
+            num_classes=images.num_classes if conditional else None,
+            attention=attention,
+            attention_resolution=attention_resolution,
+            ema_decay=ema_decay,
+            seed=seed,
+        )
+        gan.compile(jit_compile=jit_compile)
+        phase(
+            f"{name}{' (class-conditional)' if conditional else ''} on {data}: "
+            f"{len(images.images)} images {images.images.shape[1:]}, generator "
+            f"{gan.generator.count_params():,} and discriminator "
+            f"{gan.discriminator.count_params():,} parameters"
+        )
+        dataset = image_dataset(
+            images.images,
+            images.labels if conditional else None,
+            batch_size,
+            seed,
+            repeat=steps_per_epoch is not None,
+        )
+        monitor = GANMonitor(
+            out_dir,
+            grid_inputs(gan),
+            quality,
+            fid_samples,
+            row_titles=list(images.class_names) if conditional else None,
+        )
         history = fit_resumable(
             gan,
             dataset,
@@ -290,8 +295,7 @@ def run_gan(
     if quality is not None:
         phase(f"measuring {fid_samples} generated images")
         scores = quality(gan.sample(fid_samples, seed=seed + 12345))
-        held_out = np.random.default_rng(seed).permutation(len(images.images))
-        floor = quality(images.images[held_out[fid_samples : 2 * fid_samples]])
+        floor = quality(images.images[order[fid_samples : 2 * fid_samples]])
         metrics.update(
             {
                 **scores,
@@ -304,7 +308,7 @@ def run_gan(
         )
     inputs = grid_inputs(gan)
     plot_image_grid(
-        np.asarray(gan.sampler.predict(inputs, verbose=0) + 1.0) / 2.0,
+        to_unit_range(gan.sampler.predict(inputs, verbose=0)),
         os.path.join(out_dir, "samples.png"),
         columns=GRID_COLUMNS,
         row_titles=list(images.class_names) if conditional else None,
