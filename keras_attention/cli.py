@@ -150,10 +150,9 @@ def _gan(args):
 
 
 def _bench(args):
-    from keras_attention.bench import attention
+    from keras_attention.bench import run_suites
 
-    suites = {"attention": attention.run}
-    suites[args.suite](quick=args.quick, out=args.out)
+    run_suites(args.suite, quick=args.quick, out=args.out)
 
 
 def build_parser():
@@ -398,14 +397,28 @@ def build_parser():
 
     bench = commands.add_parser(
         "bench",
-        help="XLA benchmarks: ratios against Keras measured side by side, "
-        "written as JSON, Markdown and PNG",
+        help="XLA benchmarks: attention against Keras and against RNNs, XLA on "
+        "and off; ratios measured side by side, written as JSON, Markdown and PNG",
     )
-    bench.add_argument("--suite", choices=["attention"], default="attention")
+    bench.add_argument(
+        "--suite",
+        choices=[*_bench_suites(), "all"],
+        default="attention",
+        help="attention: ours vs Keras, chunked, KV cache; seq2seq: Transformer "
+        "vs RNNs, training tokens/s vs n and d; decode: greedy/beam with and "
+        "without cache; xla: every model with jit_compile on vs off; layers: "
+        "each attention layer vs its Keras counterpart; all: every suite",
+    )
     bench.add_argument("--quick", action="store_true", help="CI-sized run")
     bench.add_argument("--out", default="runs/bench", help="output folder")
     bench.set_defaults(run=_bench)
     return parser
+
+
+def _bench_suites():
+    from keras_attention.bench import SUITES
+
+    return SUITES
 
 
 def _translation_models():

@@ -1,24 +1,135 @@
-"""Smoke test: the attention suite runs end to end in quick mode and writes
-its outputs with the expected schema (no timing is asserted)."""
+"""Smoke tests: every benchmark suite runs end to end in quick mode and writes
+its outputs with the expected schema (no timing is asserted), plus the
+arithmetic the suites report (exponent fits, crossover)."""
 
 import json
 
+import numpy as np
+import pytest
+
 from keras_attention import cli
+from keras_attention.bench import SUITES
+from keras_attention.bench.common import fit_exponent
+from keras_attention.bench.seq2seq import MODELS, crossover_length
+
+TIMING_FIELDS = {"median_s", "min_s", "max_s", "repeats"}
+
+
+def run_suite(suite, tmp_path):
+    cli.main(["bench", "--suite", suite, "--quick", "--out", str(tmp_path)])
+    results = json.loads((tmp_path / f"{suite}.json").read_text())
+    assert results["suite"] == suite and results["quick"] is True
+    assert {"cpu", "cores", "backend", "keras", "python"} <= set(results["machine"])
+    assert (tmp_path / f"{suite}.png").read_bytes().startswith(b"\x89PNG")
+    assert (tmp_path / f"{suite}.md").read_text().startswith("Machine: ")
+    return results
+
+
+def check_timing(timing):
+    assert TIMING_FIELDS <= set(timing), timing
+    assert 0 < timing["min_s"] <= timing["median_s"] <= timing["max_s"]
+
+
+def test_suites_are_all_on_the_command_line():
+    parser = cli.build_parser()
+    for suite in (*SUITES, "all"):
+        assert parser.parse_args(["bench", "--suite", suite]).suite == suite
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "--suite", "nope"])
 
 
 def test_attention_suite_quick(tmp_path):
-    cli.main(["bench", "--suite", "attention", "--quick", "--out", str(tmp_path)])
-    results = json.loads((tmp_path / "attention.json").read_text())
-    assert results["suite"] == "attention" and results["quick"] is True
-    assert {"cpu", "cores", "backend", "keras"} <= set(results["machine"])
+    results = run_suite("attention", tmp_path)
     assert results["matmul_gflops"] > 0
     for impl in ("keras", "ours", "ours_chunked"):
         case = results["cases"][f"ops/{impl}/128"]
-        assert {"median_s", "min_s", "max_s", "gflops", "peak_memory_bytes"} <= set(
-            case
-        )
-        assert case["min_s"] <= case["median_s"] <= case["max_s"]
+        check_timing(case)
+        assert {"gflops", "peak_memory_bytes"} <= set(case)
     assert "mha_time_ratio_T128" in results["ratios"]
     assert "decode_cache_speedup" in results["ratios"]
-    assert (tmp_path / "attention.png").read_bytes().startswith(b"\x89PNG")
     assert "| ratio | value |" in (tmp_path / "attention.md").read_text()
+
+
+def test_seq2seq_suite_quick(tmp_path):
+    results = run_suite("seq2seq", tmp_path)
+    config = results["config"]
+    for width in config["widths"]:
+        transformer = results["parameters"][f"transformer/{width}"]["parameters"]
+        for name in MODELS:
+            entry = results["parameters"][f"{name}/{width}"]
+            assert abs(entry["parameters"] - transformer) < 0.25 * transformer
+            for length in config["lengths"]:
+                case = results["cases"][f"train/{name}/{width}/{length}"]
+                check_timing(case)
+                assert case["batch_size"] * length >= config["tokens_per_batch"] // 2
+                assert case["tokens_per_s"] > 0
+        for layer in ("self_attention", "recurrent"):
+            for length in config["layer_lengths"]:
+                check_timing(results["cases"][f"layer/{layer}/{width}/{length}"])
+    for prefix in ("train/transformer", "train/rnn", "layer/recurrent"):
+        assert isinstance(results["exponents"][f"{prefix}/n/d{width}"], float)
+    first = config["lengths"][0]
+    assert f"transformer_vs_rnn_bahdanau/d{width}/n{first}" in results["ratios"]
+    assert set(results["crossover"]) == {f"d{w}" for w in config["widths"]}
+    assert "Fitted exponents" in (tmp_path / "seq2seq.md").read_text()
+
+
+def test_decode_suite_quick(tmp_path):
+    results = run_suite("decode", tmp_path)
+    assert len(results["cases"]) == 8
+    for case in results["cases"].values():
+        check_timing(case)
+        assert case["tokens_per_s"] > 0
+    assert {
+        "cache_speedup/transformer/greedy",
+        "cache_speedup/rnn-bahdanau/beam",
+        "transformer_vs_rnn/beam/cache",
+        "greedy_vs_beam/transformer",
+    } <= set(results["ratios"])
+
+
+def test_xla_suite_quick(tmp_path):
+    results = run_suite("xla", tmp_path)
+    for key, case in results["cases"].items():
+        assert key.endswith(("/xla", "/no_xla"))
+        check_timing(case)
+    assert set(results["speedups"]) == {
+        key.removesuffix("/xla") for key in results["cases"] if key.endswith("/xla")
+    }
+    assert "train/translate/transformer/default" in results["speedups"]
+    assert "generate/translate/transformer" in results["speedups"]
+    assert "layer/multi_head" in results["speedups"]
+
+
+def test_layers_suite_quick(tmp_path):
+    from keras_attention.bench.layers import PAIRS
+
+    results = run_suite("layers", tmp_path)
+    assert list(results["cases"]) == list(PAIRS)
+    for case in results["cases"].values():
+        check_timing(case["ours"])
+        check_timing(case["keras"])
+        assert case["time_ratio"] > 0
+
+
+def test_fit_exponent_recovers_power_laws():
+    n = np.array([16, 32, 64, 128, 256])
+    assert fit_exponent(n, 3e-6 * n**2) == pytest.approx(2.0)
+    assert fit_exponent(n, 5e-4 * n) == pytest.approx(1.0)
+    assert fit_exponent([16], [1.0]) is None
+
+
+def test_crossover_length_interpolates_on_log_axes():
+    lengths = [64, 128, 256, 512]
+    recurrent = [1.0, 1.0, 1.0, 1.0]
+    # Per-token attention cost doubles with n: 0.25, 0.5, 1.0 (equal), 2.0.
+    attention = [0.25, 0.5, 1.0 + 1e-9, 2.0]
+    assert crossover_length(lengths, attention, recurrent) == pytest.approx(
+        256, rel=1e-3
+    )
+    # log(0.5) to log(1.5): zero at the fraction ln 2 / ln 3 of the octave.
+    assert crossover_length(lengths, [0.5, 1.5, 3.0, 6.0], recurrent) == (
+        pytest.approx(64 * 2 ** (np.log(2) / np.log(3)))
+    )
+    assert crossover_length(lengths, [0.1] * 4, recurrent) is None
+    assert crossover_length(lengths, [2.0] * 4, recurrent) == 64

@@ -14,12 +14,11 @@ Each case runs in its own process so that its peak memory is its own.
 Usage: `python -m keras_attention.bench.attention [--quick] [--out DIR]`.
 """
 
-import argparse
-import json
-import os
 import sys
 
 import numpy as np
+
+from keras_attention.bench.common import describe
 
 FULL_LENGTHS = (128, 512, 2048, 4096, 8192, 16384)
 QUICK_LENGTHS = (128, 256)
@@ -35,22 +34,22 @@ def _case_ops(case):
 
     from keras_attention.bench.common import (
         jit,
-        peak_rss_bytes,
+        peak_memory_bytes,
         time_call,
         value_and_grad,
     )
     from keras_attention.ops import dot_product_attention
 
-    length, impl = case["length"], case["impl"]
+    length, impl, dtype = case["length"], case["impl"], case["dtype"]
     rng = np.random.default_rng(0)
     q, k, v = (
         keras.ops.convert_to_tensor(
-            rng.normal(size=(1, length, HEADS, HEAD_DIM)).astype("float32")
+            rng.normal(size=(1, length, HEADS, HEAD_DIM)).astype("float32"), dtype
         )
         for _ in range(3)
     )
     weights = keras.ops.convert_to_tensor(
-        rng.normal(size=(HEAD_DIM,)).astype("float32")
+        rng.normal(size=(HEAD_DIM,)).astype("float32"), dtype
     )
 
     def loss(q, k, v):
@@ -59,35 +58,42 @@ def _case_ops(case):
         else:
             chunk = CHUNK if impl == "ours_chunked" else None
             out = dot_product_attention(q, k, v, chunk_size=chunk)
-        return keras.ops.sum(out * weights)
+        return keras.ops.sum(keras.ops.cast(out * weights, "float32"))
 
-    baseline = peak_rss_bytes()
+    baseline = peak_memory_bytes()
     step = jit(value_and_grad(loss))
     timing = time_call(step, q, k, v, repeats=case["repeats"])
     flops = 12 * HEADS * length * length * HEAD_DIM
     return {
         **timing,
         "gflops": flops / timing["median_s"] / 1e9,
-        "peak_memory_bytes": peak_rss_bytes() - baseline,
+        "peak_memory_bytes": peak_memory_bytes() - baseline,
     }
 
 
 def _case_mha(case):
     import keras
 
-    from keras_attention.bench.common import jit, peak_rss_bytes, time_call
+    from keras_attention.bench.common import (
+        jit,
+        layer_value_and_grad,
+        peak_memory_bytes,
+        time_call,
+    )
     from keras_attention.layers import MultiHeadAttention
 
     length, impl = case["length"], case["impl"]
     batch = max(1, 4096 // length)
     cls = MultiHeadAttention if impl == "ours" else keras.layers.MultiHeadAttention
-    layer = cls(num_heads=HEADS, key_dim=HEAD_DIM)
+    # Half precision runs as Keras' mixed policy: bfloat16 compute, float32 weights.
+    policy = "mixed_bfloat16" if case["dtype"] == "bfloat16" else None
+    layer = cls(num_heads=HEADS, key_dim=HEAD_DIM, dtype=policy)
     x = keras.ops.convert_to_tensor(
         np.random.default_rng(0).normal(size=(batch, length, WIDTH)).astype("float32")
     )
     layer(x, x)
-    step = jit(_layer_value_and_grad(layer))
-    baseline = peak_rss_bytes()
+    step = jit(layer_value_and_grad(layer, lambda x: layer(x, x)))
+    baseline = peak_memory_bytes()
     timing = time_call(
         step, [v.value for v in layer.trainable_variables], x, repeats=case["repeats"]
     )
@@ -97,34 +103,8 @@ def _case_mha(case):
         **timing,
         "batch": batch,
         "gflops": 3 * forward / timing["median_s"] / 1e9,
-        "peak_memory_bytes": peak_rss_bytes() - baseline,
+        "peak_memory_bytes": peak_memory_bytes() - baseline,
     }
-
-
-def _layer_value_and_grad(layer):
-    """(trainable values, x) -> (loss, grads) through the layer, any backend."""
-    import keras
-
-    def loss(values, x):
-        mapping = list(zip(layer.trainable_variables, values, strict=True))
-        with keras.StatelessScope(state_mapping=mapping):
-            return keras.ops.mean(keras.ops.square(layer(x, x)))
-
-    if keras.backend.backend() == "jax":
-        import jax
-
-        return jax.value_and_grad(loss, argnums=(0, 1))
-
-    import tensorflow as tf
-
-    def fn(values, x):
-        with tf.GradientTape() as tape:
-            tape.watch(values)
-            tape.watch(x)
-            value = loss(values, x)
-        return value, tape.gradient(value, [values, x])
-
-    return fn
 
 
 def _case_matmul(case):
@@ -135,11 +115,50 @@ def _case_matmul(case):
     n = case["size"]
     rng = np.random.default_rng(0)
     a, b = (
-        keras.ops.convert_to_tensor(rng.normal(size=(n, n)).astype("float32"))
+        keras.ops.convert_to_tensor(
+            rng.normal(size=(n, n)).astype("float32"), case["dtype"]
+        )
         for _ in range(2)
     )
     timing = time_call(jit(keras.ops.matmul), a, b, repeats=case["repeats"])
     return {**timing, "gflops": 2 * n**3 / timing["median_s"] / 1e9}
+
+
+def _case_torch_sdpa(case):
+    """`torch.nn.functional.scaled_dot_product_attention`, forward+backward,
+    the peer on a machine that has PyTorch (its GPU when there is one)."""
+    import torch
+
+    from keras_attention.bench.common import time_call
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = getattr(torch, case["dtype"])
+    generator = torch.Generator().manual_seed(0)
+    length = case["length"]
+    q, k, v = (
+        torch.randn(1, HEADS, length, HEAD_DIM, generator=generator)
+        .to(device, dtype)
+        .requires_grad_()
+        for _ in range(3)
+    )
+    weights = torch.randn(HEAD_DIM, generator=generator).to(device, dtype)
+
+    def step(q, k, v):
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        loss = (out * weights).float().sum()
+        return torch.autograd.grad(loss, (q, k, v))
+
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    baseline = torch.cuda.memory_allocated() if device == "cuda" else 0
+    timing = time_call(step, q, k, v, repeats=case["repeats"])
+    flops = 12 * HEADS * length * length * HEAD_DIM
+    peak = torch.cuda.max_memory_allocated() - baseline if device == "cuda" else None
+    return {
+        **timing,
+        "gflops": flops / timing["median_s"] / 1e9,
+        "peak_memory_bytes": peak,
+    }
 
 
 def _case_decode(case):
@@ -230,6 +249,7 @@ CASES = {
     "ops": _case_ops,
     "mha": _case_mha,
     "matmul": _case_matmul,
+    "torch_sdpa": _case_torch_sdpa,
     "decode": _case_decode,
 }
 
@@ -237,34 +257,52 @@ CASES = {
 def run(quick=False, out="runs/bench-attention", timeout=900):
     """Runs the suite, prints the ratios, writes `attention.json`,
     `attention.md` and `attention.png` under `out`; returns the results."""
-    from keras_attention.bench.common import machine, run_isolated
-    from keras_attention.tasks.common import phase
+    import importlib.util
 
-    os.makedirs(out, exist_ok=True)
+    from keras_attention._progress import phase
+    from keras_attention.bench.common import (
+        accelerator,
+        machine,
+        run_isolated,
+        write_report,
+    )
+
     lengths = QUICK_LENGTHS if quick else FULL_LENGTHS
     repeats = 2 if quick else 5
     module = "keras_attention.bench.attention"
-    results = {"suite": "attention", "quick": quick, "machine": machine(), "cases": {}}
+    # An accelerator computes attention in bfloat16, the dtype it is built for;
+    # the yardstick is then its bfloat16 matmul rate.
+    on_accelerator = accelerator() is not None
+    dtype = "bfloat16" if on_accelerator else "float32"
+    results = {
+        "suite": "attention",
+        "quick": quick,
+        "machine": machine(),
+        "dtype": dtype,
+        "cases": {},
+    }
 
-    phase("matmul yardstick")
+    phase(f"matmul yardstick ({dtype})")
+    size = 2048 if quick or not on_accelerator else 8192
     matmul = run_isolated(
         module,
-        {"kind": "matmul", "size": 2048, "repeats": repeats},
+        {"kind": "matmul", "size": size, "dtype": dtype, "repeats": repeats},
         timeout,
     )
     results["matmul_gflops"] = matmul.get("gflops")
 
+    ops_impls = ("keras", "ours", "ours_chunked")
+    if importlib.util.find_spec("torch") is not None:
+        ops_impls += ("torch_sdpa",)
     rows = []
     for length in lengths:
-        for kind, impls in (
-            ("ops", ("keras", "ours", "ours_chunked")),
-            ("mha", ("keras", "ours")),
-        ):
+        for kind, impls in (("ops", ops_impls), ("mha", ("keras", "ours"))):
             if kind == "mha" and length > 4096:
                 continue
             for impl in impls:
                 if (
-                    impl != "ours_chunked"
+                    not on_accelerator
+                    and impl != "ours_chunked"
                     and kind == "ops"
                     and length > STANDARD_MAX_LENGTH
                 ):
@@ -278,9 +316,10 @@ def run(quick=False, out="runs/bench-attention", timeout=900):
                     result = run_isolated(
                         module,
                         {
-                            "kind": kind,
+                            "kind": "torch_sdpa" if impl == "torch_sdpa" else kind,
                             "impl": impl,
                             "length": length,
+                            "dtype": dtype,
                             "repeats": 2 if length >= 8192 else repeats,
                         },
                         timeout,
@@ -293,12 +332,13 @@ def run(quick=False, out="runs/bench-attention", timeout=900):
         module, {"kind": "decode", "steps": 16 if quick else 128}, timeout
     )
     _summarize(results, lengths)
-    with open(os.path.join(out, "attention.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    with open(os.path.join(out, "attention.md"), "w") as f:
-        f.write(_markdown(results, rows))
-    _plot(results, lengths, os.path.join(out, "attention.png"))
-    print(_markdown(results, rows))
+    write_report(
+        results,
+        out,
+        "attention",
+        _markdown(results, rows),
+        lambda results, path: _plot(results, lengths, path),
+    )
     return results
 
 
@@ -322,7 +362,14 @@ def _summarize(results, lengths):
                 ratios[f"keras_mha_matmul_fraction_T{length}"] = (
                     _get(results, f"mha/keras/{length}", "gflops") / matmul
                 )
+        for impl in ("keras", "ours", "ours_chunked", "torch_sdpa"):
+            gflops = _get(results, f"ops/{impl}/{length}", "gflops")
+            if gflops and matmul:
+                ratios[f"ops_{impl}_matmul_fraction_T{length}"] = gflops / matmul
+        torch_sdpa = _get(results, f"ops/torch_sdpa/{length}")
         standard = _get(results, f"ops/ours/{length}")
+        if standard and torch_sdpa:
+            ratios[f"ops_time_ratio_vs_torch_sdpa_T{length}"] = standard / torch_sdpa
         chunked = _get(results, f"ops/ours_chunked/{length}")
         keras_ops = _get(results, f"ops/keras/{length}")
         if standard and keras_ops:
@@ -344,8 +391,8 @@ def _summarize(results, lengths):
 def _markdown(results, rows):
     m = results["machine"]
     lines = [
-        f"Machine: {m['cpu']}, {m['cores']} cores, backend {m['backend']} "
-        f"(keras {m['keras']}); matmul yardstick "
+        f"Machine: {describe(m)}; "
+        f"{results['dtype']}; matmul yardstick "
         f"{results.get('matmul_gflops') or float('nan'):.1f} GFLOP/s.",
         "",
         "| case | impl | T | median ms | GFLOP/s | peak memory MiB |",
@@ -360,7 +407,11 @@ def _markdown(results, rows):
         lines.append(
             f"| {kind} | {impl} | {length} | {1e3 * r['median_s']:.2f} "
             f"({1e3 * r['min_s']:.2f}-{1e3 * r['max_s']:.2f}) | {r['gflops']:.1f} | "
-            f"{r['peak_memory_bytes'] / 2**20:.0f} |"
+            + (
+                "n/a |"
+                if r["peak_memory_bytes"] is None
+                else f"{r['peak_memory_bytes'] / 2**20:.0f} |"
+            )
         )
     lines += ["", "| ratio | value |", "| --- | ---: |"]
     lines += [f"| {k} | {v:.3f} |" for k, v in results["ratios"].items()]
@@ -379,6 +430,7 @@ def _plot(results, lengths, path):
         ("ops", "keras", "o-"),
         ("ops", "ours", "s-"),
         ("ops", "ours_chunked", "^-"),
+        ("ops", "torch_sdpa", "d-"),
         ("mha", "keras", "o--"),
         ("mha", "ours", "s--"),
     ):
@@ -388,10 +440,14 @@ def _plot(results, lengths, path):
             if "median_s" in r:
                 xs.append(length)
                 ts.append(r["median_s"])
-                ms.append(r["peak_memory_bytes"] / 2**20)
+                ms.append((r["peak_memory_bytes"] or float("nan")) / 2**20)
         if xs:
             time_ax.plot(xs, ts, style, label=f"{kind} {impl}")
-            if kind == "ops":
+            if (
+                kind == "ops"
+                and impl != "torch_sdpa"
+                or results["machine"].get("accelerator")
+            ):
                 mem_ax.plot(xs, ms, style, label=f"{kind} {impl}")
     for ax, label in (
         (time_ax, "forward+backward time (s)"),
@@ -404,24 +460,15 @@ def _plot(results, lengths, path):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     m = results["machine"]
-    fig.suptitle(f"XLA, {m['backend']} on {m['cpu']} ({m['cores']} cores)", fontsize=9)
+    fig.suptitle(f"XLA, {results['dtype']}: {describe(m)}", fontsize=9)
     fig.tight_layout()
     _save(fig, path)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="CI-sized run")
-    parser.add_argument("--out", default="runs/bench-attention")
-    parser.add_argument("--case", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.case:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        case = json.loads(args.case)
-        print(json.dumps(CASES[case["kind"]](case)))
-        return 0
-    run(quick=args.quick, out=args.out)
-    return 0
+    from keras_attention.bench.common import suite_main
+
+    return suite_main(__doc__, run, CASES, "runs/bench-attention", argv)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ on, warm-up (compilation) excluded, the median of several repetitions and
 their spread.
 """
 
+import argparse
 import json
 import os
 import platform
@@ -15,6 +16,7 @@ import sys
 import time
 
 import keras
+import numpy as np
 
 
 def machine():
@@ -34,6 +36,7 @@ def machine():
         "backend": keras.backend.backend(),
         "keras": keras.__version__,
         "python": platform.python_version(),
+        "accelerator": accelerator(),
     }
     backend = keras.backend.backend()
     if backend == "tensorflow":
@@ -45,8 +48,32 @@ def machine():
         import jax
 
         info["jax"] = jax.__version__
-        info["devices"] = [str(d) for d in jax.devices()]
+        info["devices"] = [f"{d} ({d.device_kind})" for d in jax.devices()]
     return info
+
+
+def describe(info):
+    """One line naming the machine of `machine()`, for tables and plots."""
+    text = f"{info['cpu']} ({info['cores']} cores)"
+    if info.get("accelerator"):
+        text += f", {info['devices'][0]}"
+    return f"{text}, {info['backend']} backend, keras {info['keras']}"
+
+
+def accelerator():
+    """The kind of accelerator the backend computes on (`"gpu"`, `"tpu"`), or
+    None on a CPU."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        kind = jax.default_backend()
+        return None if kind == "cpu" else kind
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return "gpu" if tf.config.list_logical_devices("GPU") else None
+    return None
 
 
 def jit(fn):
@@ -84,11 +111,16 @@ def value_and_grad(loss_fn):
 
 
 def block(result):
-    """Waits for asynchronous backends to finish computing `result`."""
+    """Waits for asynchronous backends (and torch on a GPU) to finish
+    computing `result`."""
     for leaf in keras.tree.flatten(result):
         if hasattr(leaf, "block_until_ready"):
             leaf.block_until_ready()
-        elif hasattr(leaf, "numpy"):
+        elif getattr(leaf, "is_cuda", False):
+            import torch
+
+            torch.cuda.synchronize()
+        elif hasattr(leaf, "numpy") and not hasattr(leaf, "is_cuda"):
             leaf.numpy()
     return result
 
@@ -110,9 +142,26 @@ def time_call(fn, *args, repeats=5, warmup=1):
     }
 
 
-def peak_rss_bytes():
-    """Peak resident memory of this process so far (Linux reports KiB)."""
+def peak_memory_bytes():
+    """Peak memory of this process so far: on the accelerator where the JAX
+    backend computes on one, else resident host memory (Linux reports KiB)."""
+    if keras.backend.backend() == "jax" and accelerator():
+        import jax
+
+        stats = jax.devices()[0].memory_stats() or {}
+        if "peak_bytes_in_use" in stats:
+            return stats["peak_bytes_in_use"]
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def run_case(module, cases, case, timeout, isolated=True):
+    """Runs one case: in a fresh process (`run_isolated`) or, for quick runs
+    where start-up would dominate, in this one (a failure then propagates)."""
+    if isolated:
+        return run_isolated(module, case, timeout)
+    result = cases[case["kind"]](case)
+    keras.backend.clear_session()
+    return result
 
 
 def run_isolated(module, case, timeout):
@@ -131,3 +180,67 @@ def run_isolated(module, case, timeout):
         reason = "killed (out of memory?)" if done.returncode < 0 else tail[0]
         return {"skipped": f"exit {done.returncode}: {reason}"[:300]}
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def layer_value_and_grad(layer, forward):
+    """`(trainable values, x) -> (loss, (grads of values, grad of x))`: the
+    forward and backward pass of `forward(x)` (which calls `layer`) on any
+    backend, with the layer's weights as explicit inputs so that XLA compiles
+    one pure function."""
+
+    def loss(values, x):
+        mapping = list(zip(layer.trainable_variables, values, strict=True))
+        with keras.StatelessScope(state_mapping=mapping):
+            out = forward(x)
+        return keras.ops.mean(keras.ops.square(keras.ops.cast(out, "float32")))
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.value_and_grad(loss, argnums=(0, 1))
+
+    import tensorflow as tf
+
+    def fn(values, x):
+        with tf.GradientTape() as tape:
+            tape.watch(values)
+            tape.watch(x)
+            value = loss(values, x)
+        return value, tape.gradient(value, [values, x])
+
+    return fn
+
+
+def fit_exponent(xs, ys):
+    """The slope of `log y` against `log x` (least squares): `y ~ x^slope`."""
+    if len(xs) < 2:
+        return None
+    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+
+
+def suite_main(doc, run, cases, default_out, argv=None):
+    """The command line of a suite module: `--quick`, `--out`, and the hidden
+    `--case JSON` with which `run_isolated` runs one case in a fresh process."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="CI-sized run")
+    parser.add_argument("--out", default=default_out)
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.case:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        case = json.loads(args.case)
+        print(json.dumps(cases[case["kind"]](case)))
+        return 0
+    run(quick=args.quick, out=args.out)
+    return 0
+
+
+def write_report(results, out, name, markdown, plot):
+    """Writes `name.json`, `name.md` (and prints it) and `name.png` under `out`."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{name}.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    with open(os.path.join(out, f"{name}.md"), "w") as f:
+        f.write(markdown)
+    plot(results, os.path.join(out, f"{name}.png"))
+    print(markdown)

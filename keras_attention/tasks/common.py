@@ -8,6 +8,7 @@ import time
 
 import keras
 
+from keras_attention._progress import phase  # noqa: F401 (tasks import it here)
 from keras_attention.data.tokenization import train_word_piece, word_piece_tokenizer
 
 
@@ -31,11 +32,6 @@ def write_metrics(out_dir, metrics):
     with open(path, "w") as f:
         json.dump(dict(sorted(record.items())), f, indent=2)
     return path
-
-
-def phase(message):
-    """One line per phase of a long job."""
-    print(f"[keras-attention] {message}", flush=True)
 
 
 def cached_word_piece(path, texts, vocabulary_size, lowercase=False):

@@ -1,0 +1,13 @@
+"""The `seq2seq` suite; see `keras_attention/bench/seq2seq.py` for what it measures.
+
+    python benchmarks/seq2seq.py [--quick] [--out DIR]
+
+Same as `keras-attention bench --suite seq2seq`.
+"""
+
+import sys
+
+from keras_attention.bench.seq2seq import main
+
+if __name__ == "__main__":
+    sys.exit(main())

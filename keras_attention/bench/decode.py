@@ -1,0 +1,264 @@
+"""The `decode` suite: generation speed, Transformer against RNN.
+
+Generated tokens per second of greedy and beam search (the package's
+compiled `decoding.greedy_search` / `decoding.beam_search`, XLA on) for the
+`Transformer` and the `RNNSeq2Seq` with Bahdanau attention of the `seq2seq`
+suite (same width, matched parameter counts), each:
+
+- with its cache: the Transformer's per-block keys and values, the RNN's
+  state, so each step costs one position;
+- without a cache: every step runs the whole model over the source and the
+  (padded) prefix and keeps the logits at the current position, which is what
+  calling the model in a loop does.
+
+Every search runs the full `max_length` steps (no end token can stop it), so
+the work is the same for every model. Usage:
+`python -m keras_attention.bench.decode [--quick] [--out DIR]`.
+"""
+
+import sys
+
+import numpy as np
+
+from keras_attention.bench.common import describe
+
+MODELS = ("transformer", "rnn-bahdanau")
+SEARCHES = ("greedy", "beam")
+FULL = {
+    "width": 256,
+    "source_length": 32,
+    "max_length": 32,
+    "batch_size": 16,
+    "beam_width": 4,
+    "vocabulary_size": 1000,
+    "repeats": 3,
+}
+QUICK = {
+    "width": 32,
+    "source_length": 8,
+    "max_length": 6,
+    "batch_size": 2,
+    "beam_width": 2,
+    "vocabulary_size": 50,
+    "repeats": 2,
+}
+MODULE = "keras_attention.bench.decode"
+NO_END_TOKEN = -1
+
+
+def uncached_step(model, encoder_token_ids, max_length):
+    """`(step_fn, cache)` that decode without a cache: the cache only carries
+    the source and the tokens so far, and every step runs the whole model."""
+    from keras import ops
+
+    batch_size = ops.shape(encoder_token_ids)[0]
+    cache = {
+        "encoder_token_ids": encoder_token_ids,
+        "prefix": ops.zeros((batch_size, max_length), "int32"),
+    }
+
+    def step_fn(token_ids, cache, index):
+        prefix = ops.slice_update(
+            cache["prefix"], [0, index], ops.cast(token_ids, "int32")[:, None]
+        )
+        logits = model(
+            {
+                "encoder_token_ids": cache["encoder_token_ids"],
+                "decoder_token_ids": prefix,
+            },
+            training=False,
+        )
+        rows, _, vocabulary = ops.shape(logits)
+        logits = ops.slice(logits, [0, index, 0], [rows, 1, vocabulary])[:, 0]
+        return logits, {**cache, "prefix": prefix}
+
+    return step_fn, cache
+
+
+def generate_function(model, search, cached, max_length, beam_width):
+    """The compiled `encoder_token_ids -> tokens` search that the case times."""
+    from keras import ops
+
+    from keras_attention.decoding import beam_search, compile_function, greedy_search
+
+    def generate(encoder_token_ids):
+        if cached:
+            step_fn = model.decode_step
+            cache = model.initial_cache(encoder_token_ids, max_length)
+        else:
+            step_fn, cache = uncached_step(model, encoder_token_ids, max_length)
+        args = (
+            step_fn,
+            cache,
+            ops.shape(encoder_token_ids)[0],
+            max_length,
+            model.start_token_id,
+            NO_END_TOKEN,
+        )
+        if search == "greedy":
+            return greedy_search(*args, model=model)
+        return beam_search(*args, beam_width=beam_width)
+
+    return compile_function(generate, model)
+
+
+def _case_generate(case):
+    from keras_attention.bench.common import time_call
+    from keras_attention.bench.seq2seq import build_model
+
+    model = build_model(
+        case["model"],
+        case["width"],
+        case["source_length"],
+        case["vocabulary_size"],
+        case.get("units"),
+    )
+    source = np.random.default_rng(0).integers(
+        4, case["vocabulary_size"], (case["batch_size"], case["source_length"])
+    )
+    source = source.astype("int32")
+    generate = generate_function(
+        model, case["search"], case["cached"], case["max_length"], case["beam_width"]
+    )
+    timing = time_call(generate, source, repeats=case["repeats"])
+    tokens = case["batch_size"] * case["max_length"]
+    return {**timing, "tokens_per_s": tokens / timing["median_s"]}
+
+
+CASES = {"generate": _case_generate}
+
+
+def run(quick=False, out="runs/bench-decode", timeout=1800):
+    """Runs the suite, prints its table, writes `decode.json`, `decode.md` and
+    `decode.png` under `out`; returns the results."""
+    from keras_attention._progress import phase
+    from keras_attention.bench.common import machine, run_case, write_report
+    from keras_attention.bench.seq2seq import build_model, matched_units
+
+    config = QUICK if quick else FULL
+    results = {
+        "suite": "decode",
+        "quick": quick,
+        "machine": machine(),
+        "config": dict(config),
+        "cases": {},
+    }
+    width, vocabulary_size = config["width"], config["vocabulary_size"]
+    phase(f"matching parameter counts at d={width}")
+    target = build_model("transformer", width, 8, vocabulary_size).count_params()
+    units = {
+        "transformer": None,
+        "rnn-bahdanau": matched_units("rnn-bahdanau", width, vocabulary_size, target),
+    }
+    results["config"]["rnn_units"] = units["rnn-bahdanau"]
+    for name in MODELS:
+        for search in SEARCHES:
+            for cached in (True, False):
+                label = f"{name}/{search}/{'cache' if cached else 'no_cache'}"
+                phase(f"generate {label}")
+                results["cases"][label] = run_case(
+                    MODULE,
+                    CASES,
+                    {
+                        "kind": "generate",
+                        "model": name,
+                        "units": units[name],
+                        "search": search,
+                        "cached": cached,
+                        **config,
+                    },
+                    timeout,
+                    isolated=not quick,
+                )
+    summarize(results)
+    write_report(results, out, "decode", markdown(results), plot)
+    return results
+
+
+def _speed(results, label):
+    return results["cases"].get(label, {}).get("tokens_per_s")
+
+
+def summarize(results):
+    """Adds `ratios` to `results`: the cache's speed-up, Transformer over RNN,
+    and the cost of beam search over greedy."""
+    ratios = {}
+    for search in SEARCHES:
+        for name in MODELS:
+            cache = _speed(results, f"{name}/{search}/cache")
+            no_cache = _speed(results, f"{name}/{search}/no_cache")
+            if cache and no_cache:
+                ratios[f"cache_speedup/{name}/{search}"] = cache / no_cache
+        for cached in ("cache", "no_cache"):
+            ours = _speed(results, f"transformer/{search}/{cached}")
+            rnn = _speed(results, f"rnn-bahdanau/{search}/{cached}")
+            if ours and rnn:
+                ratios[f"transformer_vs_rnn/{search}/{cached}"] = ours / rnn
+    for name in MODELS:
+        greedy = _speed(results, f"{name}/greedy/cache")
+        beam = _speed(results, f"{name}/beam/cache")
+        if greedy and beam:
+            ratios[f"greedy_vs_beam/{name}"] = greedy / beam
+    results["ratios"] = ratios
+
+
+def markdown(results):
+    config, m = results["config"], results["machine"]
+    lines = [
+        f"Machine: {describe(m)}. XLA on; d={config['width']} (RNN units "
+        f"{config['rnn_units']}), batch {config['batch_size']}, source length "
+        f"{config['source_length']}, {config['max_length']} tokens generated, "
+        f"beam width {config['beam_width']}; median of {config['repeats']}.",
+        "",
+        "| model | search | cache | tokens/s | median ms (min-max) |",
+        "| --- | --- | --- | ---: | ---: |",
+    ]
+    for label, case in results["cases"].items():
+        name, search, cached = label.split("/")
+        if "skipped" in case:
+            lines.append(
+                f"| {name} | {search} | {cached} | skipped: {case['skipped']} | |"
+            )
+            continue
+        lines.append(
+            f"| {name} | {search} | {cached} | {case['tokens_per_s']:.0f} | "
+            f"{1e3 * case['median_s']:.1f} ({1e3 * case['min_s']:.1f}-"
+            f"{1e3 * case['max_s']:.1f}) |"
+        )
+    lines += ["", "| ratio | value |", "| --- | ---: |"]
+    lines += [f"| {k} | {v:.2f} |" for k, v in results["ratios"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def plot(results, path):
+    from keras_attention.viz import _pyplot, _save
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    groups = [(name, search) for name in MODELS for search in SEARCHES]
+    positions = np.arange(len(groups))
+    for offset, cached, color in ((-0.2, "cache", "C0"), (0.2, "no_cache", "C1")):
+        speeds = [
+            _speed(results, f"{name}/{search}/{cached}") or 0.0
+            for name, search in groups
+        ]
+        ax.bar(positions + offset, speeds, 0.4, color=color, label=cached)
+    ax.set_xticks(positions, [f"{name}\n{search}" for name, search in groups])
+    ax.set_yscale("log")
+    ax.set_ylabel("generated tokens/s")
+    ax.legend()
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    m = results["machine"]
+    ax.set_title(f"XLA: {describe(m)}", fontsize=9)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def main(argv=None):
+    from keras_attention.bench.common import suite_main
+
+    return suite_main(__doc__, run, CASES, "runs/bench-decode", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

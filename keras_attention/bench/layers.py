@@ -1,0 +1,222 @@
+"""The `layers` suite: each attention layer against its nearest Keras layer.
+
+Forward+backward (gradients of the weights and the input), XLA on, of every
+attention layer of `keras_attention.layers` and of the Keras layer a user
+would otherwise reach for, on the same input:
+
+- `DotProductAttention` / `keras.layers.Attention()`: the same computation.
+- `DotProductAttention(scale=True)` / `keras.layers.Attention(use_scale=True)`:
+  a fixed 1/sqrt(d) against a learned scalar.
+- `MultiplicativeAttention` / `keras.layers.Attention()`: ours adds the W of
+  Luong's general score.
+- `CosineAttention` / `keras.layers.Attention()`: ours normalizes.
+- `AdditiveAttention` / `keras.layers.AdditiveAttention()`: ours projects the
+  query and the keys (Bahdanau's W_1, W_2).
+- `LocationAttention` / `keras.layers.Attention()`: ours scores from the query
+  alone.
+- `MultiHeadAttention` / `keras.layers.MultiHeadAttention`: the same.
+- `AttentionPooling` / `keras.layers.GlobalAveragePooling1D`: Keras has no
+  attention pooling; this is the pooling it replaces.
+- `SelfAttention2D` / a 1-head `keras.layers.MultiHeadAttention` over the
+  flattened map: ours adds the 1x1 convolutions and the SAGAN gate.
+
+Usage: `python -m keras_attention.bench.layers [--quick] [--out DIR]`.
+"""
+
+import sys
+
+import numpy as np
+
+from keras_attention.bench.common import describe
+
+FULL = {"batch_size": 16, "length": 128, "width": 256, "image": 32, "repeats": 5}
+QUICK = {"batch_size": 2, "length": 8, "width": 16, "image": 8, "repeats": 2}
+PAIRS = (
+    "dot_product",
+    "scaled_dot_product",
+    "multiplicative",
+    "cosine",
+    "additive",
+    "location",
+    "multi_head",
+    "attention_pooling",
+    "self_attention_2d",
+)
+MODULE = "keras_attention.bench.layers"
+
+
+def build_pair(name, quick=False):
+    """`((ours, forward, x), (keras_layer, forward, x))` for the pair `name`:
+    each layer, the function of `x` that calls it, and the input."""
+    import keras
+
+    from keras_attention import layers
+
+    config = QUICK if quick else FULL
+    batch, length, width = config["batch_size"], config["length"], config["width"]
+    rng = np.random.default_rng(0)
+    shape = (batch, length, width)
+    if name == "self_attention_2d":
+        shape = (batch, config["image"], config["image"], width // 4)
+    x = keras.ops.convert_to_tensor(rng.normal(size=shape).astype("float32"))
+
+    def attend(layer):
+        return layer, lambda x: layer([x, x]), x
+
+    pairs = {
+        "dot_product": lambda: (layers.DotProductAttention(), keras.layers.Attention()),
+        "scaled_dot_product": lambda: (
+            layers.DotProductAttention(scale=True),
+            keras.layers.Attention(use_scale=True),
+        ),
+        "multiplicative": lambda: (
+            layers.MultiplicativeAttention(),
+            keras.layers.Attention(),
+        ),
+        "cosine": lambda: (layers.CosineAttention(), keras.layers.Attention()),
+        "additive": lambda: (
+            layers.AdditiveAttention(),
+            keras.layers.AdditiveAttention(),
+        ),
+        "location": lambda: (
+            layers.LocationAttention(max_length=length),
+            keras.layers.Attention(),
+        ),
+    }
+    if name in pairs:
+        ours, theirs = pairs[name]()
+        pair = attend(ours), attend(theirs)
+    elif name == "multi_head":
+        heads = max(1, width // 64)
+        key_dim = min(64, width)
+        ours = layers.MultiHeadAttention(num_heads=heads, key_dim=key_dim)
+        theirs = keras.layers.MultiHeadAttention(num_heads=heads, key_dim=key_dim)
+        pair = (ours, lambda x: ours(x, x), x), (theirs, lambda x: theirs(x, x), x)
+    elif name == "attention_pooling":
+        ours, theirs = layers.AttentionPooling(), keras.layers.GlobalAveragePooling1D()
+        pair = (ours, ours, x), (theirs, theirs, x)
+    elif name == "self_attention_2d":
+        channels = shape[-1]
+        ours = layers.SelfAttention2D()
+        theirs = keras.layers.MultiHeadAttention(
+            num_heads=1, key_dim=max(1, channels // 8), value_dim=channels // 2
+        )
+
+        def flattened(x):
+            tokens = keras.ops.reshape(x, (batch, -1, channels))
+            return theirs(tokens, tokens)
+
+        pair = (ours, ours, x), (theirs, flattened, x)
+    else:
+        raise ValueError(f"`name` must be one of {PAIRS}; received {name!r}.")
+    for _, forward, inputs in pair:
+        forward(inputs)  # builds the weights
+    return pair
+
+
+def _case_pair(case):
+    from keras_attention.bench.common import jit, layer_value_and_grad, time_call
+
+    result = {}
+    for side, (layer, forward, x) in zip(
+        ("ours", "keras"), build_pair(case["pair"], case["quick"]), strict=True
+    ):
+        step = jit(layer_value_and_grad(layer, forward))
+        result[side] = time_call(
+            step,
+            [v.value for v in layer.trainable_variables],
+            x,
+            repeats=case["repeats"],
+        )
+    result["time_ratio"] = result["ours"]["median_s"] / result["keras"]["median_s"]
+    return result
+
+
+CASES = {"pair": _case_pair}
+
+
+def run(quick=False, out="runs/bench-layers", timeout=900):
+    """Runs the suite, prints its table, writes `layers.json`, `layers.md`
+    and `layers.png` under `out`; returns the results."""
+    from keras_attention._progress import phase
+    from keras_attention.bench.common import machine, run_case, write_report
+
+    config = QUICK if quick else FULL
+    results = {
+        "suite": "layers",
+        "quick": quick,
+        "machine": machine(),
+        "config": dict(config),
+        "cases": {},
+    }
+    for name in PAIRS:
+        phase(f"{name}: ours vs keras")
+        results["cases"][name] = run_case(
+            MODULE,
+            CASES,
+            {
+                "kind": "pair",
+                "pair": name,
+                "quick": quick,
+                "repeats": config["repeats"],
+            },
+            timeout,
+            isolated=not quick,
+        )
+    write_report(results, out, "layers", markdown(results), plot)
+    return results
+
+
+def markdown(results):
+    config, m = results["config"], results["machine"]
+    lines = [
+        f"Machine: {describe(m)}. XLA on, forward+backward, batch "
+        f"{config['batch_size']}, {config['length']} queries and keys of width "
+        f"{config['width']} ({config['image']}x{config['image']}x"
+        f"{config['width'] // 4} maps for SelfAttention2D); median of "
+        f"{config['repeats']} (min-max).",
+        "",
+        "| layer | ours ms | keras ms | ours / keras |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for name, case in results["cases"].items():
+        if "skipped" in case:
+            lines.append(f"| {name} | skipped: {case['skipped']} | | |")
+            continue
+        cells = [
+            f"{1e3 * t['median_s']:.2f} ({1e3 * t['min_s']:.2f}-{1e3 * t['max_s']:.2f})"
+            for t in (case["ours"], case["keras"])
+        ]
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} | {case['time_ratio']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results, path):
+    from keras_attention.viz import _pyplot, _save
+
+    plt = _pyplot()
+    names = [n for n, c in results["cases"].items() if "time_ratio" in c]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    positions = np.arange(len(names))
+    for offset, side, color in ((-0.2, "ours", "C0"), (0.2, "keras", "C1")):
+        times = [1e3 * results["cases"][n][side]["median_s"] for n in names]
+        ax.bar(positions + offset, times, 0.4, color=color, label=side)
+    ax.set_xticks(positions, names, rotation=30, ha="right", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("forward+backward (ms)")
+    ax.legend()
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    m = results["machine"]
+    ax.set_title(f"XLA: {describe(m)}", fontsize=9)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def main(argv=None):
+    from keras_attention.bench.common import suite_main
+
+    return suite_main(__doc__, run, CASES, "runs/bench-layers", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
