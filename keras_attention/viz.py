@@ -1050,3 +1050,49 @@ def plot_curves(curves, path=None, xlabel="epoch", ylabel=None, title=None):
     if path is not None:
         _save(fig, path)
     return fig
+
+
+def plot_grouped_bars(groups, series, path=None, ylabel=None, title=None, log=True):
+    """Bars side by side per group, one colour per series (benchmark
+    comparisons such as ours vs Keras per layer).
+
+    Args:
+        groups: the x-axis labels.
+        series: `{label: [value per group, ...]}`; None or 0 draws no bar.
+        path: where to write the PNG; None to skip.
+        ylabel: y-axis label.
+        title: figure title.
+        log: logarithmic y axis.
+
+    Returns:
+        The matplotlib figure.
+    """
+    if not groups or not series:
+        raise ValueError("`groups` and `series` must not be empty.")
+    for label, values in series.items():
+        if len(values) != len(groups):
+            raise ValueError(
+                f"Series {label!r} has {len(values)} values; expected one per "
+                f"group ({len(groups)})."
+            )
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(groups) + 2), 4.0))
+    width = 0.8 / len(series)
+    positions = np.arange(len(groups))
+    for i, (label, values) in enumerate(series.items()):
+        heights = [value or 0.0 for value in values]
+        offset = (i - (len(series) - 1) / 2) * width
+        ax.bar(positions + offset, heights, width, label=label)
+    ax.set_xticks(positions, groups, rotation=30, ha="right", fontsize=8)
+    if log:
+        ax.set_yscale("log")
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    if path:
+        _save(fig, path)
+    return fig

@@ -330,3 +330,22 @@ def test_plot_curves_draws_a_line_per_run(tmp_path):
     ]
     with pytest.raises(ValueError, match="empty"):
         viz.plot_curves({"a": []})
+
+
+def test_plot_grouped_bars_draws_a_bar_per_group_and_series(tmp_path):
+    fig = viz.plot_grouped_bars(
+        ["dot", "additive", "multi_head"],
+        {"ours": [1.0, 2.0, 3.0], "keras": [1.5, None, 2.5]},
+        tmp_path / "bars.png",
+        ylabel="ms",
+    )
+    assert (tmp_path / "bars.png").read_bytes().startswith(b"\x89PNG")
+    bars = fig.axes[0].patches
+    assert len(bars) == 6
+    assert [round(bar.get_height(), 3) for bar in bars] == [1, 2, 3, 1.5, 0, 2.5]
+    labels = [text.get_text() for text in fig.axes[0].get_xticklabels()]
+    assert labels == ["dot", "additive", "multi_head"]
+    with pytest.raises(ValueError, match="expected one per group"):
+        viz.plot_grouped_bars(["a", "b"], {"ours": [1.0]})
+    with pytest.raises(ValueError, match="must not be empty"):
+        viz.plot_grouped_bars([], {})

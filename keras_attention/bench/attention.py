@@ -262,7 +262,7 @@ def run(quick=False, out="runs/bench-attention", timeout=900):
     from keras_attention._progress import phase
     from keras_attention.bench.common import (
         accelerator,
-        machine,
+        new_results,
         run_isolated,
         write_report,
     )
@@ -274,13 +274,8 @@ def run(quick=False, out="runs/bench-attention", timeout=900):
     # the yardstick is then its bfloat16 matmul rate.
     on_accelerator = accelerator() is not None
     dtype = "bfloat16" if on_accelerator else "float32"
-    results = {
-        "suite": "attention",
-        "quick": quick,
-        "machine": machine(),
-        "dtype": dtype,
-        "cases": {},
-    }
+    results = new_results("attention", quick)
+    results["dtype"] = dtype
 
     phase(f"matmul yardstick ({dtype})")
     size = 2048 if quick or not on_accelerator else 8192

@@ -52,6 +52,16 @@ def machine():
     return info
 
 
+def new_results(suite, quick, config=None):
+    """The JSON record every suite starts from: its name, the run size, the
+    machine and the configuration, and an empty `cases`."""
+    results = {"suite": suite, "quick": quick, "machine": machine()}
+    if config is not None:
+        results["config"] = dict(config)
+    results["cases"] = {}
+    return results
+
+
 def describe(info):
     """One line naming the machine of `machine()`, for tables and plots."""
     text = f"{info['cpu']} ({info['cores']} cores)"

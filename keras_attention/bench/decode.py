@@ -132,17 +132,11 @@ def run(quick=False, out="runs/bench-decode", timeout=1800):
     """Runs the suite, prints its table, writes `decode.json`, `decode.md` and
     `decode.png` under `out`; returns the results."""
     from keras_attention._progress import phase
-    from keras_attention.bench.common import machine, run_case, write_report
+    from keras_attention.bench.common import new_results, run_case, write_report
     from keras_attention.bench.seq2seq import build_model, matched_units
 
     config = QUICK if quick else FULL
-    results = {
-        "suite": "decode",
-        "quick": quick,
-        "machine": machine(),
-        "config": dict(config),
-        "cases": {},
-    }
+    results = new_results("decode", quick, config)
     width, vocabulary_size = config["width"], config["vocabulary_size"]
     phase(f"matching parameter counts at d={width}")
     target = build_model("transformer", width, 8, vocabulary_size).count_params()
@@ -231,27 +225,21 @@ def markdown(results):
 
 
 def plot(results, path):
-    from keras_attention.viz import _pyplot, _save
+    from keras_attention.viz import plot_grouped_bars
 
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
     groups = [(name, search) for name in MODELS for search in SEARCHES]
-    positions = np.arange(len(groups))
-    for offset, cached, color in ((-0.2, "cache", "C0"), (0.2, "no_cache", "C1")):
-        speeds = [
-            _speed(results, f"{name}/{search}/{cached}") or 0.0
-            for name, search in groups
-        ]
-        ax.bar(positions + offset, speeds, 0.4, color=color, label=cached)
-    ax.set_xticks(positions, [f"{name}\n{search}" for name, search in groups])
-    ax.set_yscale("log")
-    ax.set_ylabel("generated tokens/s")
-    ax.legend()
-    ax.grid(True, axis="y", which="both", alpha=0.3)
-    m = results["machine"]
-    ax.set_title(f"XLA: {describe(m)}", fontsize=9)
-    fig.tight_layout()
-    _save(fig, path)
+    plot_grouped_bars(
+        [f"{name} {search}" for name, search in groups],
+        {
+            cached: [
+                _speed(results, f"{name}/{search}/{cached}") for name, search in groups
+            ]
+            for cached in ("cache", "no_cache")
+        },
+        path,
+        ylabel="generated tokens/s",
+        title=f"XLA: {describe(results['machine'])}",
+    )
 
 
 def main(argv=None):

@@ -139,16 +139,10 @@ def run(quick=False, out="runs/bench-layers", timeout=900):
     """Runs the suite, prints its table, writes `layers.json`, `layers.md`
     and `layers.png` under `out`; returns the results."""
     from keras_attention._progress import phase
-    from keras_attention.bench.common import machine, run_case, write_report
+    from keras_attention.bench.common import new_results, run_case, write_report
 
     config = QUICK if quick else FULL
-    results = {
-        "suite": "layers",
-        "quick": quick,
-        "machine": machine(),
-        "config": dict(config),
-        "cases": {},
-    }
+    results = new_results("layers", quick, config)
     for name in PAIRS:
         phase(f"{name}: ours vs keras")
         results["cases"][name] = run_case(
@@ -192,24 +186,19 @@ def markdown(results):
 
 
 def plot(results, path):
-    from keras_attention.viz import _pyplot, _save
+    from keras_attention.viz import plot_grouped_bars
 
-    plt = _pyplot()
     names = [n for n, c in results["cases"].items() if "time_ratio" in c]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    positions = np.arange(len(names))
-    for offset, side, color in ((-0.2, "ours", "C0"), (0.2, "keras", "C1")):
-        times = [1e3 * results["cases"][n][side]["median_s"] for n in names]
-        ax.bar(positions + offset, times, 0.4, color=color, label=side)
-    ax.set_xticks(positions, names, rotation=30, ha="right", fontsize=8)
-    ax.set_yscale("log")
-    ax.set_ylabel("forward+backward (ms)")
-    ax.legend()
-    ax.grid(True, axis="y", which="both", alpha=0.3)
-    m = results["machine"]
-    ax.set_title(f"XLA: {describe(m)}", fontsize=9)
-    fig.tight_layout()
-    _save(fig, path)
+    plot_grouped_bars(
+        names,
+        {
+            side: [1e3 * results["cases"][n][side]["median_s"] for n in names]
+            for side in ("ours", "keras")
+        },
+        path,
+        ylabel="forward+backward (ms)",
+        title=f"XLA: {describe(results['machine'])}",
+    )
 
 
 def main(argv=None):

@@ -176,19 +176,11 @@ def run(quick=False, out="runs/bench-seq2seq", timeout=1800):
     """Runs the suite, prints its tables, writes `seq2seq.json`, `seq2seq.md`
     and `seq2seq.png` under `out`; returns the results."""
     from keras_attention._progress import phase
-    from keras_attention.bench.common import machine, run_case, write_report
+    from keras_attention.bench.common import new_results, run_case, write_report
 
     config = QUICK if quick else FULL
-    results = {
-        "suite": "seq2seq",
-        "quick": quick,
-        "machine": machine(),
-        "config": {
-            k: list(v) if isinstance(v, tuple) else v for k, v in config.items()
-        },
-        "parameters": {},
-        "cases": {},
-    }
+    results = new_results("seq2seq", quick, config)
+    results["parameters"] = {}
     vocabulary_size = config["vocabulary_size"]
     for width in config["widths"]:
         phase(f"matching parameter counts at d={width}")

@@ -233,17 +233,11 @@ def run(quick=False, out="runs/bench-xla", timeout=1800):
     """Runs the suite, prints its table, writes `xla.json`, `xla.md` and
     `xla.png` under `out`; returns the results."""
     from keras_attention._progress import phase
-    from keras_attention.bench.common import machine, run_case, write_report
+    from keras_attention.bench.common import new_results, run_case, write_report
     from keras_attention.bench.layers import PAIRS
 
     config = QUICK if quick else FULL
-    results = {
-        "suite": "xla",
-        "quick": quick,
-        "machine": machine(),
-        "config": dict(config),
-        "cases": {},
-    }
+    results = new_results("xla", quick, config)
     variants = [("default", None)]
     if config["dropout_variants"]:
         variants.append(("no_dropout", 0.0))
