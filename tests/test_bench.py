@@ -38,6 +38,16 @@ def test_suites_are_all_on_the_command_line():
         parser.parse_args(["bench", "--suite", "nope"])
 
 
+def test_run_suites_refuses_unknown_names():
+    from keras_attention.bench import run_suites
+    from keras_attention.bench.__main__ import main
+
+    with pytest.raises(ValueError, match="Unknown suite 'nope'"):
+        run_suites(["layers", "nope"])
+    with pytest.raises(SystemExit):
+        main(["--suite", "nope"])
+
+
 def test_attention_suite_quick(tmp_path):
     results = run_suite("attention", tmp_path)
     assert results["matmul_gflops"] > 0
