@@ -164,20 +164,42 @@ def peak_memory_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def run_case(module, cases, case, timeout, isolated=True):
+def earlier_cases(out, results):
+    """The cases of an earlier run of the same suite in `out` on the same
+    machine and at the same size, so that a re-run measures only what is
+    missing (a suite can take an hour; an interrupted one resumes)."""
+    path = os.path.join(out, f"{results['suite']}.json")
+    try:
+        with open(path) as f:
+            earlier = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    same = (
+        earlier.get("machine") == results["machine"]
+        and earlier.get("quick") == results["quick"]
+    )
+    return earlier.get("cases", {}) if same else {}
+
+
+def run_case(module, cases, case, timeout, isolated=True, earlier=None):
     """Runs one case: in a fresh process (`run_isolated`) or, for quick runs
-    where start-up would dominate, in this one (a failure then propagates)."""
+    where start-up would dominate, in this one (a failure then propagates).
+    `earlier`, the result of an earlier run, is returned instead when it ran
+    the same case to the end. The result records its case."""
+    if earlier and earlier.get("case") == case and "skipped" not in earlier:
+        return earlier
     if isolated:
-        return run_isolated(module, case, timeout)
-    result = cases[case["kind"]](case)
-    keras.backend.clear_session()
-    return result
+        result = run_isolated(module, case, timeout)
+    else:
+        result = cases[case["kind"]](case)
+        keras.backend.clear_session()
+    return {**result, "case": case}
 
 
 def run_isolated(module, case, timeout):
     """Runs `python -m module --case JSON` in a fresh process and returns its
     JSON result, so that its peak memory is its own; a crash or a memory kill
-    is reported as such instead of taking the suite down."""
+    is reported, with the error, instead of taking the suite down."""
     command = [sys.executable, "-m", module, "--case", json.dumps(case)]
     try:
         done = subprocess.run(
@@ -186,8 +208,11 @@ def run_isolated(module, case, timeout):
     except subprocess.TimeoutExpired:
         return {"skipped": f"exceeded {timeout} s"}
     if done.returncode != 0:
-        tail = (done.stderr or "").strip().splitlines()[-1:] or [""]
-        reason = "killed (out of memory?)" if done.returncode < 0 else tail[0]
+        lines = (done.stderr or "").strip().splitlines() or [""]
+        errors = [line for line in lines if "Error" in line]
+        reason = (errors or lines)[-1]
+        if done.returncode < 0 and not errors:
+            reason = f"killed by signal {-done.returncode} (out of memory?)"
         return {"skipped": f"exit {done.returncode}: {reason}"[:300]}
     return json.loads(done.stdout.strip().splitlines()[-1])
 

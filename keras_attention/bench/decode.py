@@ -132,11 +132,17 @@ def run(quick=False, out="runs/bench-decode", timeout=1800):
     """Runs the suite, prints its table, writes `decode.json`, `decode.md` and
     `decode.png` under `out`; returns the results."""
     from keras_attention._progress import phase
-    from keras_attention.bench.common import new_results, run_case, write_report
+    from keras_attention.bench.common import (
+        earlier_cases,
+        new_results,
+        run_case,
+        write_report,
+    )
     from keras_attention.bench.seq2seq import build_model, matched_units
 
     config = QUICK if quick else FULL
     results = new_results("decode", quick, config)
+    earlier = earlier_cases(out, results)
     width, vocabulary_size = config["width"], config["vocabulary_size"]
     phase(f"matching parameter counts at d={width}")
     target = build_model("transformer", width, 8, vocabulary_size).count_params()
@@ -163,6 +169,7 @@ def run(quick=False, out="runs/bench-decode", timeout=1800):
                     },
                     timeout,
                     isolated=not quick,
+                    earlier=earlier.get(label),
                 )
     summarize(results)
     write_report(results, out, "decode", markdown(results), plot)

@@ -139,10 +139,16 @@ def run(quick=False, out="runs/bench-layers", timeout=900):
     """Runs the suite, prints its table, writes `layers.json`, `layers.md`
     and `layers.png` under `out`; returns the results."""
     from keras_attention._progress import phase
-    from keras_attention.bench.common import new_results, run_case, write_report
+    from keras_attention.bench.common import (
+        earlier_cases,
+        new_results,
+        run_case,
+        write_report,
+    )
 
     config = QUICK if quick else FULL
     results = new_results("layers", quick, config)
+    earlier = earlier_cases(out, results)
     for name in PAIRS:
         phase(f"{name}: ours vs keras")
         results["cases"][name] = run_case(
@@ -156,6 +162,7 @@ def run(quick=False, out="runs/bench-layers", timeout=900):
             },
             timeout,
             isolated=not quick,
+            earlier=earlier.get(name),
         )
     write_report(results, out, "layers", markdown(results), plot)
     return results

@@ -10,7 +10,9 @@
 - `layer`: forward+backward of one self-attention layer
   (`layers.MultiHeadAttention`, heads of 64) against one recurrent layer
   (`keras.layers.GRU`) of width d, the two rows of the seeds' complexity
-  table, for n up to 4096.
+  table, for n up to 4096 on a fixed batch of 4 sequences (a fixed batch, so
+  that the time measures the work per sequence and not how well a batch that
+  shrinks with n fills the machine).
 
 From these it fits the exponent of time per sequence against n (all lengths,
 and the upper half) and against d, prints them next to the table's
@@ -32,7 +34,7 @@ FULL = {
     "widths": (128, 256, 512),
     "layer_lengths": (16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
     "tokens_per_batch": 2048,
-    "layer_tokens": 4096,
+    "layer_batch_size": 4,
     "vocabulary_size": 1000,
     "repeats": 3,
 }
@@ -41,7 +43,7 @@ QUICK = {
     "widths": (32,),
     "layer_lengths": (8, 16),
     "tokens_per_batch": 64,
-    "layer_tokens": 64,
+    "layer_batch_size": 2,
     "vocabulary_size": 50,
     "repeats": 2,
 }
@@ -139,8 +141,7 @@ def _case_layer(case):
     from keras_attention.bench.common import jit, layer_value_and_grad, time_call
     from keras_attention.layers import MultiHeadAttention
 
-    length, width = case["length"], case["width"]
-    batch_size = max(1, case["layer_tokens"] // length)
+    length, width, batch_size = case["length"], case["width"], case["batch_size"]
     if case["layer"] == "self_attention":
         layer = MultiHeadAttention(
             num_heads=max(1, width // HEAD_DIM), key_dim=min(HEAD_DIM, width)
@@ -176,7 +177,12 @@ def run(quick=False, out="runs/bench-seq2seq", timeout=1800):
     """Runs the suite, prints its tables, writes `seq2seq.json`, `seq2seq.md`
     and `seq2seq.png` under `out`; returns the results."""
     from keras_attention._progress import phase
-    from keras_attention.bench.common import new_results, run_case, write_report
+    from keras_attention.bench.common import (
+        earlier_cases,
+        new_results,
+        run_case,
+        write_report,
+    )
 
     config = QUICK if quick else FULL
     results = new_results("seq2seq", quick, config)
@@ -193,43 +199,38 @@ def run(quick=False, out="runs/bench-seq2seq", timeout=1800):
                 "units": units,
                 "parameters": params,
             }
+    plan = []
     for width in config["widths"]:
         for length in config["lengths"]:
             for name in MODELS:
-                phase(f"train {name} d={width} n={length}")
-                results["cases"][f"train/{name}/{width}/{length}"] = run_case(
-                    MODULE,
-                    CASES,
-                    {
-                        "kind": "train",
-                        "model": name,
-                        "width": width,
-                        "length": length,
-                        "units": results["parameters"][f"{name}/{width}"].get("units"),
-                        "tokens_per_batch": config["tokens_per_batch"],
-                        "vocabulary_size": vocabulary_size,
-                        "repeats": config["repeats"],
-                    },
-                    timeout,
-                    isolated=not quick,
-                )
+                case = {
+                    "kind": "train",
+                    "model": name,
+                    "width": width,
+                    "length": length,
+                    "units": results["parameters"][f"{name}/{width}"].get("units"),
+                    "tokens_per_batch": config["tokens_per_batch"],
+                    "vocabulary_size": vocabulary_size,
+                    "repeats": config["repeats"],
+                }
+                plan.append((f"train/{name}/{width}/{length}", case))
         for length in config["layer_lengths"]:
             for layer in ("self_attention", "recurrent"):
-                phase(f"layer {layer} d={width} n={length}")
-                results["cases"][f"layer/{layer}/{width}/{length}"] = run_case(
-                    MODULE,
-                    CASES,
-                    {
-                        "kind": "layer",
-                        "layer": layer,
-                        "width": width,
-                        "length": length,
-                        "layer_tokens": config["layer_tokens"],
-                        "repeats": config["repeats"],
-                    },
-                    timeout,
-                    isolated=not quick,
-                )
+                case = {
+                    "kind": "layer",
+                    "layer": layer,
+                    "width": width,
+                    "length": length,
+                    "batch_size": config["layer_batch_size"],
+                    "repeats": config["repeats"],
+                }
+                plan.append((f"layer/{layer}/{width}/{length}", case))
+    earlier = earlier_cases(out, results)
+    for key, case in plan:
+        phase(f"{key.replace('/', ' ')}")
+        results["cases"][key] = run_case(
+            MODULE, CASES, case, timeout, isolated=not quick, earlier=earlier.get(key)
+        )
     summarize(results)
     write_report(results, out, "seq2seq", markdown(results), plot)
     return results
@@ -305,18 +306,20 @@ def summarize(results):
 
 
 def crossover_length(lengths, attention, recurrent):
-    """The length at which `attention` per token first exceeds `recurrent`
-    per token, interpolated on log axes between the measured lengths; None if
-    it never does in the measured range."""
+    """The length from which `attention` per token stays above `recurrent`
+    per token, interpolated on log axes between the last measured length
+    where it is not and the next; None if it is not above at the longest
+    length measured."""
     ratio = np.log(np.asarray(attention) / np.asarray(recurrent))
-    for i in range(len(lengths)):
-        if ratio[i] > 0:
-            if i == 0:
-                return float(lengths[0])
-            x0, x1 = np.log(lengths[i - 1]), np.log(lengths[i])
-            fraction = -ratio[i - 1] / (ratio[i] - ratio[i - 1])
-            return float(np.exp(x0 + fraction * (x1 - x0)))
-    return None
+    if ratio[-1] <= 0:
+        return None
+    below = np.flatnonzero(ratio <= 0)
+    if not len(below):
+        return float(lengths[0])
+    i = below[-1]
+    x0, x1 = np.log(lengths[i]), np.log(lengths[i + 1])
+    fraction = -ratio[i] / (ratio[i + 1] - ratio[i])
+    return float(np.exp(x0 + fraction * (x1 - x0)))
 
 
 def _fmt(value, pattern="{:.2f}"):
@@ -371,7 +374,11 @@ def markdown(results):
         "### Fitted exponents against the seeds' complexity table",
         "",
         "Time per sequence ~ n^a at fixed d (all lengths / upper half of the "
-        "lengths) and ~ d^b at fixed n (mean over n).",
+        "lengths) and ~ d^b at fixed n (mean over n). Layers: a fixed batch of "
+        f"{config['layer_batch_size']} sequences. Training steps: a fixed "
+        f"{config['tokens_per_batch']} target tokens per batch, so the batch "
+        "shrinks as n grows and the RNNs' n sequential steps each get fewer "
+        "rows to work on.",
         "",
         "| what | table | a (all n) | a (upper n) | b |",
         "| --- | --- | --- | --- | --- |",

@@ -233,7 +233,12 @@ def run(quick=False, out="runs/bench-xla", timeout=1800):
     """Runs the suite, prints its table, writes `xla.json`, `xla.md` and
     `xla.png` under `out`; returns the results."""
     from keras_attention._progress import phase
-    from keras_attention.bench.common import new_results, run_case, write_report
+    from keras_attention.bench.common import (
+        earlier_cases,
+        new_results,
+        run_case,
+        write_report,
+    )
     from keras_attention.bench.layers import PAIRS
 
     config = QUICK if quick else FULL
@@ -255,22 +260,24 @@ def run(quick=False, out="runs/bench-xla", timeout=1800):
         (f"layer/{name}", {"kind": "layer", "layer": name})
         for name in config["layers"] or PAIRS
     ]
+    earlier = earlier_cases(out, results)
     for label, case in plan:
         for jit_compile in (True, False):
+            key = f"{label}/{'xla' if jit_compile else 'no_xla'}"
             phase(f"{label} jit_compile={jit_compile}")
-            results["cases"][f"{label}/{'xla' if jit_compile else 'no_xla'}"] = (
-                run_case(
-                    MODULE,
-                    CASES,
-                    {
-                        **case,
-                        "scale": config["scale"],
-                        "repeats": config["repeats"],
-                        "jit_compile": jit_compile,
-                    },
-                    timeout,
-                    isolated=not quick,
-                )
+            case = {
+                **case,
+                "scale": config["scale"],
+                "repeats": config["repeats"],
+                "jit_compile": jit_compile,
+            }
+            results["cases"][key] = run_case(
+                MODULE,
+                CASES,
+                case,
+                timeout,
+                isolated=not quick,
+                earlier=earlier.get(key),
             )
     summarize(results)
     write_report(results, out, "xla", markdown(results), plot)
