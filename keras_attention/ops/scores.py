@@ -65,6 +65,18 @@ def _transpose_last(x):
     return ops.swapaxes(x, -1, -2)
 
 
+def _batch_labels(x, reserved):
+    """One einsum label per axis of `x` but the last, none of `reserved`.
+
+    Explicit labels, not `...`: TensorFlow differentiates an ellipsis einsum
+    against an unbatched operand by materializing the broadcast product, which
+    made the gradient of a `(16, 128, 256) x (256, 256)` projection 140 times
+    slower (2.4 s against 17 ms) than with labels.
+    """
+    labels = [c for c in "abcefghijklmnopqrst" if c not in reserved]
+    return "".join(labels[: len(x.shape) - 1])
+
+
 def project(x, kernel):
     """`x @ kernel` for `x` `(..., D)` and `kernel` `(D, U)`, in `x`'s dtype.
 
@@ -72,7 +84,8 @@ def project(x, kernel):
     gradients need shapes that XLA cannot resolve inside a recurrent loop over
     a dynamic batch (a decoder step attending inside `keras.layers.RNN`).
     """
-    return ops.einsum("...d,du->...u", x, ops.cast(kernel, x.dtype))
+    batch = _batch_labels(x, "du")
+    return ops.einsum(f"{batch}d,du->{batch}u", x, ops.cast(kernel, x.dtype))
 
 
 def dot_score(query, key):
@@ -159,7 +172,10 @@ def additive_score_from_projections(
     # An einsum, not a broadcasting matmul or product with `v_a`: their
     # gradients need shapes that XLA cannot resolve inside a recurrent loop
     # over a dynamic batch (a decoder step inside `keras.layers.RNN`).
-    return ops.einsum("...u,u->...", ops.tanh(hidden), ops.cast(score_vector, dtype))
+    batch = _batch_labels(hidden, "u")
+    return ops.einsum(
+        f"{batch}u,u->{batch}", ops.tanh(hidden), ops.cast(score_vector, dtype)
+    )
 
 
 def cosine_score(query, key, sharpness=1.0, epsilon=1e-6):
