@@ -116,7 +116,11 @@ def value_and_grad(loss_fn):
     if backend == "jax":
         import jax
 
-        return jax.value_and_grad(loss_fn, argnums=tuple(range(8)), allow_int=True)
+        def fn(*tensors):
+            argnums = tuple(range(len(tensors)))
+            return jax.value_and_grad(loss_fn, argnums=argnums)(*tensors)
+
+        return fn
     raise NotImplementedError(backend)
 
 
