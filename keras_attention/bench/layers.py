@@ -98,8 +98,12 @@ def build_pair(name, quick=False):
     elif name == "self_attention_2d":
         channels = shape[-1]
         ours = layers.SelfAttention2D()
+        key_dim = max(1, channels // 8)
+        # SAGAN's values are C/2 wide; Keras' MultiHeadAttention on JAX calls
+        # jax.nn.dot_product_attention, which needs values as wide as keys.
+        value_dim = key_dim if keras.backend.backend() == "jax" else channels // 2
         theirs = keras.layers.MultiHeadAttention(
-            num_heads=1, key_dim=max(1, channels // 8), value_dim=channels // 2
+            num_heads=1, key_dim=key_dim, value_dim=value_dim
         )
 
         def flattened(x):
