@@ -35,6 +35,7 @@ def _case_ops(case):
     from keras_attention.bench.common import (
         jit,
         peak_memory_bytes,
+        peak_memory_growth,
         time_call,
         value_and_grad,
     )
@@ -67,7 +68,7 @@ def _case_ops(case):
     return {
         **timing,
         "gflops": flops / timing["median_s"] / 1e9,
-        "peak_memory_bytes": peak_memory_bytes() - baseline,
+        "peak_memory_bytes": peak_memory_growth(baseline),
     }
 
 
@@ -78,6 +79,7 @@ def _case_mha(case):
         jit,
         layer_value_and_grad,
         peak_memory_bytes,
+        peak_memory_growth,
         time_call,
     )
     from keras_attention.layers import MultiHeadAttention
@@ -103,7 +105,7 @@ def _case_mha(case):
         **timing,
         "batch": batch,
         "gflops": 3 * forward / timing["median_s"] / 1e9,
-        "peak_memory_bytes": peak_memory_bytes() - baseline,
+        "peak_memory_bytes": peak_memory_growth(baseline),
     }
 
 
@@ -435,19 +437,24 @@ def _plot(results, lengths, path):
             if "median_s" in r:
                 xs.append(length)
                 ts.append(r["median_s"])
-                ms.append((r["peak_memory_bytes"] or float("nan")) / 2**20)
+                if r.get("peak_memory_bytes"):
+                    ms.append((length, r["peak_memory_bytes"] / 2**20))
         if xs:
             time_ax.plot(xs, ts, style, label=f"{kind} {impl}")
-            if (
-                kind == "ops"
-                and impl != "torch_sdpa"
-                or results["machine"].get("accelerator")
-            ):
-                mem_ax.plot(xs, ms, style, label=f"{kind} {impl}")
+        if ms and (
+            kind == "ops"
+            and impl != "torch_sdpa"
+            or results["machine"].get("accelerator")
+        ):
+            mem_ax.plot(*zip(*ms, strict=True), style, label=f"{kind} {impl}")
     for ax, label in (
         (time_ax, "forward+backward time (s)"),
         (mem_ax, "peak memory (MiB)"),
     ):
+        if not ax.lines:
+            ax.text(0.5, 0.5, "not measured in this run", ha="center")
+            ax.set_axis_off()
+            continue
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length T = S")

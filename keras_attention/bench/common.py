@@ -168,6 +168,15 @@ def peak_memory_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def peak_memory_growth(baseline):
+    """How far the peak rose above `baseline` (a `peak_memory_bytes()` read
+    before the case), or None where it did not rise: a case run in a process
+    that had already peaked higher (a quick, in-process run) says nothing
+    about its own memory."""
+    growth = peak_memory_bytes() - baseline
+    return growth if growth > 0 else None
+
+
 def earlier_cases(out, results):
     """The cases of an earlier run of the same suite in `out` on the same
     machine and at the same size, so that a re-run measures only what is
