@@ -7,6 +7,8 @@ backend error from deep inside a matmul.
 
 import math
 
+import numpy as np
+
 
 def static_shape(x):
     """Returns the static shape of a tensor as a tuple (unknown dims are None)."""
@@ -88,3 +90,24 @@ def check_choice(name, value, choices):
         raise ValueError(
             f"Unknown `{name}`: {value!r}. Expected one of {sorted(choices)}."
         )
+
+
+def check_length(name, value, allow_none=False):
+    """Checks a sequence length given as a Python or NumPy integer >= 0;
+    tensors (lengths known only when the graph runs) pass unchecked."""
+    if value is None and allow_none:
+        return
+    if hasattr(value, "shape") and not isinstance(value, np.generic):
+        if len(value.shape) != 0:
+            raise ValueError(
+                f"`{name}` must be a scalar length; received a tensor of shape "
+                f"{tuple(value.shape)}."
+            )
+        return
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(
+            f"`{name}` must be an integer length; received {name}={value!r} "
+            f"of type {type(value).__name__}."
+        )
+    if value < 0:
+        raise ValueError(f"`{name}` must be >= 0; received {name}={value!r}.")

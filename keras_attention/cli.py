@@ -30,6 +30,7 @@ def _translate(args):
     if args.sentences:
         raise SystemExit("sentences to translate need --load DIR/model.keras")
     options = {
+        "strategy": args.strategy,
         "data": args.data,
         "epochs": args.epochs,
         "batch_size": args.batch_size,
@@ -65,6 +66,7 @@ def _classify(args):
     if args.texts:
         raise SystemExit("texts to classify need --load DIR/model.keras")
     options = {
+        "strategy": args.strategy,
         "data": args.data,
         "epochs": args.epochs,
         "batch_size": args.batch_size,
@@ -97,6 +99,7 @@ def _caption(args):
     if args.images:
         raise SystemExit("images to caption need --load DIR/model.keras")
     options = {
+        "strategy": args.strategy,
         "data": args.data,
         "epochs": args.epochs,
         "batch_size": args.batch_size,
@@ -127,6 +130,7 @@ def _gan(args):
             print(path)
         return
     options = {
+        "strategy": args.strategy,
         "data": args.data,
         "conditional": args.conditional,
         "epochs": args.epochs,
@@ -206,6 +210,7 @@ def build_parser():
     translate.add_argument("--seed", type=int, default=0)
     translate.add_argument("--out", default="runs/translate", help="output folder")
     translate.add_argument("--load", default=None, help="a trained model.keras")
+    _add_training_options(translate)
     translate.set_defaults(run=_translate)
 
     classify = commands.add_parser(
@@ -252,6 +257,7 @@ def build_parser():
     )
     classify.add_argument("--out", default="runs/classify", help="output folder")
     classify.add_argument("--load", default=None, help="a trained model.keras")
+    _add_training_options(classify)
     classify.set_defaults(run=_classify)
 
     caption = commands.add_parser(
@@ -304,6 +310,7 @@ def build_parser():
         "folder, where the overlays go)",
     )
     caption.add_argument("--load", default=None, help="a trained model.keras")
+    _add_training_options(caption)
     caption.set_defaults(run=_caption)
 
     gan = commands.add_parser(
@@ -393,6 +400,7 @@ def build_parser():
         help="a trained generator (OUT/model.keras): write samples.png and "
         "attention.png",
     )
+    _add_training_options(gan)
     gan.set_defaults(run=_gan)
 
     bench = commands.add_parser(
@@ -431,6 +439,17 @@ def _classification_models():
     from keras_attention.tasks.classify import MODELS
 
     return MODELS
+
+
+def _add_training_options(parser):
+    parser.add_argument(
+        "--strategy",
+        default="default",
+        choices=("default", "mirrored", "multi-worker", "tpu"),
+        help="tf.distribute strategy: default (one device), mirrored (every GPU "
+        "of this machine), multi-worker (the machines in TF_CONFIG; run the same "
+        "command on each), tpu; --batch-size is the global batch",
+    )
 
 
 def _version():

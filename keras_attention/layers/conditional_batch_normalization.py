@@ -19,6 +19,9 @@ class ConditionalBatchNormalization(keras.layers.Layer):
         num_classes: number of classes.
         momentum: momentum of the moving statistics.
         epsilon: added to the variance.
+        synchronized: under a `tf.distribute` strategy, compute the batch
+            statistics over all replicas (TensorFlow backend only, as for
+            `keras.layers.BatchNormalization`).
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -47,12 +50,15 @@ class ConditionalBatchNormalization(keras.layers.Layer):
           Networks](https://arxiv.org/abs/1805.08318)
     """
 
-    def __init__(self, num_classes, momentum=0.9, epsilon=1e-5, **kwargs):
+    def __init__(
+        self, num_classes, momentum=0.9, epsilon=1e-5, synchronized=False, **kwargs
+    ):
         super().__init__(**kwargs)
         check_positive_int("num_classes", num_classes)
         self.num_classes = num_classes
         self.momentum = momentum
         self.epsilon = epsilon
+        self.synchronized = synchronized
 
     def build(self, inputs_shape, labels_shape=None):
         input_shape = tuple(inputs_shape)
@@ -68,6 +74,7 @@ class ConditionalBatchNormalization(keras.layers.Layer):
             epsilon=self.epsilon,
             center=False,
             scale=False,
+            synchronized=self.synchronized,
             dtype=self.dtype_policy,
             name="normalization",
         )
@@ -115,6 +122,7 @@ class ConditionalBatchNormalization(keras.layers.Layer):
                 "num_classes": self.num_classes,
                 "momentum": self.momentum,
                 "epsilon": self.epsilon,
+                "synchronized": self.synchronized,
             }
         )
         return config

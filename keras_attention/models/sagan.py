@@ -59,19 +59,23 @@ def _conv(filters, kernel_size, name):
     )
 
 
-def _normalize(x, labels, num_classes, name):
+def _normalize(x, labels, num_classes, synchronized, name):
     if num_classes:
-        return ConditionalBatchNormalization(num_classes, name=name)(x, labels)
-    return keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5, name=name)(x)
+        return ConditionalBatchNormalization(
+            num_classes, synchronized=synchronized, name=name
+        )(x, labels)
+    return keras.layers.BatchNormalization(
+        momentum=0.9, epsilon=1e-5, synchronized=synchronized, name=name
+    )(x)
 
 
-def _generator_block(x, labels, filters, num_classes, name):
+def _generator_block(x, labels, filters, num_classes, synchronized, name):
     """Pre-activation residual block that doubles the resolution."""
-    h = _normalize(x, labels, num_classes, f"{name}_norm1")
+    h = _normalize(x, labels, num_classes, synchronized, f"{name}_norm1")
     h = keras.layers.ReLU(name=f"{name}_relu1")(h)
     h = keras.layers.UpSampling2D(2, name=f"{name}_up")(h)
     h = _conv(filters, 3, f"{name}_conv1")(h)
-    h = _normalize(h, labels, num_classes, f"{name}_norm2")
+    h = _normalize(h, labels, num_classes, synchronized, f"{name}_norm2")
     h = keras.layers.ReLU(name=f"{name}_relu2")(h)
     h = _conv(filters, 3, f"{name}_conv2")(h)
     shortcut = keras.layers.UpSampling2D(2, name=f"{name}_shortcut_up")(x)
@@ -116,6 +120,7 @@ def sagan_generator(
     num_classes=None,
     attention=True,
     attention_resolution=16,
+    synchronized_batch_norm=False,
     name="generator",
 ):
     """The SAGAN generator: `z` (and a class) to an image in [-1, 1].
@@ -135,6 +140,9 @@ def sagan_generator(
         num_classes: number of classes for a class-conditional generator.
         attention: add the self-attention block.
         attention_resolution: the feature-map size it attends over.
+        synchronized_batch_norm: under a `tf.distribute` strategy, batch
+            statistics over the global batch instead of each replica's share
+            (cross-replica batch norm, as BigGAN trains); TensorFlow only.
         name: model name.
 
     Returns:
@@ -163,9 +171,11 @@ def sagan_generator(
     for i, filters in enumerate(widths[1:]):
         if attention and resolution == attention_resolution:
             x = SelfAttention2D(spectral_normalization=True, name="self_attention")(x)
-        x = _generator_block(x, labels, filters, num_classes, f"block{i + 1}")
+        x = _generator_block(
+            x, labels, filters, num_classes, synchronized_batch_norm, f"block{i + 1}"
+        )
         resolution *= 2
-    x = _normalize(x, labels, num_classes, "output_norm")
+    x = _normalize(x, labels, num_classes, synchronized_batch_norm, "output_norm")
     x = keras.layers.ReLU(name="output_relu")(x)
     x = _conv(channels, 3, "output_conv")(x)
     images = keras.layers.Activation("tanh", dtype="float32", name="images")(x)
@@ -289,6 +299,8 @@ class SAGAN(keras.Model):
         ema_decay: decay of the generator's weight average (e.g. 0.999), or
             None for none.
         seed: seed of the latent vectors drawn during training.
+        synchronized_batch_norm: cross-replica batch norm in the generator
+            under a `tf.distribute` strategy (see `sagan_generator`).
         **kwargs: `name` and other model arguments.
 
     Call arguments:
@@ -334,6 +346,7 @@ class SAGAN(keras.Model):
         attention_resolution=16,
         ema_decay=None,
         seed=None,
+        synchronized_batch_norm=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -350,6 +363,7 @@ class SAGAN(keras.Model):
         self.attention_resolution = attention_resolution
         self.ema_decay = ema_decay
         self.seed = seed
+        self.synchronized_batch_norm = synchronized_batch_norm
         generator_args = {
             "image_shape": self.image_shape,
             "latent_dim": latent_dim,
@@ -357,6 +371,7 @@ class SAGAN(keras.Model):
             "num_classes": num_classes,
             "attention": attention,
             "attention_resolution": attention_resolution,
+            "synchronized_batch_norm": synchronized_batch_norm,
         }
         self.generator = sagan_generator(**generator_args)
         self.discriminator = sagan_discriminator(
@@ -457,9 +472,15 @@ class SAGAN(keras.Model):
         real, labels = self._unpack(data)
         real = ops.cast(real, "float32")
         batch_size = ops.shape(real)[0]
+        # Under a tf.distribute strategy each replica trains on its share of
+        # the global batch, and the optimizers sum the replicas' gradients:
+        # dividing each replica's mean loss by their number makes the sum the
+        # gradient of the mean over the global batch.
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync
 
         # Discriminator: real and generated images in one pass.
-        generator_inputs = self.generator_inputs(batch_size, labels)
+        generator_inputs = self._training_inputs(batch_size, labels, context)
         with tf.GradientTape() as tape:
             fake = self.generator(generator_inputs, training=True)
             both = ops.concatenate([real, ops.cast(fake, real.dtype)], axis=0)
@@ -471,17 +492,17 @@ class SAGAN(keras.Model):
             d_loss = ops.mean(ops.relu(1.0 - real_logits)) + ops.mean(
                 ops.relu(1.0 + fake_logits)
             )
-            scaled = self.discriminator_optimizer.scale_loss(d_loss)
+            scaled = self.discriminator_optimizer.scale_loss(d_loss / replicas)
         variables = self.discriminator.trainable_variables
         self.discriminator_optimizer.apply(tape.gradient(scaled, variables), variables)
 
         # Generator.
-        generator_inputs = self.generator_inputs(batch_size, labels)
+        generator_inputs = self._training_inputs(batch_size, labels, context)
         with tf.GradientTape() as tape:
             fake = self.generator(generator_inputs, training=True)
             logits = self._discriminate(fake, labels)
             g_loss = -ops.mean(ops.cast(logits, "float32"))
-            scaled = self.generator_optimizer.scale_loss(g_loss)
+            scaled = self.generator_optimizer.scale_loss(g_loss / replicas)
         variables = self.generator.trainable_variables
         self.generator_optimizer.apply(tape.gradient(scaled, variables), variables)
 
@@ -495,6 +516,18 @@ class SAGAN(keras.Model):
         ):
             self.trackers[name].update_state(value)
         return {name: tracker.result() for name, tracker in self.trackers.items()}
+
+    def _training_inputs(self, batch_size, labels, replica_context):
+        """Generator inputs for this replica's share of the batch: `z` is
+        drawn for the global batch and each replica takes its own rows, so
+        that replicas never share latent vectors and a step sees the same
+        vectors on any number of replicas."""
+        replicas = replica_context.num_replicas_in_sync
+        z = keras.random.normal(
+            (replicas, batch_size, self.latent_dim), seed=self.seed_generator
+        )
+        z = ops.take(z, replica_context.replica_id_in_sync_group, axis=0)
+        return z if labels is None else [z, ops.cast(labels, "int32")]
 
     def _update_ema(self):
         decay = self.ema_decay
@@ -535,6 +568,7 @@ class SAGAN(keras.Model):
                 "attention_resolution": self.attention_resolution,
                 "ema_decay": self.ema_decay,
                 "seed": self.seed,
+                "synchronized_batch_norm": self.synchronized_batch_norm,
             }
         )
         return config

@@ -2,7 +2,7 @@
 
 from keras import ops
 
-from keras_attention._checks import check_rank, static_shape
+from keras_attention._checks import check_length, check_rank, static_shape
 
 
 def padding_mask(token_ids, padding_id=0):
@@ -53,6 +53,8 @@ def causal_mask(query_length, key_length=None, offset=0):
     Returns:
         Boolean tensor of shape `(T, S)`.
     """
+    check_length("query_length", query_length)
+    check_length("key_length", key_length, allow_none=True)
     if key_length is None:
         key_length = query_length
     rows = ops.arange(query_length)[:, None] + ops.cast(offset, "int32")

@@ -11,6 +11,7 @@ from keras_attention.data.images import FASHION_MNIST_CLASSES
 from keras_attention.data.pipeline import caption_dataset, encode_captions
 from keras_attention.data.tokenization import END_ID
 from keras_attention.models import ShowAttendTell
+from keras_attention.tasks import distribute
 from keras_attention.tasks.common import (
     cached_word_piece,
     fit_resumable,
@@ -242,6 +243,7 @@ def run_caption(
     jit_compile=True,
     verbose=1,
     callbacks=None,
+    strategy="default",
     **model_kwargs,
 ):
     """Trains a captioner, evaluates it on the test split and writes
@@ -265,6 +267,10 @@ def run_caption(
         jit_compile: train with XLA.
         verbose: Keras progress bar setting.
         callbacks: extra Keras callbacks for `fit`.
+        strategy: `tf.distribute` strategy to train with, by name (see
+            `keras_attention.tasks.distribute.make_strategy`) or object;
+            `batch_size` is the global batch. The doubly stochastic penalty
+            is a model loss, which Keras scales per replica like the others.
         **model_kwargs: extra constructor arguments of `ShowAttendTell`.
 
     Returns:
@@ -272,7 +278,10 @@ def run_caption(
     """
     if model not in MODELS:
         raise ValueError(f"`model` must be one of {list(MODELS)}; received {model!r}.")
-    prepare_output(out_dir)
+    # First: a multi-worker strategy must exist before any other TensorFlow op.
+    strategy = distribute.make_strategy(strategy)
+    distribute.check_global_batch(batch_size, strategy)
+    out_dir = prepare_output(distribute.worker_output(out_dir, strategy))
     keras.utils.set_random_seed(seed)
     settings = SETTINGS
     epochs = epochs or settings["epochs"]
@@ -300,21 +309,22 @@ def run_caption(
         return caption_dataset(scenes.images, ids, batch_size, seed=seed, **kwargs)
 
     def train():
-        phase(f"building {model}")
-        net = build_model(
-            model,
-            tokenizer.vocabulary_size(),
-            image_shape,
-            settings,
-            tokenizer=tokenizer,
-            **model_kwargs,
-        )
-        net.compile(
-            optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            weighted_metrics=["accuracy"],
-            jit_compile=jit_compile,
-        )
+        phase(f"building {model} ({distribute.describe(strategy)})")
+        with distribute.scope(strategy):
+            net = build_model(
+                model,
+                tokenizer.vocabulary_size(),
+                image_shape,
+                settings,
+                tokenizer=tokenizer,
+                **model_kwargs,
+            )
+            net.compile(
+                optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                weighted_metrics=["accuracy"],
+                jit_compile=distribute.jit_for(strategy, jit_compile),
+            )
         phase(f"training {net.count_params():,} parameters for up to {epochs} epochs")
         history = fit_resumable(
             net,
@@ -405,8 +415,21 @@ def run_caption(
 def compare(out_dir, models=tuple(MODELS), data="scenes", **kwargs):
     """Runs `run_caption` for each model in `out_dir/<model>` and writes
     `comparison.json` and `comparison.png` (BLEU-1..4 side by side)."""
+    # One strategy for all runs (a multi-worker one can be made only once);
+    # each run writes in its own folder, the summary in this worker's.
+    strategy = distribute.make_strategy(kwargs.pop("strategy", "default"))
+    runs_dir, out_dir = (
+        out_dir,
+        prepare_output(distribute.worker_output(out_dir, strategy)),
+    )
     results = {
-        name: run_caption(os.path.join(out_dir, name), data=data, model=name, **kwargs)
+        name: run_caption(
+            os.path.join(runs_dir, name),
+            data=data,
+            model=name,
+            strategy=strategy,
+            **kwargs,
+        )
         for name in models
     }
     keys = (

@@ -18,6 +18,7 @@ from keras_attention.models import (
     HierarchicalAttentionNetwork,
     TransformerClassifier,
 )
+from keras_attention.tasks import distribute
 from keras_attention.tasks.common import (
     cached_word_piece,
     fit_resumable,
@@ -133,6 +134,7 @@ def run_classify(
     jit_compile=None,
     verbose=1,
     callbacks=None,
+    strategy="default",
     **model_kwargs,
 ):
     """Trains `model` on `data`, evaluates it on the test split and writes
@@ -158,6 +160,9 @@ def run_classify(
         jit_compile: train with XLA; None takes `SETTINGS["jit_compile"]`.
         verbose: Keras progress bar setting.
         callbacks: extra Keras callbacks for `fit`.
+        strategy: `tf.distribute` strategy to train with, by name (see
+            `keras_attention.tasks.distribute.make_strategy`) or object;
+            `batch_size` is the global batch.
         **model_kwargs: extra constructor arguments of the model.
 
     Returns:
@@ -165,7 +170,10 @@ def run_classify(
     """
     if model not in MODELS:
         raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
-    prepare_output(out_dir)
+    # First: a multi-worker strategy must exist before any other TensorFlow op.
+    strategy = distribute.make_strategy(strategy)
+    distribute.check_global_batch(batch_size, strategy)
+    out_dir = prepare_output(distribute.worker_output(out_dir, strategy))
     keras.utils.set_random_seed(seed)
     epochs = epochs or SETTINGS["epochs"]
 
@@ -188,21 +196,25 @@ def run_classify(
     )
 
     def train():
-        phase(f"building {model}")
-        net = build_model(
-            model,
-            tokenizer.vocabulary_size(),
-            num_classes,
-            class_names=splits.class_names,
-            tokenizer=tokenizer,
-            **model_kwargs,
-        )
-        net.compile(
-            optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
-            loss="sparse_categorical_crossentropy",
-            metrics=["accuracy"],
-            jit_compile=SETTINGS["jit_compile"] if jit_compile is None else jit_compile,
-        )
+        phase(f"building {model} ({distribute.describe(strategy)})")
+        with distribute.scope(strategy):
+            net = build_model(
+                model,
+                tokenizer.vocabulary_size(),
+                num_classes,
+                class_names=splits.class_names,
+                tokenizer=tokenizer,
+                **model_kwargs,
+            )
+            net.compile(
+                optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
+                loss="sparse_categorical_crossentropy",
+                metrics=["accuracy"],
+                jit_compile=distribute.jit_for(
+                    strategy,
+                    SETTINGS["jit_compile"] if jit_compile is None else jit_compile,
+                ),
+            )
         phase(f"encoding texts for {model}")
         x_train = encode_for_model(net, train_texts)
         x_valid = encode_for_model(net, splits.valid.texts)
@@ -285,16 +297,25 @@ def compare(out_dir, models, data="reviews", seeds=(0,), **kwargs):
     (one seed) or `out_dir/<model>/seed<k>`, and writes `comparison.json`
     (each figure's per-seed values, mean and standard deviation) and
     `comparison.png`."""
+    # One strategy for all runs (a multi-worker one can be made only once);
+    # each run writes in its own folder, the summary in this worker's.
+    strategy = distribute.make_strategy(kwargs.pop("strategy", "default"))
+    runs_dir, out_dir = (
+        out_dir,
+        prepare_output(distribute.worker_output(out_dir, strategy)),
+    )
     seeds = list(seeds)
     figures = ("accuracy", "macro_f1", "train_seconds", "epochs")
     per_seed = {}
     for name in models:
         per_seed[name] = {figure: [] for figure in figures}
         for seed in seeds:
-            folder = os.path.join(out_dir, name)
+            folder = os.path.join(runs_dir, name)
             if len(seeds) > 1:
                 folder = os.path.join(folder, f"seed{seed}")
-            result = run_classify(folder, data=data, model=name, seed=seed, **kwargs)
+            result = run_classify(
+                folder, data=data, model=name, seed=seed, strategy=strategy, **kwargs
+            )
             for figure in figures:
                 per_seed[name][figure].append(result[figure])
             for key in ("top_attended", "random"):

@@ -4,6 +4,7 @@ import csv
 import json
 import os
 import platform
+import shutil
 import time
 
 import keras
@@ -83,16 +84,34 @@ class EpochSeconds(keras.callbacks.Callback):
 def read_epoch_log(path):
     """The rows of a `CSVLogger` file as dicts of floats (epoch as int),
     without the columns it could not fill."""
+    return [row for _, row in _epoch_log_lines(path)[1]]
+
+
+def _epoch_log_lines(path):
+    """The header line of a `CSVLogger` file and `(line, row)` for each
+    complete row: a last line that a kill cut short (no line end) is left
+    out."""
     if not os.path.exists(path):
-        return []
+        return None, []
     with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    # CSVLogger writes "NA" for the `val_` columns of a run without
-    # validation data.
-    return [
-        {k: int(v) if k == "epoch" else float(v) for k, v in row.items() if v != "NA"}
-        for row in rows
-    ]
+        lines = f.read().splitlines(keepends=True)
+    if not lines or not lines[0].endswith("\n"):
+        return None, []
+    header = next(csv.reader(lines[:1]))
+    rows = []
+    for line in lines[1:]:
+        if not line.endswith("\n"):
+            break
+        # CSVLogger writes "NA" for the `val_` columns of a run without
+        # validation data.
+        values = next(csv.reader([line]))
+        row = {
+            k: int(v) if k == "epoch" else float(v)
+            for k, v in zip(header, values, strict=True)
+            if v != "NA"
+        }
+        rows.append((line, row))
+    return lines[0], rows
 
 
 def fit_resumable(
@@ -108,16 +127,22 @@ def fit_resumable(
     verbose=1,
     **fit_kwargs,
 ):
-    """`model.fit` that survives being killed, with the history of every
-    epoch, interrupted runs included.
+    """`model.fit` that survives being killed at any moment, with the history
+    of every epoch, interrupted runs included.
 
     Under `out_dir/checkpoints`: `BackupAndRestore` saves the model and
     optimizer after every epoch (in `backup/`), so a re-run resumes from the
-    last finished epoch; `epochs.csv` logs every epoch's metrics and seconds; and, with
-    `patience`, `best.weights.h5` holds the weights of the epoch with the best
-    validation loss so far (before the interruption too), which the model gets
-    back at the end, and training stops after `patience` epochs that do not
-    beat it.
+    last finished epoch; `epochs.csv` logs every epoch's metrics and seconds;
+    with `patience`, `best.weights.h5` holds the weights of the epoch with the
+    best validation loss so far (before the interruption too), which the model
+    gets back at the end, and training stops after `patience` epochs that do
+    not beat it; and `final.weights.h5` holds the weights training ended with,
+    so that a run killed after training but before its caller saved the model
+    does not train again.
+
+    An epoch's log line is written before its backup, and a re-run drops the
+    lines of epochs after the backup: a kill between the two repeats that
+    epoch once, and the log keeps one line per epoch.
 
     Args:
         model: a compiled model.
@@ -143,18 +168,28 @@ def fit_resumable(
     os.makedirs(folder, exist_ok=True)
     log_path = os.path.join(folder, "epochs.csv")
     best_path = os.path.join(folder, "best.weights.h5")
-    logged = read_epoch_log(log_path)
+    final_path = os.path.join(folder, "final.weights.h5")
+    backup = os.path.join(folder, "backup")
+    if os.path.exists(final_path):
+        phase(f"training had finished; loading {final_path}")
+        model.load_weights(final_path)
+        return _history(read_epoch_log(log_path), patience)
+    logged = _drop_epochs_after(log_path, _backed_up_epochs(backup))
     best_loss = min(
         (row["val_loss"] for row in logged if "val_loss" in row), default=None
     )
     if logged:
         phase(f"resuming after epoch {logged[-1]['epoch'] + 1} (from {folder})")
     callbacks = [
-        # Its own folder: it deletes the folder when training ends.
-        keras.callbacks.BackupAndRestore(os.path.join(folder, "backup")),
         EpochSeconds(),
         *(epoch_metrics or []),
         keras.callbacks.CSVLogger(log_path, append=True),
+        # Kept until the final weights are saved (a kill in between must not
+        # lose the run); `double_checkpoint` keeps the previous backup for a
+        # kill during a save.
+        keras.callbacks.BackupAndRestore(
+            backup, delete_checkpoint=False, double_checkpoint=True
+        ),
         *(callbacks or []),
     ]
     if patience:
@@ -179,7 +214,38 @@ def fit_resumable(
     )
     if patience and os.path.exists(best_path):
         model.load_weights(best_path)
-    logged = read_epoch_log(log_path)
+    # Written whole, then renamed: the file exists only complete.
+    partial = os.path.join(folder, "final.partial.weights.h5")
+    model.save_weights(partial)
+    os.replace(partial, final_path)
+    shutil.rmtree(backup, ignore_errors=True)
+    return _history(read_epoch_log(log_path), patience)
+
+
+def _backed_up_epochs(backup):
+    """The number of epochs in `BackupAndRestore`'s backup folder (0 without
+    one)."""
+    for name in ("training_metadata.json", "training_metadata.json.bkp"):
+        try:
+            with open(os.path.join(backup, name)) as f:
+                return int(json.load(f)["epoch"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return 0
+
+
+def _drop_epochs_after(log_path, epochs):
+    """Rewrites the log with the complete lines of its first `epochs` epochs
+    (those that the backup holds) and returns their rows."""
+    header, rows = _epoch_log_lines(log_path)
+    kept = [(line, row) for line, row in rows if row["epoch"] < epochs]
+    if os.path.exists(log_path):
+        with open(log_path, "w", newline="") as f:
+            f.writelines([header, *(line for line, _ in kept)] if kept else [])
+    return [row for _, row in kept]
+
+
+def _history(logged, patience):
     metrics = [
         k for k in (logged[0] if logged else {}) if k not in ("epoch", "seconds")
     ]

@@ -13,6 +13,7 @@ from keras_attention.models.sagan import (
     generator_inputs,
     to_unit_range,
 )
+from keras_attention.tasks import distribute
 from keras_attention.tasks.common import (
     fit_resumable,
     phase,
@@ -142,6 +143,7 @@ def run_gan(
     image_size=32,
     channels=1,
     callbacks=None,
+    strategy="default",
 ):
     """Trains SAGAN (or its no-attention ablation) on an image set, measures
     it every epoch, and writes everything to `out_dir`.
@@ -179,11 +181,19 @@ def run_gan(
         image_size: side of a folder's images after resizing.
         channels: 1 or 3 for a folder's images.
         callbacks: extra training callbacks.
+        strategy: `tf.distribute` strategy to train with, by name (see
+            `keras_attention.tasks.distribute.make_strategy`) or object;
+            `batch_size` is the global batch. Over several replicas the
+            generator's batch norm is synchronized, so that a step is the
+            same as on one device.
 
     Returns:
         The metrics dict.
     """
-    out_dir = prepare_output(out_dir)
+    # First: a multi-worker strategy must exist before any other TensorFlow op.
+    strategy = distribute.make_strategy(strategy)
+    distribute.check_global_batch(batch_size, strategy)
+    out_dir = prepare_output(distribute.worker_output(out_dir, strategy))
     phase(f"loading {data}")
     images = load_image_set(data, image_size, channels)
     if num_train is not None:
@@ -218,20 +228,23 @@ def run_gan(
             history = json.load(f)
     else:
         keras.utils.set_random_seed(seed)
-        gan = SAGAN(
-            image_shape=images.images.shape[1:],
-            latent_dim=latent_dim,
-            generator_width=width,
-            discriminator_width=width,
-            num_classes=images.num_classes if conditional else None,
-            attention=attention,
-            attention_resolution=attention_resolution,
-            ema_decay=ema_decay,
-            seed=seed,
-        )
-        gan.compile(jit_compile=jit_compile)
+        with distribute.scope(strategy):
+            gan = SAGAN(
+                image_shape=images.images.shape[1:],
+                latent_dim=latent_dim,
+                generator_width=width,
+                discriminator_width=width,
+                num_classes=images.num_classes if conditional else None,
+                attention=attention,
+                attention_resolution=attention_resolution,
+                ema_decay=ema_decay,
+                seed=seed,
+                synchronized_batch_norm=distribute.num_replicas(strategy) > 1,
+            )
+            gan.compile(jit_compile=distribute.jit_for(strategy, jit_compile))
         phase(
-            f"{name}{' (class-conditional)' if conditional else ''} on {data}: "
+            f"{name}{' (class-conditional)' if conditional else ''} on {data} "
+            f"({distribute.describe(strategy)}): "
             f"{len(images.images)} images {images.images.shape[1:]}, generator "
             f"{gan.generator.count_params():,} and discriminator "
             f"{gan.discriminator.count_params():,} parameters"
@@ -357,17 +370,24 @@ def ablation(out_dir, seeds=(0, 1), data="fashion-mnist", **kwargs):
     Returns:
         `{variant: [metrics per seed]}`.
     """
-    out_dir = prepare_output(out_dir)
+    # One strategy for all runs (a multi-worker one can be made only once);
+    # each run writes in its own folder, the summary in this worker's.
+    strategy = distribute.make_strategy(kwargs.pop("strategy", "default"))
+    runs_dir, out_dir = (
+        out_dir,
+        prepare_output(distribute.worker_output(out_dir, strategy)),
+    )
     kwargs.setdefault("classifier_path", os.path.join(out_dir, CLASSIFIER_FILE))
     results = {"attention": [], "no-attention": []}
     for seed in seeds:
         for variant in results:
             results[variant].append(
                 run_gan(
-                    os.path.join(out_dir, f"{variant}-seed{seed}"),
+                    os.path.join(runs_dir, f"{variant}-seed{seed}"),
                     data=data,
                     attention=variant == "attention",
                     seed=seed,
+                    strategy=strategy,
                     **kwargs,
                 )
             )

@@ -10,6 +10,7 @@ from keras_attention.data.pipeline import encode_texts, translation_dataset
 from keras_attention.data.tokenization import END_ID, join_punctuation
 from keras_attention.data.translation import load_translation_pairs
 from keras_attention.models import RNNSeq2Seq, Transformer
+from keras_attention.tasks import distribute
 from keras_attention.tasks.common import (
     cached_word_piece,
     fit_resumable,
@@ -106,6 +107,7 @@ def run_translate(
     num_train=None,
     verbose=1,
     callbacks=None,
+    strategy="default",
     **model_kwargs,
 ):
     """Trains `model` on `data`, evaluates it on the test split and writes
@@ -127,6 +129,9 @@ def run_translate(
         num_train: use only this many training pairs (quick runs, tests).
         verbose: Keras progress bar setting.
         callbacks: extra Keras callbacks for `fit`.
+        strategy: `tf.distribute` strategy to train with, by name (see
+            `keras_attention.tasks.distribute.make_strategy`) or object;
+            `batch_size` is the global batch.
         **model_kwargs: extra constructor arguments of the model.
 
     Returns:
@@ -134,7 +139,10 @@ def run_translate(
     """
     if model not in MODELS:
         raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
-    prepare_output(out_dir)
+    # First: a multi-worker strategy must exist before any other TensorFlow op.
+    strategy = distribute.make_strategy(strategy)
+    distribute.check_global_batch(batch_size, strategy)
+    out_dir = prepare_output(distribute.worker_output(out_dir, strategy))
     keras.utils.set_random_seed(seed)
     settings = SETTINGS["dates" if data == "dates" else "text"]
     epochs = epochs or settings["epochs"]
@@ -166,22 +174,23 @@ def run_translate(
     valid_data, _ = translation_dataset(splits["valid"], **dataset_args)
 
     def train():
-        phase(f"building {model}")
-        net = build_model(
-            model,
-            source_tokenizer.vocabulary_size(),
-            target_tokenizer.vocabulary_size(),
-            settings,
-            source_tokenizer=source_tokenizer,
-            target_tokenizer=target_tokenizer,
-            **model_kwargs,
-        )
-        net.compile(
-            optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            weighted_metrics=["accuracy"],
-            jit_compile=True,
-        )
+        phase(f"building {model} ({distribute.describe(strategy)})")
+        with distribute.scope(strategy):
+            net = build_model(
+                model,
+                source_tokenizer.vocabulary_size(),
+                target_tokenizer.vocabulary_size(),
+                settings,
+                source_tokenizer=source_tokenizer,
+                target_tokenizer=target_tokenizer,
+                **model_kwargs,
+            )
+            net.compile(
+                optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                weighted_metrics=["accuracy"],
+                jit_compile=distribute.jit_for(strategy, True),
+            )
         phase(f"training {net.count_params():,} parameters for up to {epochs} epochs")
         history = fit_resumable(
             net,
@@ -246,10 +255,21 @@ def run_translate(
 def compare(out_dir, models, data="dates", **kwargs):
     """Runs `run_translate` for each model in `out_dir/<model>` and plots the
     score of every model by source length on one chart."""
+    # One strategy for all runs (a multi-worker one can be made only once);
+    # each run writes in its own folder, the summary in this worker's.
+    strategy = distribute.make_strategy(kwargs.pop("strategy", "default"))
+    runs_dir, out_dir = (
+        out_dir,
+        prepare_output(distribute.worker_output(out_dir, strategy)),
+    )
     results = {}
     for name in models:
         results[name] = run_translate(
-            os.path.join(out_dir, name), data=data, model=name, **kwargs
+            os.path.join(runs_dir, name),
+            data=data,
+            model=name,
+            strategy=strategy,
+            **kwargs,
         )
     metric = "exact_match" if data == "dates" else "bleu"
     plot_score_by_length(

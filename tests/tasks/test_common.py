@@ -38,3 +38,35 @@ def test_best_epoch_before_an_interruption_is_kept(tmp_path):
     assert history["train_seconds"] == pytest.approx(
         sum(row["seconds"] for row in logged), abs=0.1
     )
+
+
+def test_a_finished_run_loads_its_final_weights_instead_of_training(tmp_path):
+    model, (x, y), valid = diverging_task()
+    options = {"epochs": 2, "validation_data": valid, "verbose": 0}
+    first = fit_resumable(model, x, tmp_path, y=y, **options)
+    assert not (tmp_path / "checkpoints" / "backup").exists()
+    again, _, _ = diverging_task()
+    record = Record()
+    second = fit_resumable(again, x, tmp_path, y=y, callbacks=[record], **options)
+    assert record.epochs == []
+    assert second == first
+    np.testing.assert_array_equal(again.get_weights()[0], model.get_weights()[0])
+
+
+def test_log_lines_beyond_the_backup_are_dropped_on_resume(tmp_path):
+    """A kill after an epoch's log line but before its backup, or in the
+    middle of writing a line, must leave one line per epoch."""
+    model, (x, y), valid = diverging_task()
+    options = {"epochs": 4, "validation_data": valid, "verbose": 0}
+    with pytest.raises(KeyboardInterrupt):
+        fit_resumable(model, x, tmp_path, y=y, callbacks=[StopAt(2)], **options)
+    log = tmp_path / "checkpoints" / "epochs.csv"
+    lines = log.read_text().splitlines(keepends=True)
+    # Epoch 2 logged but not backed up, then a line cut short.
+    log.write_text("".join([*lines, lines[-1].replace("1,", "2,", 1), "3,0.5"]))
+    model, _, _ = diverging_task()
+    record = Record()
+    history = fit_resumable(model, x, tmp_path, y=y, callbacks=[record], **options)
+    assert record.epochs == [2, 3]
+    assert [row["epoch"] for row in read_epoch_log(log)] == [0, 1, 2, 3]
+    assert history["epochs"] == 4 and len(history["loss"]) == 4

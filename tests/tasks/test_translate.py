@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from keras_attention import cli
-from keras_attention.tasks.common import TimeBudget, write_metrics
+from keras_attention.tasks.common import TimeBudget, read_epoch_log, write_metrics
 from keras_attention.tasks.translate import run_translate, translate_texts
 from tests.tasks.callbacks import Record, StopAt
+from tests.tasks.processes import kill_during_epoch, run_cli
 
 TINY = {"num_train": 600, "batch_size": 32, "beam_width": 2, "verbose": 0}
 
@@ -115,3 +116,37 @@ def test_metrics_json_keeps_the_order_of_length_buckets(tmp_path):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert list(metrics["by_length"]) == ["1-5", "6-8", "12-14"]
     assert list(metrics) == sorted(metrics)
+
+
+def test_a_run_killed_mid_epoch_resumes_and_ends_like_an_uninterrupted_one(tmp_path):
+    """SIGKILL in the middle of the second epoch, then the same command again:
+    the first epoch is not redone, every epoch is logged once, and the result
+    matches a run that was never interrupted."""
+    args = [
+        "translate",
+        "--model",
+        "rnn-luong-general",
+        "--epochs",
+        "4",
+        "--num-train",
+        "3000",
+        "--batch-size",
+        "32",
+        "--beam",
+        "1",
+    ]
+    killed, whole = tmp_path / "killed", tmp_path / "whole"
+    kill_during_epoch([*args, "--out", killed], epoch=1)
+    log = killed / "checkpoints" / "epochs.csv"
+    assert [row["epoch"] for row in read_epoch_log(log)] == [0]
+    assert not (killed / "model.keras").exists()
+    output = run_cli([*args, "--out", killed])
+    assert "resuming after epoch 1" in output and "Epoch 1/4" not in output
+    assert [row["epoch"] for row in read_epoch_log(log)] == [0, 1, 2, 3]
+    run_cli([*args, "--out", whole])
+    resumed = json.loads((killed / "metrics.json").read_text())
+    uninterrupted = json.loads((whole / "metrics.json").read_text())
+    assert resumed["epochs"] == uninterrupted["epochs"] == 4
+    # The resumed epochs see the batches in another order: close, not equal.
+    for key in ("final_valid_token_accuracy", "exact_match"):
+        assert resumed[key] == pytest.approx(uninterrupted[key], abs=0.05), key

@@ -1,0 +1,146 @@
+"""Training on several devices or machines with `tf.distribute`.
+
+The training subcommands take `--strategy default|mirrored|multi-worker|tpu`
+(`strategy=` in Python, where a `tf.distribute.Strategy` object is accepted
+too). The model is built and compiled in the strategy's scope and Keras'
+`fit` splits every batch between the replicas, so `--batch-size` is the
+global batch: each of R replicas trains on `batch_size / R` examples per step
+and the gradients are summed over replicas from losses divided by R, which
+makes a step the same as one step on one device over the whole batch.
+"""
+
+import contextlib
+import json
+import os
+
+import keras
+
+STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
+
+
+def make_strategy(strategy="default"):
+    """The `tf.distribute.Strategy` called `strategy`.
+
+    Args:
+        strategy: a strategy object (returned as is) or one of `STRATEGIES`:
+            `"default"`, the one device TensorFlow places work on;
+            `"mirrored"`, `MirroredStrategy` over every GPU, or over every
+            logical CPU device where there is no GPU and the CPU has been
+            split into several (`tf.config.set_logical_device_configuration`);
+            `"multi-worker"`, `MultiWorkerMirroredStrategy` over the machines
+            listed in the `TF_CONFIG` environment variable (every worker runs
+            the same command); `"tpu"`, `TPUStrategy` on the TPU that
+            `TPUClusterResolver` finds.
+
+    Returns:
+        The strategy, or None for `"default"` (no distribution).
+    """
+    if not isinstance(strategy, str):
+        return strategy
+    if strategy not in STRATEGIES:
+        raise ValueError(
+            f"`strategy` must be one of {STRATEGIES}; received {strategy!r}."
+        )
+    if strategy == "default":
+        return None
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            f"`strategy={strategy!r}` uses tf.distribute and needs the TensorFlow "
+            f"backend; the backend is {keras.backend.backend()!r} (on JAX, "
+            "distribute with `keras.distribution` instead)."
+        )
+    import tensorflow as tf
+
+    if strategy == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = gpus or tf.config.list_logical_devices("CPU")
+        return tf.distribute.MirroredStrategy([device.name for device in devices])
+    if strategy == "multi-worker":
+        _check_tf_config()
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, RuntimeError, tf.errors.OpError) as error:
+        raise ValueError(f"`strategy='tpu'` found no TPU to use: {error}") from error
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def _check_tf_config():
+    text = os.environ.get("TF_CONFIG")
+    example = (
+        'TF_CONFIG=\'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
+        '"task": {"type": "worker", "index": 0}}\''
+    )
+    if not text:
+        raise ValueError(
+            "`strategy='multi-worker'` reads the cluster from the TF_CONFIG "
+            f"environment variable, which is not set; set it on every worker, "
+            f"e.g. {example}."
+        )
+    try:
+        config = json.loads(text)
+        workers = config["cluster"]["worker"]
+        task = config["task"]
+        task["type"], int(task["index"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"TF_CONFIG must be JSON with cluster.worker (a list of host:port) "
+            f"and task.type/task.index, e.g. {example}; received {text!r} "
+            f"({type(error).__name__}: {error})."
+        ) from None
+    if not isinstance(workers, list) or not workers:
+        raise ValueError(
+            f"TF_CONFIG cluster.worker must be a non-empty list of host:port; "
+            f"received {workers!r}."
+        )
+
+
+def num_replicas(strategy):
+    return 1 if strategy is None else strategy.num_replicas_in_sync
+
+
+def scope(strategy):
+    """The context to build and compile a model in, for `strategy`."""
+    return contextlib.nullcontext() if strategy is None else strategy.scope()
+
+
+def jit_for(strategy, jit_compile):
+    """`jit_compile`, but off under a distribution strategy: Keras compiles
+    the step of all replicas as one XLA function, which cannot hold variables
+    on several devices (TPUStrategy compiles with XLA by itself)."""
+    return bool(jit_compile) and strategy is None
+
+
+def worker_output(out_dir, strategy):
+    """Where this process writes: `out_dir` on the chief (and on a single
+    machine), `out_dir/worker-N` on the other workers of a multi-worker run,
+    so that workers sharing a file system never write the same file."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_type = getattr(resolver, "task_type", None)
+    task_id = getattr(resolver, "task_id", None)
+    if task_type is None or task_type == "chief":
+        return out_dir
+    has_chief = "chief" in (resolver.cluster_spec().as_dict() or {})
+    if task_type == "worker" and task_id == 0 and not has_chief:
+        return out_dir
+    return os.path.join(out_dir, f"{task_type}-{task_id}")
+
+
+def check_global_batch(batch_size, strategy):
+    """Fails unless `batch_size` splits evenly between the replicas."""
+    replicas = num_replicas(strategy)
+    if batch_size % replicas:
+        raise ValueError(
+            f"The batch size is the global batch, split evenly between the "
+            f"{replicas} replicas of the strategy; received {batch_size}, which "
+            f"is not a multiple of {replicas}."
+        )
+
+
+def describe(strategy):
+    """One line about where training runs."""
+    if strategy is None:
+        return "one device"
+    return f"{type(strategy).__name__} over {num_replicas(strategy)} replicas"

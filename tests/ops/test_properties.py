@@ -1,0 +1,160 @@
+"""Property-based tests of the public ops: for random shapes, masks, dtypes and
+arguments, an op either returns the right answer or raises a clear
+`ValueError`/`TypeError`; never a backend error, never NaN."""
+
+import keras
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from keras_attention import ops
+from tests import numpy_reference as ref
+from tests.properties import (
+    CLEAR_ERRORS,
+    EXAMPLES,
+    dims,
+    half_tolerance,
+    outcome,
+    shapes,
+)
+
+FLOAT_DTYPES = st.sampled_from(["float32", "float16", "bfloat16"])
+
+
+@st.composite
+def attention_inputs(draw):
+    """Valid query/key/value `(B, T, N, H)` / `(B, S, N, H)`, a boolean mask
+    broadcastable to `(B, N, T, S)` that may mask whole rows, and options."""
+    batch, queries, keys, heads, depth, value_depth = (
+        draw(dims(1, 4)) for _ in range(6)
+    )
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    query = rng.normal(size=(batch, queries, heads, depth)).astype("float32")
+    key = rng.normal(size=(batch, keys, heads, depth)).astype("float32")
+    value = rng.normal(size=(batch, keys, heads, value_depth)).astype("float32")
+    mask = None
+    if draw(st.booleans()):
+        # Each axis of the mask is either full or 1 (broadcast), and its
+        # leading axes may be left out.
+        full = (batch, heads, queries, keys)
+        mask_shape = tuple(d if draw(st.booleans()) else 1 for d in full)
+        mask_shape = mask_shape[draw(st.integers(0, 2)) :]
+        mask = rng.random(mask_shape) < draw(st.sampled_from([0.0, 0.3, 0.8, 1.0]))
+    return {
+        "query": query,
+        "key": key,
+        "value": value,
+        "mask": mask,
+        "is_causal": draw(st.booleans()),
+        "chunk_size": draw(st.sampled_from([None, 1, 2, 3, 8])),
+        "dtype": draw(FLOAT_DTYPES),
+    }
+
+
+@EXAMPLES
+@given(attention_inputs())
+def test_dot_product_attention_matches_the_formula(inputs):
+    dtype = inputs["dtype"]
+    cast = {k: keras.ops.cast(inputs[k], dtype) for k in ("query", "key", "value")}
+    result = ops.dot_product_attention(
+        **cast,
+        mask=inputs["mask"],
+        is_causal=inputs["is_causal"],
+        chunk_size=inputs["chunk_size"],
+    )
+    result = np.asarray(keras.ops.cast(result, "float32"))
+    assert result.shape == inputs["query"].shape[:3] + inputs["value"].shape[-1:]
+    assert np.all(np.isfinite(result))
+    mask = inputs["mask"]
+    queries, keys = inputs["query"].shape[1], inputs["key"].shape[1]
+    if inputs["is_causal"]:
+        causal = np.tril(np.ones((queries, keys), bool))
+        mask = causal if mask is None else np.logical_and(mask, causal)
+    rounded = {k: np.asarray(keras.ops.cast(v, "float32")) for k, v in cast.items()}
+    expected, _ = ref.multi_head_attention(
+        rounded["query"], rounded["key"], rounded["value"], mask
+    )
+    np.testing.assert_allclose(result, expected, **half_tolerance(dtype))
+
+
+@EXAMPLES
+@given(
+    shapes(min_rank=0, max_rank=5),
+    shapes(min_rank=0, max_rank=5),
+    shapes(min_rank=0, max_rank=5),
+    st.one_of(st.none(), shapes(min_rank=0, max_rank=5)),
+    st.sampled_from([None, 0, -1, 2, 2.5, "4"]),
+)
+def test_dot_product_attention_with_any_shapes_is_right_or_a_clear_error(
+    query_shape, key_shape, value_shape, mask_shape, chunk_size
+):
+    rng = np.random.default_rng(0)
+    query, key, value = (
+        rng.normal(size=s).astype("float32")
+        for s in (query_shape, key_shape, value_shape)
+    )
+    mask = None if mask_shape is None else rng.random(mask_shape) < 0.7
+
+    def call():
+        return ops.dot_product_attention(
+            query, key, value, mask=mask, chunk_size=chunk_size
+        )
+
+    result = outcome(call)
+    if isinstance(result, CLEAR_ERRORS):
+        return
+    expected, _ = ref.multi_head_attention(query, key, value, mask)
+    np.testing.assert_allclose(np.asarray(result), expected, rtol=1e-4, atol=1e-5)
+
+
+@EXAMPLES
+@given(
+    shapes(min_rank=1, max_rank=4),
+    st.sampled_from([0.0, 0.5, 1.0]),
+    st.sampled_from([1.0, 1e4, 6e4]),
+    FLOAT_DTYPES,
+)
+def test_masked_softmax_rows_sum_to_one_or_zero(shape, keep, magnitude, dtype):
+    rng = np.random.default_rng(len(shape))
+    # Large but finite in every dtype (float16 ends at 65504).
+    scores = np.clip(rng.normal(size=shape) * magnitude, -6e4, 6e4).astype("float32")
+    mask = rng.random(shape) < keep
+    weights = ops.masked_softmax(keras.ops.cast(scores, dtype), mask)
+    weights = np.asarray(keras.ops.cast(weights, "float32"))
+    assert weights.shape == shape and np.all(np.isfinite(weights))
+    assert np.all(weights[~mask] == 0)
+    totals = weights.sum(axis=-1)
+    expected = np.where(mask.any(axis=-1), 1.0, 0.0)
+    np.testing.assert_allclose(totals, expected, atol=2e-2)
+
+
+@EXAMPLES
+@given(
+    st.one_of(st.integers(-3, 6), st.floats(-2, 6), st.none(), st.text(max_size=2)),
+    st.one_of(st.integers(-3, 6), st.none()),
+)
+def test_causal_mask_is_right_or_a_clear_error(queries, keys):
+    result = outcome(lambda: ops.causal_mask(queries, keys))
+    if isinstance(result, CLEAR_ERRORS):
+        return
+    keys = queries if keys is None else keys
+    result = np.asarray(result)
+    # Query i sees keys j <= i.
+    expected = np.tril(np.ones((queries, keys), bool))
+    np.testing.assert_array_equal(result.reshape(expected.shape), expected)
+
+
+@EXAMPLES
+@given(shapes(min_rank=0, max_rank=3), st.one_of(st.none(), st.integers(-2, 3)))
+def test_padding_mask_is_right_or_a_clear_error(shape, pad_id):
+    token_ids = np.random.default_rng(0).integers(0, 3, size=shape)
+    call = (
+        (lambda: ops.padding_mask(token_ids))
+        if pad_id is None
+        else (lambda: ops.padding_mask(token_ids, pad_id))
+    )
+    result = outcome(call)
+    if isinstance(result, CLEAR_ERRORS):
+        return
+    expected = token_ids != (0 if pad_id is None else pad_id)
+    np.testing.assert_array_equal(np.asarray(result).reshape(expected.shape), expected)

@@ -1,0 +1,82 @@
+"""Training runs under `tf.distribute` strategies, each in a fresh process
+(logical devices and multi-worker collectives are set up when TensorFlow
+starts): `python -m tests.tasks.strategy_runs mirrored OUT` trains the same
+models on one device and mirrored over two logical CPU devices and writes
+their loss curves to `OUT/curves.json`."""
+
+import json
+import os
+import sys
+
+# The translation run: one global batch of 32, no dropout (its masks would
+# differ between one and two replicas).
+TRANSLATE = {
+    "data": "dates",
+    "model": "rnn-bahdanau",
+    "epochs": 3,
+    "num_train": 640,
+    "batch_size": 32,
+    "beam_width": 1,
+    "verbose": 0,
+    "dropout": 0.0,
+}
+
+
+def mirrored(out):
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2
+    )
+    from keras_attention.tasks.common import read_epoch_log
+    from keras_attention.tasks.distribute import make_strategy
+    from keras_attention.tasks.translate import run_translate
+
+    # One strategy object per process: two over the same devices would
+    # number their collective ops alike.
+    strategies = {"default": None, "mirrored": make_strategy("mirrored")}
+    curves = {"replicas": strategies["mirrored"].num_replicas_in_sync}
+    for name, strategy in strategies.items():
+        folder = os.path.join(out, f"translate-{name}")
+        run_translate(folder, strategy=strategy, **TRANSLATE)
+        rows = read_epoch_log(os.path.join(folder, "checkpoints", "epochs.csv"))
+        curves[f"translate/{name}"] = [row["loss"] for row in rows]
+        history = _train_sagan(strategy or tf.distribute.get_strategy())
+        for key in ("d_loss", "g_loss"):
+            curves[f"sagan-{key}/{name}"] = history[key]
+    with open(os.path.join(out, "curves.json"), "w") as f:
+        json.dump(curves, f)
+
+
+def _train_sagan(strategy):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_attention.models import SAGAN
+
+    keras.utils.set_random_seed(0)
+    images = np.random.default_rng(0).uniform(-1, 1, (128, 8, 8, 1))
+    labels = np.arange(128) % 3
+    dataset = tf.data.Dataset.from_tensor_slices(
+        (images.astype("float32"), labels.astype("int32"))
+    ).batch(32)
+    with strategy.scope():
+        gan = SAGAN(
+            image_shape=(8, 8, 1),
+            latent_dim=8,
+            generator_width=8,
+            discriminator_width=8,
+            num_classes=3,
+            attention_resolution=4,
+            ema_decay=0.9,
+            seed=0,
+            synchronized_batch_norm=strategy.num_replicas_in_sync > 1,
+        )
+        gan.compile(jit_compile=False)
+    return gan.fit(dataset, epochs=3, verbose=0).history
+
+
+if __name__ == "__main__":
+    {"mirrored": mirrored}[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,134 @@
+import json
+import socket
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attention.tasks import distribute
+from keras_attention.tasks.translate import run_translate
+from tests.tasks.processes import cli_process, stop
+
+
+def test_unknown_strategy_is_rejected():
+    with pytest.raises(ValueError, match="'mirored'.*|mirored"):
+        distribute.make_strategy("mirored")
+
+
+def test_default_strategy_is_no_distribution():
+    assert distribute.make_strategy("default") is None
+    assert distribute.describe(None) == "one device"
+    assert distribute.jit_for(None, True)
+
+
+@pytest.mark.parametrize(
+    "tf_config, message",
+    [
+        (None, "TF_CONFIG.*not set"),
+        ("{not json", "TF_CONFIG must be JSON"),
+        (
+            '{"cluster": {"worker": []}, "task": {"type": "worker", "index": 0}}',
+            "non-empty",
+        ),
+        ('{"cluster": {"worker": ["a:1"]}}', "task"),
+    ],
+)
+def test_multi_worker_needs_a_valid_tf_config(monkeypatch, tf_config, message):
+    if tf_config is None:
+        monkeypatch.delenv("TF_CONFIG", raising=False)
+    else:
+        monkeypatch.setenv("TF_CONFIG", tf_config)
+    with pytest.raises(ValueError, match=message):
+        distribute.make_strategy("multi-worker")
+
+
+def test_tpu_without_a_tpu_is_a_clear_error():
+    with pytest.raises(ValueError, match="found no TPU"):
+        distribute.make_strategy("tpu")
+
+
+def test_global_batch_must_split_evenly(tmp_path):
+    class FourReplicas:
+        num_replicas_in_sync = 4
+
+    with pytest.raises(ValueError, match="received 30.*multiple of 4"):
+        run_translate(tmp_path, strategy=FourReplicas(), batch_size=30)
+
+
+def test_mirrored_over_two_devices_follows_the_one_device_loss_curve(tmp_path):
+    """The same global batch on one device and split over two logical CPU
+    devices: the translation model (Keras' train step) and SAGAN (its own
+    two-optimizer step, cross-replica batch norm) trace the same losses."""
+    subprocess.run(
+        [sys.executable, "-m", "tests.tasks.strategy_runs", "mirrored", tmp_path],
+        check=True,
+        timeout=1800,
+    )
+    curves = json.loads((tmp_path / "curves.json").read_text())
+    assert curves["replicas"] == 2
+    for model in ("translate", "sagan-d_loss", "sagan-g_loss"):
+        one, two = curves[f"{model}/default"], curves[f"{model}/mirrored"]
+        assert len(one) == len(two) == 3
+        np.testing.assert_allclose(two, one, rtol=2e-3, atol=2e-3, err_msg=model)
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("localhost", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_two_workers_on_localhost_train_one_model(tmp_path):
+    """MultiWorkerMirroredStrategy with two worker processes on this machine:
+    both finish, the chief writes OUT and the other OUT/worker-1, and their
+    trained weights are the same."""
+    cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
+    args = [
+        "translate",
+        "--strategy",
+        "multi-worker",
+        "--model",
+        "rnn-bahdanau",
+        "--epochs",
+        "2",
+        "--num-train",
+        "640",
+        "--batch-size",
+        "32",
+        "--beam",
+        "1",
+        "--out",
+        tmp_path,
+    ]
+    workers = [
+        cli_process(
+            args,
+            env={
+                "TF_CONFIG": json.dumps(
+                    {"cluster": cluster, "task": {"type": "worker", "index": i}}
+                )
+            },
+        )
+        for i in range(2)
+    ]
+    try:
+        outputs = [worker.communicate(timeout=1200)[0].decode() for worker in workers]
+    finally:
+        for worker in workers:
+            stop(worker)
+    for worker, output in zip(workers, outputs, strict=True):
+        assert worker.returncode == 0, output[-3000:]
+        assert "MultiWorkerMirroredStrategy over 2 replicas" in output
+    chief = keras.saving.load_model(tmp_path / "model.keras")
+    other = keras.saving.load_model(tmp_path / "worker-1" / "model.keras")
+    for a, b in zip(chief.weights, other.weights, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+    for folder in (tmp_path, tmp_path / "worker-1"):
+        metrics = json.loads((folder / "metrics.json").read_text())
+        assert metrics["epochs"] == 2
