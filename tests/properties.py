@@ -38,14 +38,14 @@ def choices(allow_invalid):
     return either
 
 
-def outcome(call):
+def outcome(call, clear_words=CLEAR_WORDS):
     """`call()`'s result, or the `ValueError`/`TypeError` it raised, which must
-    say what it received or expected. Any other exception (a backend error
-    from deep inside, say) fails the test."""
+    say what it received or expected (match `clear_words`). Any other
+    exception (a backend error from deep inside, say) fails the test."""
     try:
         result = call()
     except CLEAR_ERRORS as error:
-        assert CLEAR_WORDS.search(str(error)), f"unclear error: {error!r}"
+        assert clear_words.search(str(error)), f"unclear error: {error!r}"
         event(f"refused with {type(error).__name__}")
         return error
     event("computed")
