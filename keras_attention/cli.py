@@ -38,6 +38,7 @@ def _translate(args):
         "time_budget_minutes": args.time_budget,
         "seed": args.seed,
         "num_train": args.num_train,
+        "jit_compile": args.xla,
     }
     models = args.model.split(",")
     if len(models) == 1:
@@ -199,6 +200,9 @@ def build_parser():
     )
     translate.add_argument("--epochs", type=int, default=None)
     translate.add_argument("--batch-size", type=int, default=64)
+    translate.add_argument(
+        "--xla", action=argparse.BooleanOptionalAction, default=True, help="XLA"
+    )
     translate.add_argument("--beam", type=int, default=4, help="beam width")
     translate.add_argument(
         "--time-budget",

@@ -515,7 +515,12 @@ class SAGAN(keras.Model):
             ("d_fake", ops.mean(fake_logits)),
         ):
             self.trackers[name].update_state(value)
-        return {name: tracker.result() for name, tracker in self.trackers.items()}
+        results = {name: tracker.result() for name, tracker in self.trackers.items()}
+        if _workers(tf.distribute.get_strategy()) > 1:
+            # Keras (3.15) averages a step's outputs over several workers
+            # along axis 0, which a scalar does not have.
+            results = {name: ops.reshape(v, (1,)) for name, v in results.items()}
+        return results
 
     def _training_inputs(self, batch_size, labels, replica_context):
         """Generator inputs for this replica's share of the batch: `z` is
@@ -572,6 +577,15 @@ class SAGAN(keras.Model):
             }
         )
         return config
+
+
+def _workers(strategy):
+    """The number of machines a multi-worker strategy spans (1 otherwise)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        return 1
+    spec = resolver.cluster_spec().as_dict() or {}
+    return len(spec.get("worker", [])) + len(spec.get("chief", []))
 
 
 def _num_classes(generator):

@@ -281,6 +281,7 @@ def run_caption(
     # First: a multi-worker strategy must exist before any other TensorFlow op.
     strategy = distribute.make_strategy(strategy)
     distribute.check_global_batch(batch_size, strategy)
+    distribute.check_fit_inputs(strategy, "caption")
     out_dir = prepare_output(distribute.worker_output(out_dir, strategy))
     keras.utils.set_random_seed(seed)
     settings = SETTINGS

@@ -173,6 +173,7 @@ def run_classify(
     # First: a multi-worker strategy must exist before any other TensorFlow op.
     strategy = distribute.make_strategy(strategy)
     distribute.check_global_batch(batch_size, strategy)
+    distribute.check_fit_inputs(strategy, "classify")
     out_dir = prepare_output(distribute.worker_output(out_dir, strategy))
     keras.utils.set_random_seed(seed)
     epochs = epochs or SETTINGS["epochs"]

@@ -128,6 +128,34 @@ def worker_output(out_dir, strategy):
     return os.path.join(out_dir, f"{task_type}-{task_id}")
 
 
+def num_workers(strategy):
+    """The number of machines (worker and chief tasks) of a multi-worker
+    strategy; 1 otherwise."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        return 1
+    spec = resolver.cluster_spec().as_dict() or {}
+    return max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
+
+
+def check_fit_inputs(strategy, task):
+    """Refuses, before any work, a run that Keras' `fit` cannot start: under
+    `MultiWorkerMirroredStrategy` with more than one worker, Keras (3.15)
+    reduces the first batch with `tf.distribute.Strategy.reduce`, which takes
+    one tensor, not the `(inputs, targets)` pairs these tasks train on."""
+    workers = num_workers(strategy)
+    if workers > 1:
+        raise ValueError(
+            f"`keras-attention {task}` trains on (inputs, targets) batches, which "
+            f"Keras' fit cannot start with under MultiWorkerMirroredStrategy over "
+            f"{workers} workers (it passes the batch to "
+            "tf.distribute.Strategy.reduce, which takes a single tensor). Use "
+            "--strategy mirrored on one machine with several GPUs; the "
+            "unconditional `keras-attention gan`, which trains on images "
+            "alone, runs on several workers."
+        )
+
+
 def check_global_batch(batch_size, strategy):
     """Fails unless `batch_size` splits evenly between the replicas."""
     replicas = num_replicas(strategy)

@@ -193,6 +193,8 @@ def run_gan(
     # First: a multi-worker strategy must exist before any other TensorFlow op.
     strategy = distribute.make_strategy(strategy)
     distribute.check_global_batch(batch_size, strategy)
+    if conditional:
+        distribute.check_fit_inputs(strategy, "gan --conditional")
     out_dir = prepare_output(distribute.worker_output(out_dir, strategy))
     phase(f"loading {data}")
     images = load_image_set(data, image_size, channels)

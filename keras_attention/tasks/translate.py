@@ -105,6 +105,7 @@ def run_translate(
     time_budget_minutes=None,
     seed=0,
     num_train=None,
+    jit_compile=True,
     verbose=1,
     callbacks=None,
     strategy="default",
@@ -127,6 +128,7 @@ def run_translate(
             the running epoch), for comparisons at equal training time.
         seed: seed of the splits, the initialisation and the shuffling.
         num_train: use only this many training pairs (quick runs, tests).
+        jit_compile: train with XLA (off under a distribution strategy).
         verbose: Keras progress bar setting.
         callbacks: extra Keras callbacks for `fit`.
         strategy: `tf.distribute` strategy to train with, by name (see
@@ -142,6 +144,7 @@ def run_translate(
     # First: a multi-worker strategy must exist before any other TensorFlow op.
     strategy = distribute.make_strategy(strategy)
     distribute.check_global_batch(batch_size, strategy)
+    distribute.check_fit_inputs(strategy, "translate")
     out_dir = prepare_output(distribute.worker_output(out_dir, strategy))
     keras.utils.set_random_seed(seed)
     settings = SETTINGS["dates" if data == "dates" else "text"]
@@ -189,7 +192,7 @@ def run_translate(
                 optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 weighted_metrics=["accuracy"],
-                jit_compile=distribute.jit_for(strategy, True),
+                jit_compile=distribute.jit_for(strategy, jit_compile),
             )
         phase(f"training {net.count_params():,} parameters for up to {epochs} epochs")
         history = fit_resumable(

@@ -68,10 +68,16 @@ def test_mirrored_over_two_devices_follows_the_one_device_loss_curve(tmp_path):
     )
     curves = json.loads((tmp_path / "curves.json").read_text())
     assert curves["replicas"] == 2
-    for model in ("translate", "sagan-d_loss", "sagan-g_loss"):
+    # SAGAN's own step: the same computation, to float rounding.
+    for model in ("sagan-d_loss", "sagan-g_loss"):
         one, two = curves[f"{model}/default"], curves[f"{model}/mirrored"]
-        assert len(one) == len(two) == 3
-        np.testing.assert_allclose(two, one, rtol=2e-3, atol=2e-3, err_msg=model)
+        np.testing.assert_allclose(two, one, rtol=1e-5, err_msg=model)
+    # Keras' step clips gradients (`clipnorm=1.0`) on each replica's share
+    # before summing them, where one device clips the sum: the translation
+    # curves differ by about 1% (measured 3.043 vs 3.030 after one epoch).
+    one, two = curves["translate/default"], curves["translate/mirrored"]
+    assert len(one) == len(two) == 3
+    np.testing.assert_allclose(two, one, rtol=0.02)
 
 
 def free_ports(count):
@@ -85,24 +91,26 @@ def free_ports(count):
 
 
 def test_two_workers_on_localhost_train_one_model(tmp_path):
-    """MultiWorkerMirroredStrategy with two worker processes on this machine:
-    both finish, the chief writes OUT and the other OUT/worker-1, and their
-    trained weights are the same."""
+    """MultiWorkerMirroredStrategy with two worker processes on this machine
+    (SAGAN, whose data are images alone): both finish, the chief writes OUT
+    and the other OUT/worker-1, and they end with the same weights."""
     cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
     args = [
-        "translate",
+        "gan",
         "--strategy",
         "multi-worker",
-        "--model",
-        "rnn-bahdanau",
+        "--data",
+        "digits",
+        "--width",
+        "8",
+        "--batch-size",
+        "64",
+        "--num-train",
+        "512",
+        "--fid-samples",
+        "300",
         "--epochs",
         "2",
-        "--num-train",
-        "640",
-        "--batch-size",
-        "32",
-        "--beam",
-        "1",
         "--out",
         tmp_path,
     ]
@@ -118,17 +126,35 @@ def test_two_workers_on_localhost_train_one_model(tmp_path):
         for i in range(2)
     ]
     try:
-        outputs = [worker.communicate(timeout=1200)[0].decode() for worker in workers]
+        outputs = [worker.communicate(timeout=900)[0].decode() for worker in workers]
     finally:
         for worker in workers:
             stop(worker)
     for worker, output in zip(workers, outputs, strict=True):
         assert worker.returncode == 0, output[-3000:]
-        assert "MultiWorkerMirroredStrategy over 2 replicas" in output
-    chief = keras.saving.load_model(tmp_path / "model.keras")
-    other = keras.saving.load_model(tmp_path / "worker-1" / "model.keras")
+        assert "CollectiveAllReduceStrategy over 2 replicas" in output
+    chief = keras.saving.load_model(tmp_path / "gan.keras")
+    other = keras.saving.load_model(tmp_path / "worker-1" / "gan.keras")
     for a, b in zip(chief.weights, other.weights, strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     for folder in (tmp_path, tmp_path / "worker-1"):
         metrics = json.loads((folder / "metrics.json").read_text())
-        assert metrics["epochs"] == 2
+        assert metrics["epochs"] == 2 and metrics["nan_free"]
+
+
+def test_tasks_on_pairs_refuse_several_workers_before_any_work(tmp_path):
+    class TwoWorkers:
+        num_replicas_in_sync = 2
+
+        class cluster_resolver:  # noqa: N801 (mimics the strategy's attribute)
+            @staticmethod
+            def cluster_spec():
+                class Spec:
+                    def as_dict(self):
+                        return {"worker": ["a:1", "b:1"]}
+
+                return Spec()
+
+    with pytest.raises(ValueError, match="over 2 workers.*--strategy mirrored"):
+        run_translate(tmp_path, strategy=TwoWorkers(), batch_size=32)
+    assert not (tmp_path / "checkpoints").exists()
