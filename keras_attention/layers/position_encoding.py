@@ -134,8 +134,9 @@ class PositionEmbedding(keras.layers.Layer):
     def _check_length(self, length):
         if length is not None and length > self.sequence_length:
             raise ValueError(
-                f"The input has {length} positions but the PositionEmbedding "
-                f"has sequence_length={self.sequence_length}."
+                f"`inputs` must have at most sequence_length="
+                f"{self.sequence_length} positions (axis -2), the size of the "
+                f"PositionEmbedding's table; received {length}."
             )
 
     def call(self, inputs, start_index=0):

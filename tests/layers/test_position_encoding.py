@@ -88,7 +88,7 @@ def test_position_embedding_is_trained():
 
 
 def test_position_embedding_too_long_and_bad_config():
-    with pytest.raises(ValueError, match=r"7 positions.*sequence_length=5"):
+    with pytest.raises(ValueError, match=r"sequence_length=5.*received 7"):
         PositionEmbedding(5)(np.zeros((1, 7, 4), "float32"))
     with pytest.raises(ValueError, match="`sequence_length` must be a positive"):
         PositionEmbedding(0)
