@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_attention._checks import check_positive_int
+from keras_attention._distribution import num_workers
 from keras_attention.layers.conditional_batch_normalization import (
     ConditionalBatchNormalization,
 )
@@ -516,7 +517,7 @@ class SAGAN(keras.Model):
         ):
             self.trackers[name].update_state(value)
         results = {name: tracker.result() for name, tracker in self.trackers.items()}
-        if _workers(tf.distribute.get_strategy()) > 1:
+        if num_workers(tf.distribute.get_strategy()) > 1:
             # Keras (3.15) averages a step's outputs over several workers
             # along axis 0, which a scalar does not have.
             results = {name: ops.reshape(v, (1,)) for name, v in results.items()}
@@ -577,15 +578,6 @@ class SAGAN(keras.Model):
             }
         )
         return config
-
-
-def _workers(strategy):
-    """The number of machines a multi-worker strategy spans (1 otherwise)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None:
-        return 1
-    spec = resolver.cluster_spec().as_dict() or {}
-    return len(spec.get("worker", [])) + len(spec.get("chief", []))
 
 
 def _num_classes(generator):

@@ -17,7 +17,6 @@ from keras_attention.tasks.common import (
     fit_resumable,
     load_or_train,
     phase,
-    prepare_output,
     write_metrics,
 )
 from keras_attention.viz import (
@@ -278,11 +277,7 @@ def run_caption(
     """
     if model not in MODELS:
         raise ValueError(f"`model` must be one of {list(MODELS)}; received {model!r}.")
-    # First: a multi-worker strategy must exist before any other TensorFlow op.
-    strategy = distribute.make_strategy(strategy)
-    distribute.check_global_batch(batch_size, strategy)
-    distribute.check_fit_inputs(strategy, "caption")
-    out_dir = prepare_output(distribute.worker_output(out_dir, strategy))
+    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, "caption")
     keras.utils.set_random_seed(seed)
     settings = SETTINGS
     epochs = epochs or settings["epochs"]
@@ -418,11 +413,8 @@ def compare(out_dir, models=tuple(MODELS), data="scenes", **kwargs):
     `comparison.json` and `comparison.png` (BLEU-1..4 side by side)."""
     # One strategy for all runs (a multi-worker one can be made only once);
     # each run writes in its own folder, the summary in this worker's.
-    strategy = distribute.make_strategy(kwargs.pop("strategy", "default"))
-    runs_dir, out_dir = (
-        out_dir,
-        prepare_output(distribute.worker_output(out_dir, strategy)),
-    )
+    runs_dir = out_dir
+    strategy, out_dir = distribute.prepare(kwargs.pop("strategy", "default"), out_dir)
     results = {
         name: run_caption(
             os.path.join(runs_dir, name),

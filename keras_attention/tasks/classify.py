@@ -24,7 +24,6 @@ from keras_attention.tasks.common import (
     fit_resumable,
     load_or_train,
     phase,
-    prepare_output,
     write_metrics,
 )
 from keras_attention.viz import (
@@ -170,11 +169,7 @@ def run_classify(
     """
     if model not in MODELS:
         raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
-    # First: a multi-worker strategy must exist before any other TensorFlow op.
-    strategy = distribute.make_strategy(strategy)
-    distribute.check_global_batch(batch_size, strategy)
-    distribute.check_fit_inputs(strategy, "classify")
-    out_dir = prepare_output(distribute.worker_output(out_dir, strategy))
+    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, "classify")
     keras.utils.set_random_seed(seed)
     epochs = epochs or SETTINGS["epochs"]
 
@@ -300,11 +295,8 @@ def compare(out_dir, models, data="reviews", seeds=(0,), **kwargs):
     `comparison.png`."""
     # One strategy for all runs (a multi-worker one can be made only once);
     # each run writes in its own folder, the summary in this worker's.
-    strategy = distribute.make_strategy(kwargs.pop("strategy", "default"))
-    runs_dir, out_dir = (
-        out_dir,
-        prepare_output(distribute.worker_output(out_dir, strategy)),
-    )
+    runs_dir = out_dir
+    strategy, out_dir = distribute.prepare(kwargs.pop("strategy", "default"), out_dir)
     seeds = list(seeds)
     figures = ("accuracy", "macro_f1", "train_seconds", "epochs")
     per_seed = {}

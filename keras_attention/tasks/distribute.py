@@ -15,6 +15,9 @@ import os
 
 import keras
 
+from keras_attention._distribution import num_workers
+from keras_attention.tasks.common import prepare_output
+
 STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
 
 
@@ -128,16 +131,6 @@ def worker_output(out_dir, strategy):
     return os.path.join(out_dir, f"{task_type}-{task_id}")
 
 
-def num_workers(strategy):
-    """The number of machines (worker and chief tasks) of a multi-worker
-    strategy; 1 otherwise."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None:
-        return 1
-    spec = resolver.cluster_spec().as_dict() or {}
-    return max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
-
-
 def check_fit_inputs(strategy, task):
     """Refuses, before any work, a run that Keras' `fit` cannot start: under
     `MultiWorkerMirroredStrategy` with more than one worker, Keras (3.15)
@@ -154,6 +147,27 @@ def check_fit_inputs(strategy, task):
             "unconditional `keras-attention gan`, which trains on images "
             "alone, runs on several workers."
         )
+
+
+def prepare(strategy, out_dir, batch_size=None, task=None):
+    """Makes the strategy and this worker's output folder for a run.
+
+    The strategy comes first: a multi-worker one must exist before any other
+    TensorFlow op. Then `batch_size`, where given, must split evenly between
+    the replicas, and `task`, where given, names a subcommand that trains on
+    `(inputs, targets)` batches (refused over several workers, see
+    `check_fit_inputs`).
+
+    Returns:
+        `(strategy, out_dir)`: the strategy (None for `"default"`) and the
+        created folder this process writes to (`worker_output`).
+    """
+    strategy = make_strategy(strategy)
+    if batch_size is not None:
+        check_global_batch(batch_size, strategy)
+    if task is not None:
+        check_fit_inputs(strategy, task)
+    return strategy, prepare_output(worker_output(out_dir, strategy))
 
 
 def check_global_batch(batch_size, strategy):

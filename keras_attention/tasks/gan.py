@@ -190,12 +190,9 @@ def run_gan(
     Returns:
         The metrics dict.
     """
-    # First: a multi-worker strategy must exist before any other TensorFlow op.
-    strategy = distribute.make_strategy(strategy)
-    distribute.check_global_batch(batch_size, strategy)
-    if conditional:
-        distribute.check_fit_inputs(strategy, "gan --conditional")
-    out_dir = prepare_output(distribute.worker_output(out_dir, strategy))
+    # Images alone train on several workers; (images, labels) pairs do not.
+    task = "gan --conditional" if conditional else None
+    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, task)
     phase(f"loading {data}")
     images = load_image_set(data, image_size, channels)
     if num_train is not None:
@@ -374,11 +371,8 @@ def ablation(out_dir, seeds=(0, 1), data="fashion-mnist", **kwargs):
     """
     # One strategy for all runs (a multi-worker one can be made only once);
     # each run writes in its own folder, the summary in this worker's.
-    strategy = distribute.make_strategy(kwargs.pop("strategy", "default"))
-    runs_dir, out_dir = (
-        out_dir,
-        prepare_output(distribute.worker_output(out_dir, strategy)),
-    )
+    runs_dir = out_dir
+    strategy, out_dir = distribute.prepare(kwargs.pop("strategy", "default"), out_dir)
     kwargs.setdefault("classifier_path", os.path.join(out_dir, CLASSIFIER_FILE))
     results = {"attention": [], "no-attention": []}
     for seed in seeds:

@@ -16,7 +16,6 @@ from keras_attention.tasks.common import (
     fit_resumable,
     load_or_train,
     phase,
-    prepare_output,
     write_metrics,
 )
 from keras_attention.viz import plot_attention, plot_score_by_length
@@ -141,11 +140,7 @@ def run_translate(
     """
     if model not in MODELS:
         raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
-    # First: a multi-worker strategy must exist before any other TensorFlow op.
-    strategy = distribute.make_strategy(strategy)
-    distribute.check_global_batch(batch_size, strategy)
-    distribute.check_fit_inputs(strategy, "translate")
-    out_dir = prepare_output(distribute.worker_output(out_dir, strategy))
+    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, "translate")
     keras.utils.set_random_seed(seed)
     settings = SETTINGS["dates" if data == "dates" else "text"]
     epochs = epochs or settings["epochs"]
@@ -260,11 +255,8 @@ def compare(out_dir, models, data="dates", **kwargs):
     score of every model by source length on one chart."""
     # One strategy for all runs (a multi-worker one can be made only once);
     # each run writes in its own folder, the summary in this worker's.
-    strategy = distribute.make_strategy(kwargs.pop("strategy", "default"))
-    runs_dir, out_dir = (
-        out_dir,
-        prepare_output(distribute.worker_output(out_dir, strategy)),
-    )
+    runs_dir = out_dir
+    strategy, out_dir = distribute.prepare(kwargs.pop("strategy", "default"), out_dir)
     results = {}
     for name in models:
         results[name] = run_translate(
