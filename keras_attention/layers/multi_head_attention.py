@@ -73,8 +73,12 @@ class MultiHeadAttention(keras.layers.Layer):
             automatic switch, None lets the layer choose by length.
         chunk_size: block size of the chunked path; setting it forces the
             chunked path.
-        kernel_initializer, bias_initializer, kernel_regularizer,
-        bias_regularizer, activity_regularizer, kernel_constraint,
+        kernel_initializer: as for `keras.layers.Dense`.
+        bias_initializer: as for `keras.layers.Dense`.
+        kernel_regularizer: as for `keras.layers.Dense`.
+        bias_regularizer: as for `keras.layers.Dense`.
+        activity_regularizer: as for `keras.layers.Dense`.
+        kernel_constraint: as for `keras.layers.Dense`.
         bias_constraint: as for `keras.layers.Dense`.
         use_gate: gate the attention output with `sigmoid(query W^G)` before
             the output projection (as in Keras).
