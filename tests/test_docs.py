@@ -1,23 +1,128 @@
-"""Every ```python block in README.md and docs/ runs (blocks of one page share a
-namespace, in order), so the documentation cannot drift from the code."""
+"""The documentation cannot drift from the code.
 
+- Every ```python block in README.md and docs/ runs (blocks of one page share a
+  namespace, in order).
+- A python block followed by a ```text title="Output" block prints exactly that
+  output.
+- The concept figures are rebuilt by docs/build_figures.py, and the site builds
+  with `mkdocs build --strict` (broken links, missing pages and bad docstrings
+  fail it).
+"""
+
+import contextlib
+import io
+import itertools
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*\n?", re.S | re.M)
+OUTPUT_INFO = 'text title="Output"'
+
+
+def code_blocks(text):
+    """(python source, expected output or None) for each python block."""
+    fences = list(FENCE.finditer(text))
+    blocks = []
+    for fence, following in itertools.zip_longest(fences, fences[1:]):
+        if fence.group(1).strip() != "python":
+            continue
+        expected = None
+        if (
+            following is not None
+            and following.group(1).strip() == OUTPUT_INFO
+            and not text[fence.end() : following.start()].strip()
+        ):
+            expected = following.group(2)
+        blocks.append((fence.group(2), expected))
+    return blocks
+
+
+def _lines(text):
+    return [line.rstrip() for line in text.strip("\n").splitlines()]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_code_blocks_run(page):
-    blocks = BLOCK.findall(page.read_text())
     namespace = {"__name__": "docs"}
-    for block in blocks:
-        exec(compile(block, str(page), "exec"), namespace)
+    for number, (source, expected) in enumerate(code_blocks(page.read_text()), 1):
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compile(source, f"{page} (block {number})", "exec"), namespace)
+        if expected is not None:
+            assert _lines(printed.getvalue()) == _lines(expected), (
+                f"{page.relative_to(ROOT)} block {number} printed something "
+                "other than its Output block"
+            )
+
+
+def test_output_blocks_follow_code():
+    """An Output block that follows no python block would go unchecked."""
+    for page in PAGES:
+        text = page.read_text()
+        fences = list(FENCE.finditer(text))
+        for previous, fence in itertools.pairwise([None, *fences]):
+            if fence.group(1).strip() != OUTPUT_INFO:
+                continue
+            assert (
+                previous is not None
+                and previous.group(1).strip() == "python"
+                and not text[previous.end() : fence.start()].strip()
+            ), f"{page.relative_to(ROOT)}: an Output block follows no python block"
+
+
+def test_code_block_parser():
+    text = (
+        "```python\nprint(1)\n```\n\n"
+        '```text title="Output"\n1\n```\n'
+        "```bash\nls\n```\n"
+        "```python\nx = 2\n```\n"
+    )
+    assert code_blocks(text) == [("print(1)\n", "1\n"), ("x = 2\n", None)]
 
 
 def test_every_page_with_an_example_was_found():
-    assert sum(bool(BLOCK.findall(p.read_text())) for p in PAGES) >= 9
+    assert sum(bool(code_blocks(p.read_text())) for p in PAGES) >= 9
+
+
+def _concept_images():
+    referenced = set()
+    for page in (DOCS / "concepts").glob("*.md"):
+        referenced |= set(
+            re.findall(r"images/concepts/([\w.-]+\.png)", page.read_text())
+        )
+    return referenced
+
+
+def test_concept_figures_come_from_the_build_script(tmp_path):
+    subprocess.run(
+        [sys.executable, str(DOCS / "build_figures.py"), "--out", str(tmp_path)],
+        check=True,
+        cwd=ROOT,
+    )
+    built = {path.name for path in tmp_path.glob("*.png")}
+    committed = {path.name for path in (DOCS / "images" / "concepts").glob("*.png")}
+    assert _concept_images() <= built, "a concept page shows a figure nobody builds"
+    assert committed == built, (
+        "docs/images/concepts differs from what the script builds"
+    )
+
+
+def test_site_builds_strictly(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "index.html").exists()
+    assert (tmp_path / "api" / "layers" / "index.html").exists()
