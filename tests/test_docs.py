@@ -1,7 +1,8 @@
 """The documentation cannot drift from the code.
 
 - Every ```python block in README.md and docs/ runs (blocks of one page share a
-  namespace, in order).
+  namespace, in order). Code for libraries the project does not install (the
+  tensorflow-addons side of the migration guide) is fenced as ```py: shown, not run.
 - A python block followed by a ```text title="Output" block prints exactly that
   output.
 - The concept figures are rebuilt by docs/build_figures.py, and the site builds
