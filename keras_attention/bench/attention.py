@@ -264,8 +264,9 @@ def run(quick=False, out="runs/bench-attention", timeout=900):
     from keras_attention._progress import phase
     from keras_attention.bench.common import (
         accelerator,
+        earlier_cases,
         new_results,
-        run_isolated,
+        run_case,
         write_report,
     )
 
@@ -278,13 +279,18 @@ def run(quick=False, out="runs/bench-attention", timeout=900):
     dtype = "bfloat16" if on_accelerator else "float32"
     results = new_results("attention", quick)
     results["dtype"] = dtype
+    earlier = earlier_cases(out, results)
+
+    def measure(key, case):
+        # Every case in its own process, so that its peak memory is its own.
+        result = run_case(module, CASES, case, timeout, earlier=earlier.get(key))
+        results["cases"][key] = result
+        return result
 
     phase(f"matmul yardstick ({dtype})")
     size = 2048 if quick or not on_accelerator else 8192
-    matmul = run_isolated(
-        module,
-        {"kind": "matmul", "size": size, "dtype": dtype, "repeats": repeats},
-        timeout,
+    matmul = measure(
+        "matmul", {"kind": "matmul", "size": size, "dtype": dtype, "repeats": repeats}
     )
     results["matmul_gflops"] = matmul.get("gflops")
 
@@ -310,8 +316,8 @@ def run(quick=False, out="runs/bench-attention", timeout=900):
                     }
                 else:
                     phase(f"{kind} {impl} T={length}")
-                    result = run_isolated(
-                        module,
+                    result = measure(
+                        f"{kind}/{impl}/{length}",
                         {
                             "kind": "torch_sdpa" if impl == "torch_sdpa" else kind,
                             "impl": impl,
@@ -319,15 +325,12 @@ def run(quick=False, out="runs/bench-attention", timeout=900):
                             "dtype": dtype,
                             "repeats": 2 if length >= 8192 else repeats,
                         },
-                        timeout,
                     )
                 results["cases"][f"{kind}/{impl}/{length}"] = result
                 rows.append((kind, impl, length, result))
 
     phase("incremental decoding, cache vs no cache")
-    results["decode"] = run_isolated(
-        module, {"kind": "decode", "steps": 16 if quick else 128}, timeout
-    )
+    measure("decode", {"kind": "decode", "steps": 16 if quick else 128})
     _summarize(results, lengths)
     write_report(
         results,
@@ -376,7 +379,7 @@ def _summarize(results, lengths):
         memory = _get(results, f"ops/ours_chunked/{length}", "peak_memory_bytes")
         if memory is not None:
             ratios[f"chunked_peak_memory_GiB_T{length}"] = memory / 2**30
-    decode = results.get("decode", {})
+    decode = results["cases"].get("decode", {})
     if "speedup" in decode:
         ratios["decode_cache_speedup"] = decode["speedup"]
         ratios["decode_per_token_growth"] = (
@@ -412,7 +415,7 @@ def _markdown(results, rows):
         )
     lines += ["", "| ratio | value |", "| --- | ---: |"]
     lines += [f"| {k} | {v:.3f} |" for k, v in results["ratios"].items()]
-    decode = results.get("decode", {})
+    decode = results["cases"].get("decode", {})
     if "skipped" in decode:
         lines.append(f"| decode | skipped: {decode['skipped']} |")
     return "\n".join(lines) + "\n"
