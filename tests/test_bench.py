@@ -143,3 +143,43 @@ def test_crossover_length_interpolates_on_log_axes():
     )
     assert crossover_length(lengths, [0.1] * 4, recurrent) is None
     assert crossover_length(lengths, [2.0] * 4, recurrent) == 64
+
+
+def test_an_interrupted_suite_resumes_with_the_cases_it_measured(tmp_path):
+    from keras_attention.bench.common import case_runner, new_results
+
+    calls = []
+
+    def square(case):
+        calls.append(case["x"])
+        if case["x"] == 3:
+            raise KeyboardInterrupt  # the suite is stopped during this case
+        return {"value": case["x"] ** 2}
+
+    def run_suite_of_squares():
+        results = new_results("squares", quick=True)
+        measure = case_runner(
+            "unused", {"square": square}, results, tmp_path, 60, False
+        )
+        for x in (1, 2, 3):
+            measure(f"square/{x}", {"kind": "square", "x": x})
+        return results
+
+    with pytest.raises(KeyboardInterrupt):
+        run_suite_of_squares()
+    saved = json.loads((tmp_path / "squares.json").read_text())
+    assert [saved["cases"][f"square/{x}"]["value"] for x in (1, 2)] == [1, 4]
+    assert calls == [1, 2, 3]
+
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        run_suite_of_squares()
+    assert calls == [3]  # the finished cases were not measured again
+
+    (tmp_path / "squares.json").write_text(
+        json.dumps({**saved, "machine": {"cpu": "another"}})
+    )
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        run_suite_of_squares()
+    assert calls == [1, 2, 3]  # another machine's figures are not reused

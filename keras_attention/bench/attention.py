@@ -264,9 +264,8 @@ def run(quick=False, out="runs/bench-attention", timeout=900):
     from keras_attention._progress import phase
     from keras_attention.bench.common import (
         accelerator,
-        earlier_cases,
+        case_runner,
         new_results,
-        run_case,
         write_report,
     )
 
@@ -279,13 +278,9 @@ def run(quick=False, out="runs/bench-attention", timeout=900):
     dtype = "bfloat16" if on_accelerator else "float32"
     results = new_results("attention", quick)
     results["dtype"] = dtype
-    earlier = earlier_cases(out, results)
-
-    def measure(key, case):
-        # Every case in its own process, so that its peak memory is its own.
-        result = run_case(module, CASES, case, timeout, earlier=earlier.get(key))
-        results["cases"][key] = result
-        return result
+    # Every case in its own process, even in quick runs: the suite reports each
+    # case's own peak memory.
+    measure = case_runner(module, CASES, results, out, timeout)
 
     phase(f"matmul yardstick ({dtype})")
     size = 2048 if quick or not on_accelerator else 8192

@@ -194,6 +194,31 @@ def earlier_cases(out, results):
     return earlier.get("cases", {}) if same else {}
 
 
+def case_runner(module, cases, results, out, timeout, isolated=True):
+    """Returns `measure(key, case)`, which runs one case (`run_case`), stores its
+    result as `results["cases"][key]` and rewrites `out/SUITE.json` at once. A
+    suite killed half-way thus keeps the cases it measured, and re-running it
+    with the same `out` on the same machine measures only the missing ones."""
+    earlier = earlier_cases(out, results)
+    path = os.path.join(out, f"{results['suite']}.json")
+
+    def measure(key, case):
+        result = run_case(module, cases, case, timeout, isolated, earlier.get(key))
+        results["cases"][key] = result
+        _write_json(results, path)
+        return result
+
+    return measure
+
+
+def _write_json(results, path):
+    # Written aside and renamed, so that a kill never leaves half a file.
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(f"{path}.partial", "w") as f:
+        json.dump(results, f, indent=2)
+    os.replace(f"{path}.partial", path)
+
+
 def run_case(module, cases, case, timeout, isolated=True, earlier=None):
     """Runs one case: in a fresh process (`run_isolated`) or, for quick runs
     where start-up would dominate, in this one (a failure then propagates).
@@ -285,9 +310,7 @@ def suite_main(doc, run, cases, default_out, argv=None):
 
 def write_report(results, out, name, markdown, plot):
     """Writes `name.json`, `name.md` (and prints it) and `name.png` under `out`."""
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"{name}.json"), "w") as f:
-        json.dump(results, f, indent=2)
+    _write_json(results, os.path.join(out, f"{name}.json"))
     with open(os.path.join(out, f"{name}.md"), "w") as f:
         f.write(markdown)
     plot(results, os.path.join(out, f"{name}.png"))

@@ -133,16 +133,15 @@ def run(quick=False, out="runs/bench-decode", timeout=1800):
     `decode.png` under `out`; returns the results."""
     from keras_attention._progress import phase
     from keras_attention.bench.common import (
-        earlier_cases,
+        case_runner,
         new_results,
-        run_case,
         write_report,
     )
     from keras_attention.bench.seq2seq import build_model, matched_units
 
     config = QUICK if quick else FULL
     results = new_results("decode", quick, config)
-    earlier = earlier_cases(out, results)
+    measure = case_runner(MODULE, CASES, results, out, timeout, isolated=not quick)
     width, vocabulary_size = config["width"], config["vocabulary_size"]
     phase(f"matching parameter counts at d={width}")
     target = build_model("transformer", width, 8, vocabulary_size).count_params()
@@ -156,9 +155,8 @@ def run(quick=False, out="runs/bench-decode", timeout=1800):
             for cached in (True, False):
                 label = f"{name}/{search}/{'cache' if cached else 'no_cache'}"
                 phase(f"generate {label}")
-                results["cases"][label] = run_case(
-                    MODULE,
-                    CASES,
+                measure(
+                    label,
                     {
                         "kind": "generate",
                         "model": name,
@@ -167,9 +165,6 @@ def run(quick=False, out="runs/bench-decode", timeout=1800):
                         "cached": cached,
                         **config,
                     },
-                    timeout,
-                    isolated=not quick,
-                    earlier=earlier.get(label),
                 )
     summarize(results)
     write_report(results, out, "decode", markdown(results), plot)

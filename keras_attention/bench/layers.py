@@ -144,29 +144,24 @@ def run(quick=False, out="runs/bench-layers", timeout=900):
     and `layers.png` under `out`; returns the results."""
     from keras_attention._progress import phase
     from keras_attention.bench.common import (
-        earlier_cases,
+        case_runner,
         new_results,
-        run_case,
         write_report,
     )
 
     config = QUICK if quick else FULL
     results = new_results("layers", quick, config)
-    earlier = earlier_cases(out, results)
+    measure = case_runner(MODULE, CASES, results, out, timeout, isolated=not quick)
     for name in PAIRS:
         phase(f"{name}: ours vs keras")
-        results["cases"][name] = run_case(
-            MODULE,
-            CASES,
+        measure(
+            name,
             {
                 "kind": "pair",
                 "pair": name,
                 "quick": quick,
                 "repeats": config["repeats"],
             },
-            timeout,
-            isolated=not quick,
-            earlier=earlier.get(name),
         )
     write_report(results, out, "layers", markdown(results), plot)
     return results

@@ -178,9 +178,8 @@ def run(quick=False, out="runs/bench-seq2seq", timeout=1800):
     and `seq2seq.png` under `out`; returns the results."""
     from keras_attention._progress import phase
     from keras_attention.bench.common import (
-        earlier_cases,
+        case_runner,
         new_results,
-        run_case,
         write_report,
     )
 
@@ -225,12 +224,10 @@ def run(quick=False, out="runs/bench-seq2seq", timeout=1800):
                     "repeats": config["repeats"],
                 }
                 plan.append((f"layer/{layer}/{width}/{length}", case))
-    earlier = earlier_cases(out, results)
+    measure = case_runner(MODULE, CASES, results, out, timeout, isolated=not quick)
     for key, case in plan:
         phase(f"{key.replace('/', ' ')}")
-        results["cases"][key] = run_case(
-            MODULE, CASES, case, timeout, isolated=not quick, earlier=earlier.get(key)
-        )
+        measure(key, case)
     summarize(results)
     write_report(results, out, "seq2seq", markdown(results), plot)
     return results

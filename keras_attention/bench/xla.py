@@ -234,9 +234,8 @@ def run(quick=False, out="runs/bench-xla", timeout=1800):
     `xla.png` under `out`; returns the results."""
     from keras_attention._progress import phase
     from keras_attention.bench.common import (
-        earlier_cases,
+        case_runner,
         new_results,
-        run_case,
         write_report,
     )
     from keras_attention.bench.layers import PAIRS
@@ -260,7 +259,7 @@ def run(quick=False, out="runs/bench-xla", timeout=1800):
         (f"layer/{name}", {"kind": "layer", "layer": name})
         for name in config["layers"] or PAIRS
     ]
-    earlier = earlier_cases(out, results)
+    measure = case_runner(MODULE, CASES, results, out, timeout, isolated=not quick)
     for label, case in plan:
         for jit_compile in (True, False):
             key = f"{label}/{'xla' if jit_compile else 'no_xla'}"
@@ -271,14 +270,7 @@ def run(quick=False, out="runs/bench-xla", timeout=1800):
                 "repeats": config["repeats"],
                 "jit_compile": jit_compile,
             }
-            results["cases"][key] = run_case(
-                MODULE,
-                CASES,
-                case,
-                timeout,
-                isolated=not quick,
-                earlier=earlier.get(key),
-            )
+            measure(key, case)
     summarize(results)
     write_report(results, out, "xla", markdown(results), plot)
     return results
