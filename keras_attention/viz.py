@@ -696,13 +696,36 @@ def _show_image(ax, image):
     ax.set_yticks([])
 
 
-def _smooth(heatmap, image_shape):
-    """The attention map resized smoothly (bilinear) to the image, as the
-    Show, Attend and Tell figures draw it."""
+def smooth_attention(weights, grid_shape, image_shape):
+    """Spreads attention over grid locations onto the image's pixels by
+    bilinear resizing, the smooth look of the Show, Attend and Tell figures.
+
+    Unlike `upsample_attention`, whose cells are flat blocks, the map varies
+    smoothly between cell centres; it is rescaled to the same total as
+    `weights`.
+
+    Args:
+        weights: `(L,)` with `L = grid_shape[0] * grid_shape[1]`.
+        grid_shape: `(h, w)` of the grid (row-major locations).
+        image_shape: `(H, W)` of the image, any size.
+
+    Returns:
+        float32 `(H, W)`.
+    """
     from PIL import Image
 
-    small = Image.fromarray(np.asarray(heatmap, "float32"), mode="F")
-    return np.asarray(small.resize((image_shape[1], image_shape[0]), Image.BILINEAR))
+    weights = np.asarray(weights, "float32")
+    h, w = grid_shape
+    if weights.shape != (h * w,):
+        raise ValueError(
+            f"`weights` must have shape ({h * w},) for a {h}x{w} grid; received "
+            f"{weights.shape}."
+        )
+    height, width = image_shape[:2]
+    grid = Image.fromarray(weights.reshape(h, w), mode="F")
+    heat = np.asarray(grid.resize((width, height), Image.BILINEAR), "float32")
+    total = float(heat.sum())
+    return heat * (float(weights.sum()) / total) if total > 0 else heat
 
 
 def plot_caption_attention(
@@ -757,9 +780,7 @@ def plot_caption_attention(
         )
     for k, (word, row) in enumerate(zip(words, weights, strict=True), start=1):
         ax = axes.flat[k]
-        heat = _smooth(
-            upsample_attention(row, grid_shape, (height, width)), image.shape
-        )
+        heat = smooth_attention(row, grid_shape, (height, width))
         _show_image(ax, image)
         ax.imshow(heat / max(float(heat.max()), 1e-12), cmap="gray", alpha=0.6)
         ax.axis("on")

@@ -349,3 +349,16 @@ def test_plot_grouped_bars_draws_a_bar_per_group_and_series(tmp_path):
         viz.plot_grouped_bars(["a", "b"], {"ours": [1.0]})
     with pytest.raises(ValueError, match="must not be empty"):
         viz.plot_grouped_bars([], {})
+
+
+def test_smooth_attention_keeps_the_total_and_peaks_at_the_attended_cell():
+    weights = np.zeros(16)
+    weights[5] = 1.0  # row 1, column 1 of a 4x4 grid
+    heat = viz.smooth_attention(weights, (4, 4), (32, 32))
+    assert heat.shape == (32, 32)
+    assert heat.sum() == pytest.approx(1.0, rel=1e-5)
+    row, column = np.unravel_index(np.argmax(heat), heat.shape)
+    assert 8 <= row < 16 and 8 <= column < 16
+    assert len(np.unique(heat[8:16, 8:16])) > 1  # smooth, not a flat block
+    with pytest.raises(ValueError, match=r"must have shape \(16,\)"):
+        viz.smooth_attention(np.ones(15), (4, 4), (32, 32))

@@ -96,7 +96,11 @@ def build(out_dir):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from keras_attention.viz import plot_caption_attention, upsample_attention
+    from keras_attention.viz import (
+        plot_caption_attention,
+        smooth_attention,
+        upsample_attention,
+    )
 
     image, caption, boxes = scene()
     weights = item_weights(image, boxes)
@@ -137,12 +141,14 @@ def build(out_dir):
     axes[1].imshow(image[..., 0], cmap="gray", vmin=0, vmax=1)
     axes[1].imshow(blocky, cmap="magma", alpha=0.6)
     axes[1].set_title(
-        f"upsample_attention (as the overlays), sum {blocky.sum():.2f}", fontsize=9
+        f"upsample_attention (flat cells), sum {blocky.sum():.2f}", fontsize=9
     )
-    heat = _smooth(grid, image.shape[:2])
+    heat = smooth_attention(row, (GRID, GRID), image.shape[:2])
     axes[2].imshow(image[..., 0], cmap="gray", vmin=0, vmax=1)
     axes[2].imshow(heat / heat.max(), cmap="gray", alpha=0.6)
-    axes[2].set_title("bilinear from the 8x8 grid (the paper's look)", fontsize=9)
+    axes[2].set_title(
+        f"smooth_attention (the overlays), sum {heat.sum():.2f}", fontsize=9
+    )
     for ax in axes:
         ax.set_xticks([])
         ax.set_yticks([])
@@ -150,15 +156,6 @@ def build(out_dir):
     fig.savefig(paths[1], dpi=110)
     plt.close(fig)
     return paths
-
-
-def _smooth(heatmap, shape):
-    """Bilinear resizing of the 8x8 map to the image, the smooth look of
-    the figures of Xu et al."""
-    from PIL import Image
-
-    small = Image.fromarray(np.asarray(heatmap, "float32"), mode="F")
-    return np.asarray(small.resize((shape[1], shape[0]), Image.BILINEAR))
 
 
 def _item_words(caption, count):
