@@ -183,3 +183,19 @@ def test_an_interrupted_suite_resumes_with_the_cases_it_measured(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run_suite_of_squares()
     assert calls == [1, 2, 3]  # another machine's figures are not reused
+
+
+def test_crossover_compares_the_lengths_both_layers_ran():
+    import pathlib
+
+    from keras_attention.bench.seq2seq import summarize
+
+    path = (
+        pathlib.Path(__file__).parents[1] / "docs" / "data" / "bench-seq2seq-cpu.json"
+    )
+    results = json.loads(path.read_text())
+    # The measured run: the GRU at d=512, n=4096 ran out of memory.
+    assert "skipped" in results["cases"]["layer/recurrent/512/4096"]
+    summarize(results)
+    assert set(results["crossover"]) == {"d128", "d256", "d512"}
+    assert results["crossover"]["d512"] is None  # attention cheaper up to n=2048

@@ -287,18 +287,37 @@ def summarize(results):
                 ratios[f"transformer_vs_rnn/d{width}/n{length}"] = (
                     speeds["transformer"] / speeds["rnn"]
                 )
-        xs, attention = _series(
-            results,
-            "layer/self_attention",
-            width,
-            config["layer_lengths"],
-            "per_token_s",
+        # Compared over the lengths both layers ran (a long case may have been
+        # skipped for memory).
+        attention = dict(
+            zip(
+                *_series(
+                    results,
+                    "layer/self_attention",
+                    width,
+                    config["layer_lengths"],
+                    "per_token_s",
+                ),
+                strict=True,
+            )
         )
-        _, recurrent = _series(
-            results, "layer/recurrent", width, config["layer_lengths"], "per_token_s"
+        recurrent = dict(
+            zip(
+                *_series(
+                    results,
+                    "layer/recurrent",
+                    width,
+                    config["layer_lengths"],
+                    "per_token_s",
+                ),
+                strict=True,
+            )
         )
-        if len(xs) == len(recurrent):
-            crossover[f"d{width}"] = crossover_length(xs, attention, recurrent)
+        both = [n for n in config["layer_lengths"] if n in attention and n in recurrent]
+        if both:
+            crossover[f"d{width}"] = crossover_length(
+                both, [attention[n] for n in both], [recurrent[n] for n in both]
+            )
     results.update(exponents=exponents, ratios=ratios, crossover=crossover)
 
 
