@@ -654,6 +654,18 @@ def _save(fig, path):
     _pyplot().close(fig)
 
 
+def _attention_grid(weights, grid_shape):
+    """`(L,)` weights over row-major grid locations as an `(h, w)` float32 grid."""
+    weights = np.asarray(weights, "float32")
+    h, w = grid_shape
+    if weights.shape != (h * w,):
+        raise ValueError(
+            f"`weights` must have shape ({h * w},) for a {h}x{w} grid; received "
+            f"{weights.shape}."
+        )
+    return weights.reshape(h, w)
+
+
 def upsample_attention(weights, grid_shape, image_shape):
     """Spreads attention over grid locations onto the image's pixels.
 
@@ -669,22 +681,15 @@ def upsample_attention(weights, grid_shape, image_shape):
     Returns:
         float32 `(H, W)`.
     """
-    weights = np.asarray(weights, "float32")
+    grid = _attention_grid(weights, grid_shape)
     h, w = grid_shape
     height, width = image_shape[:2]
-    if weights.shape != (h * w,):
-        raise ValueError(
-            f"`weights` must have shape ({h * w},) for a {h}x{w} grid; received "
-            f"{weights.shape}."
-        )
     if height % h or width % w:
         raise ValueError(
             f"The image {height}x{width} must divide into the {h}x{w} grid."
         )
     cell = (height // h, width // w)
-    return np.kron(weights.reshape(h, w), np.ones(cell, "float32")) / (
-        cell[0] * cell[1]
-    )
+    return np.kron(grid, np.ones(cell, "float32")) / (cell[0] * cell[1])
 
 
 def _show_image(ax, image):
@@ -714,18 +719,12 @@ def smooth_attention(weights, grid_shape, image_shape):
     """
     from PIL import Image
 
-    weights = np.asarray(weights, "float32")
-    h, w = grid_shape
-    if weights.shape != (h * w,):
-        raise ValueError(
-            f"`weights` must have shape ({h * w},) for a {h}x{w} grid; received "
-            f"{weights.shape}."
-        )
+    grid = _attention_grid(weights, grid_shape)
     height, width = image_shape[:2]
-    grid = Image.fromarray(weights.reshape(h, w), mode="F")
-    heat = np.asarray(grid.resize((width, height), Image.BILINEAR), "float32")
+    resized = Image.fromarray(grid, mode="F").resize((width, height), Image.BILINEAR)
+    heat = np.asarray(resized, "float32")
     total = float(heat.sum())
-    return heat * (float(weights.sum()) / total) if total > 0 else heat
+    return heat * (float(grid.sum()) / total) if total > 0 else heat
 
 
 def plot_caption_attention(

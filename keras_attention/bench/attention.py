@@ -309,6 +309,7 @@ def run(quick=False, out="runs/bench-attention", timeout=900):
                         f"{length * length * HEADS * 4 / 2**30:.0f} GiB; "
                         "not run on this machine"
                     }
+                    results["cases"][f"{kind}/{impl}/{length}"] = result
                 else:
                     phase(f"{kind} {impl} T={length}")
                     result = measure(
@@ -321,7 +322,6 @@ def run(quick=False, out="runs/bench-attention", timeout=900):
                             "repeats": 2 if length >= 8192 else repeats,
                         },
                     )
-                results["cases"][f"{kind}/{impl}/{length}"] = result
                 rows.append((kind, impl, length, result))
 
     phase("incremental decoding, cache vs no cache")

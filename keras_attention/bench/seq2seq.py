@@ -289,29 +289,16 @@ def summarize(results):
                 )
         # Compared over the lengths both layers ran (a long case may have been
         # skipped for memory).
-        attention = dict(
-            zip(
-                *_series(
-                    results,
-                    "layer/self_attention",
-                    width,
-                    config["layer_lengths"],
-                    "per_token_s",
-                ),
-                strict=True,
+        attention, recurrent = (
+            dict(
+                zip(
+                    *_series(
+                        results, prefix, width, config["layer_lengths"], "per_token_s"
+                    ),
+                    strict=True,
+                )
             )
-        )
-        recurrent = dict(
-            zip(
-                *_series(
-                    results,
-                    "layer/recurrent",
-                    width,
-                    config["layer_lengths"],
-                    "per_token_s",
-                ),
-                strict=True,
-            )
+            for prefix in ("layer/self_attention", "layer/recurrent")
         )
         both = [n for n in config["layer_lengths"] if n in attention and n in recurrent]
         if both:
