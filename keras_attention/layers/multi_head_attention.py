@@ -1,12 +1,12 @@
-import math
+import contextlib
 
 import keras
 from keras import ops
+from keras.src.backend import get_keras_mask, set_keras_mask
 
 from keras_attention._checks import (
-    check_dims_match,
+    broadcastable,
     check_positive_int,
-    check_rank,
     check_rate,
     static_shape,
 )
@@ -30,34 +30,59 @@ def clone_initializer(initializer):
     return initializer.__class__.from_config(initializer.get_config())
 
 
+@contextlib.contextmanager
+def _without_keras_masks(*tensors):
+    """Hides the Keras masks of `tensors` while inside (then restores them).
+
+    The masks are consumed by the attention mask; the projections do not
+    support masking and would warn that they drop them.
+    """
+    masks = [get_keras_mask(t) for t in tensors]
+    for t in tensors:
+        set_keras_mask(t, None)
+    try:
+        yield
+    finally:
+        for t, mask in zip(tensors, masks, strict=True):
+            if mask is not None:
+                set_keras_mask(t, mask)
+
+
 @keras.saving.register_keras_serializable(package="keras_attention")
-class MultiHeadAttention(keras.layers.Layer):
+class MultiHeadAttention(keras.layers.MultiHeadAttention):
     """Multi-head attention, a drop-in for `keras.layers.MultiHeadAttention`.
 
     `MultiHead(Q, K, V) = Concat(head_1..head_h) W^O` with
     `head_i = softmax(Q W_i^Q (K W_i^K)^T / sqrt(d_k)) V W_i^V`.
 
-    Takes the constructor and call arguments of `keras.layers.MultiHeadAttention`
-    (replacing the import is enough) and has the same weights, so
-    `load_keras_weights` / `from_keras` copy a trained Keras layer into it.
-    It adds:
+    A subclass of `keras.layers.MultiHeadAttention` (as keras-hub's
+    `CachedMultiHeadAttention` is): constructor and call arguments, weights,
+    sublayers (`_query_dense`, ... which quantization, LoRA, constraints and
+    dtype-policy maps reach), `attention_axes` over several axes and
+    serialization are Keras' own. The attention itself is computed by
+    `_compute_attention`, which stays the place to customise it. On top of
+    Keras, the layer adds:
 
     - **incremental decoding**: `cache` `(B, 2, S, num_heads, key_dim)` and
-      `cache_update_index`, following keras-hub's `CachedMultiHeadAttention`:
+      `cache_update_index`, as in keras-hub's `CachedMultiHeadAttention`:
       with an index, the keys/values of the new query steps are written into
       the cache at that position; without one, the cache is used as the
       precomputed keys/values (cross-attention over a fixed encoder output).
-      With a cache the call returns `(output, cache)`.
+      With a cache the call returns `(output, cache)` (or
+      `(output, scores, cache)`).
     - **memory-efficient attention** for long sequences (online softmax over
-      blocks of keys, O(T * chunk) memory in the forward and backward pass):
-      always with `chunk_size=N` or `flash_attention=True`, and by itself when
-      there are at least 2048 keys (`AUTO_CHUNK_MIN_LENGTH`), unless
-      `flash_attention=False`. The chunked path is skipped when the weights are
-      needed: `return_attention_scores=True` or attention dropout in training.
-    - fully masked query rows give zero attention (never NaN).
-
-    Inputs are `(B, T, dim)` sequences (`attention_axes` may only name the
-    sequence axis).
+      blocks of keys, O(T * chunk) memory in the forward and backward pass,
+      on every backend and on CPU): always with `chunk_size=N` or
+      `flash_attention=True`, and by itself when there are at least 2048 keys
+      (`AUTO_CHUNK_MIN_LENGTH`), unless `flash_attention=False` (or
+      `keras.config.disable_flash_attention()`). The automatic switch is
+      skipped when the weights are needed: `return_attention_scores=True` or
+      attention dropout in training.
+    - **fully masked query rows give zero attention** (Keras gives them the
+      mean of the values, and NaN-free only by a large negative bias).
+    - a 2-D `(T, S)` or 4-D `(B, num_heads, T, S)` `attention_mask` as well
+      as Keras' `(B, T, S)`, and `query_mask`/`value_mask`/`key_mask`
+      arguments that are honoured when passed explicitly.
 
     Args:
         num_heads: number of attention heads.
@@ -65,14 +90,19 @@ class MultiHeadAttention(keras.layers.Layer):
         value_dim: size of each head for value (defaults to `key_dim`).
         dropout: dropout rate on the attention weights.
         use_bias: whether the projections have biases.
-        output_shape: size of the output (defaults to the query's last axis).
-        attention_axes: None or the sequence axis (1 or -2).
+        output_shape: shape of the output besides the batch and attention axes
+            (an int or a tuple; defaults to the query's last axis).
+        attention_axes: axes to attend over (default: every axis but the batch
+            and feature axes). Several axes (images, video) take the standard
+            softmax path; the chunked path and the cache need one sequence
+            axis.
         sliding_window: restrict each query to keys within
             `sliding_window - 1` positions (a symmetric band, as in Keras).
-        flash_attention: True forces the chunked path, False forbids the
-            automatic switch, None lets the layer choose by length.
+        flash_attention: True forces the chunked path (and, as in Keras,
+            refuses attention dropout and `return_attention_scores`); False
+            forbids the automatic switch; None lets the layer choose by length.
         chunk_size: block size of the chunked path; setting it forces the
-            chunked path.
+            chunked path whenever the weights are not needed.
         kernel_initializer: as for `keras.layers.Dense`.
         bias_initializer: as for `keras.layers.Dense`.
         kernel_regularizer: as for `keras.layers.Dense`.
@@ -86,12 +116,13 @@ class MultiHeadAttention(keras.layers.Layer):
         **kwargs: base layer arguments.
 
     Call arguments:
-        query: `(B, T, dim)`.
+        query: `(B, T, dim)` (or `(B, ..., dim)` with `attention_axes`).
         value: `(B, S, dim)`.
         key: `(B, S, dim)`, defaults to `value`.
         query_mask, value_mask, key_mask: boolean `(B, T)` / `(B, S)` masks;
             taken from the Keras masks of the inputs when not given.
-        attention_mask: boolean `(B, T, S)`, True = attend.
+        attention_mask: boolean `(T, S)`, `(B, T, S)` or
+            `(B, num_heads, T, S)`, True = attend.
         return_attention_scores: also return the weights `(B, N, T, S)`.
         training: whether dropout is active.
         use_causal_mask: query `t` attends to keys `<= t` (with a cache: keys
@@ -140,118 +171,129 @@ class MultiHeadAttention(keras.layers.Layer):
         seed=None,
         **kwargs,
     ):
-        super().__init__(activity_regularizer=activity_regularizer, **kwargs)
-        check_positive_int("num_heads", num_heads)
-        check_positive_int("key_dim", key_dim)
-        check_positive_int("value_dim", value_dim, allow_none=True)
-        check_positive_int("sliding_window", sliding_window, allow_none=True)
         check_positive_int("chunk_size", chunk_size, allow_none=True)
         check_rate("dropout", dropout)
-        if isinstance(output_shape, (list, tuple)):
-            if len(output_shape) != 1:
-                raise ValueError(
-                    "`output_shape` must be an int or a 1-tuple for sequence "
-                    f"inputs; received {output_shape}."
-                )
-            output_shape = output_shape[0]
-        check_positive_int("output_shape", output_shape, allow_none=True)
-        if isinstance(attention_axes, int):
-            attention_axes = (attention_axes,)
-        if attention_axes is not None and tuple(attention_axes) not in ((1,), (-2,)):
-            raise ValueError(
-                "This MultiHeadAttention attends over the sequence axis of "
-                "(batch, length, dim) inputs: `attention_axes` must be None, 1 or "
-                f"-2; received {attention_axes}."
-            )
         if flash_attention not in (None, True, False):
             raise ValueError(
                 f"`flash_attention` must be None, True or False; received "
                 f"{flash_attention!r}."
             )
-        self.num_heads = num_heads
-        self.key_dim = key_dim
-        self.value_dim = value_dim or key_dim
-        self.dropout = dropout
-        self.use_bias = use_bias
-        self.output_dim = output_shape
-        self.attention_axes = None if attention_axes is None else tuple(attention_axes)
-        self.sliding_window = sliding_window
-        self.flash_attention = flash_attention
-        self.chunk_size = chunk_size
-        self.use_gate = use_gate
-        self.seed = seed
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.kernel_constraint = keras.constraints.get(kernel_constraint)
-        self.bias_constraint = keras.constraints.get(bias_constraint)
-        self.supports_masking = True
-        self.dropout_layer = keras.layers.Dropout(
-            dropout, seed=seed, dtype=self.dtype_policy
+        super().__init__(
+            num_heads=num_heads,
+            key_dim=key_dim,
+            value_dim=value_dim,
+            dropout=dropout,
+            use_bias=use_bias,
+            output_shape=output_shape,
+            attention_axes=attention_axes,
+            sliding_window=sliding_window,
+            flash_attention=flash_attention,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            bias_regularizer=bias_regularizer,
+            activity_regularizer=activity_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
+            use_gate=use_gate,
+            seed=seed,
+            **kwargs,
         )
+        self._flash_attention_argument = flash_attention
+        self._chunk_size = chunk_size
 
-    # -- building --------------------------------------------------------
+    @property
+    def chunk_size(self):
+        return self._chunk_size
 
-    def _projection(self, name, heads_dim, activation=None):
-        return keras.layers.EinsumDense(
-            "abc,cde->abde",
-            output_shape=(None, self.num_heads, heads_dim),
-            bias_axes="de" if self.use_bias else None,
-            activation=activation,
-            name=name,
-            **self._sublayer_kwargs(),
-        )
+    # -- shapes ----------------------------------------------------------
 
-    def _sublayer_kwargs(self):
-        return {
-            "kernel_initializer": clone_initializer(self.kernel_initializer),
-            "bias_initializer": clone_initializer(self.bias_initializer),
-            "kernel_regularizer": self.kernel_regularizer,
-            "bias_regularizer": self.bias_regularizer,
-            "kernel_constraint": self.kernel_constraint,
-            "bias_constraint": self.bias_constraint,
-            "dtype": self.dtype_policy,
-        }
-
-    def build(self, query_shape, value_shape, key_shape=None):
-        key_shape = value_shape if key_shape is None else key_shape
-        self._check_shapes(query_shape, value_shape, key_shape)
+    def _check_shapes(self, query_shape, value_shape, key_shape=None):
+        query_shape, value_shape = tuple(query_shape), tuple(value_shape)
+        key_shape = value_shape if key_shape is None else tuple(key_shape)
+        if value_shape[1:-1] != key_shape[1:-1]:
+            raise ValueError(
+                "`key` and `value` must be equal in every axis but the last "
+                f"(their positions); received key shape {key_shape} and value "
+                f"shape {value_shape}."
+            )
+        if len(query_shape) < 3 or len(query_shape) != len(value_shape):
+            raise ValueError(
+                "`query` and `value` must have the same rank, at least 3 "
+                "(batch, positions..., features); received query shape "
+                f"{query_shape} and value shape {value_shape}."
+            )
+        if None not in (query_shape[0], value_shape[0]) and (
+            query_shape[0] != value_shape[0]
+        ):
+            raise ValueError(
+                f"`query` and `value` must have the same batch size; received "
+                f"query shape {query_shape} and value shape {value_shape}."
+            )
         for name, shape in (("query", query_shape), ("value", value_shape)):
             if shape[-1] is None:
                 raise ValueError(
                     f"The feature size (last axis) of `{name}` must be known; "
-                    f"received shape {tuple(shape)}."
+                    f"received shape {shape}."
                 )
-        # Same sublayers, names and creation order as keras.layers.
-        # MultiHeadAttention, so that its weights can be copied over.
-        self.query_dense = self._projection("query", self.key_dim)
-        self.query_dense.build(query_shape)
-        self.key_dense = self._projection("key", self.key_dim)
-        self.key_dense.build(key_shape)
-        self.gate_dense = None
-        if self.use_gate:
-            self.gate_dense = self._projection("gate", self.value_dim, "sigmoid")
-            self.gate_dense.build(query_shape)
-        self.value_dense = self._projection("value", self.value_dim)
-        self.value_dense.build(value_shape)
-        self.output_dense = keras.layers.EinsumDense(
-            "abcd,cde->abe",
-            output_shape=(None, self.output_dim or query_shape[-1]),
-            bias_axes="e" if self.use_bias else None,
-            name="attention_output",
-            **self._sublayer_kwargs(),
-        )
-        self.output_dense.build((None, None, self.num_heads, self.value_dim))
 
-    def _check_shapes(self, query_shape, value_shape, key_shape):
-        check_rank("query", tuple(query_shape), 3)
-        check_rank("value", tuple(value_shape), 3)
-        check_rank("key", tuple(key_shape), 3)
-        check_dims_match("query", query_shape[0], "value", value_shape[0], "batch size")
-        check_dims_match(
-            "key", key_shape[1], "value", value_shape[1], "sequence length (axis 1)"
+    def build(self, query_shape, value_shape, key_shape=None):
+        self._check_shapes(query_shape, value_shape, key_shape)
+        super().build(query_shape, value_shape, key_shape)
+
+    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
+        self._check_shapes(query_shape, value_shape, key_shape)
+        return super().compute_output_shape(query_shape, value_shape, key_shape)
+
+    def _scores_shape(self, query_shape, key_shape):
+        """`(B, <other axes>, num_heads, <query attention axes>, <key ones>)`."""
+        rank = len(query_shape)
+        axes = self._attention_axes
+        if axes is None:
+            axes = tuple(range(1, rank - 1))
+        axes = tuple(a if a >= 0 else rank + a for a in axes)
+        others = [query_shape[i] for i in range(rank - 1) if i not in axes]
+        return (
+            *others,
+            self.num_heads,
+            *(query_shape[a] for a in axes),
+            *(key_shape[a] for a in axes),
         )
+
+    def compute_output_spec(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_update_index=None,
+    ):
+        key_shape = value.shape if key is None else key.shape
+        results = [
+            keras.KerasTensor(
+                self.compute_output_shape(query.shape, value.shape, key_shape),
+                dtype=self.compute_dtype,
+            )
+        ]
+        if return_attention_scores:
+            if cache is not None:
+                key_shape = (key_shape[0], cache.shape[2], *key_shape[2:])
+            results.append(
+                keras.KerasTensor(
+                    self._scores_shape(query.shape, key_shape),
+                    dtype=self.compute_dtype,
+                )
+            )
+        if cache is not None:
+            results.append(keras.KerasTensor(cache.shape, dtype=cache.dtype))
+        return results[0] if len(results) == 1 else tuple(results)
 
     # -- call ------------------------------------------------------------
 
@@ -270,87 +312,152 @@ class MultiHeadAttention(keras.layers.Layer):
         cache=None,
         cache_update_index=None,
     ):
-        key_input = value if key is None else key
-        self._check_shapes(
-            static_shape(query), static_shape(value), static_shape(key_input)
-        )
-        gate = self.gate_dense(query) if self.gate_dense is not None else None
-        projected_query = self.query_dense(query)
-        if cache is None:
-            projected_key = self.key_dense(key_input)
-            projected_value = self.value_dense(value)
-            offset = 0
-        else:
-            projected_key, projected_value, cache = self._use_cache(
-                cache, cache_update_index, key_input, value
+        key = value if key is None else key
+        self._check_shapes(static_shape(query), static_shape(value), static_shape(key))
+        if cache_update_index is not None and cache is None:
+            raise ValueError(
+                "`cache_update_index` needs a `cache` to update; received "
+                f"cache=None, cache_update_index={cache_update_index}."
             )
-            # The masks of the new inputs do not describe the cached keys.
-            value_mask = key_mask = None
-            offset = 0 if cache_update_index is None else cache_update_index
+        if cache is not None and len(query.shape) != 3:
+            raise ValueError(
+                "A cache needs (batch, length, dim) inputs attending over one "
+                f"sequence axis; received query shape {static_shape(query)}."
+            )
+        with _without_keras_masks(query, value, key):
+            projected_query = self._query_dense(query)
+            gate = self._gate_dense(query) if self._use_gate else None
+            if cache is None:
+                projected_key = self._key_dense(key)
+                projected_value = self._value_dense(value)
+            else:
+                projected_key, projected_value, cache = self._use_cache(
+                    cache, cache_update_index, key, value
+                )
+                # The masks of the new inputs do not describe the cached keys.
+                value_mask = key_mask = None
 
-        query_length = ops.shape(projected_query)[1]
-        key_length = ops.shape(projected_key)[1]
-        mask = self._merge_masks(
-            query_mask, value_mask, key_mask, attention_mask, query_length, key_length
-        )
+        standard = len(projected_query.shape) == 4
         # A plain causal mask is generated inside the attention op (never
-        # materialized on the chunked path); an offset one is built here.
-        is_causal = use_causal_mask and cache is None
-        if use_causal_mask and cache is not None:
-            mask = merge_masks(mask, causal_mask(query_length, key_length, offset))
-        if mask is not None:
-            mask = ops.expand_dims(mask, 1) if len(mask.shape) == 3 else mask
-
-        dropout_active = bool(training) and self.dropout > 0
-        scale = 1.0 / math.sqrt(self.key_dim)
-        weights = None
-        chunk = self._chunk_size(
-            projected_key.shape[1], return_attention_scores or dropout_active
+        # materialized on the chunked path). A subclass that overrides
+        # `_compute_attention` receives it in `attention_mask`, as in Keras.
+        causal_in_op = (
+            use_causal_mask
+            and cache is None
+            and standard
+            and type(self)._compute_attention is MultiHeadAttention._compute_attention
         )
-        if chunk is not None:
-            output = dot_product_attention(
-                projected_query,
-                projected_key,
-                projected_value,
-                mask=mask,
-                is_causal=is_causal,
-                scale=scale,
-                chunk_size=chunk,
+        if standard:
+            offset = 0 if cache_update_index is None else cache_update_index
+            mask = self._sequence_attention_mask(
+                query_mask,
+                value_mask,
+                key_mask,
+                attention_mask,
+                use_causal_mask and not causal_in_op,
+                ops.shape(projected_query)[1],
+                ops.shape(projected_key)[1],
+                offset,
             )
         else:
-            weights = attention_weights(
-                projected_query, projected_key, mask, is_causal, scale
+            mask = self._compute_attention_mask(
+                query,
+                value,
+                query_mask=query_mask,
+                value_mask=value_mask,
+                key_mask=key_mask,
+                attention_mask=attention_mask,
+                use_causal_mask=use_causal_mask,
             )
-            kept = self.dropout_layer(weights, training=training)
-            output = apply_attention_weights(kept, projected_value)
+        extra = {"use_causal_mask": True} if causal_in_op else {}
+        output, scores = self._compute_attention(
+            projected_query,
+            projected_key,
+            projected_value,
+            mask,
+            training,
+            return_attention_scores,
+            **extra,
+        )
         if gate is not None:
             output = output * ops.cast(gate, output.dtype)
-        output = self.output_dense(output)
+        output = self._output_dense(output)
 
         results = [output]
         if return_attention_scores:
-            results.append(weights)
+            results.append(scores)
         if cache is not None:
             results.append(cache)
         return results[0] if len(results) == 1 else tuple(results)
 
+    def _sequence_attention_mask(
+        self,
+        query_mask,
+        value_mask,
+        key_mask,
+        attention_mask,
+        use_causal_mask,
+        query_length,
+        key_length,
+        offset,
+    ):
+        """All masks of `(B, T, dim)` inputs merged into one boolean mask.
+
+        `(B, T, S)` as Keras passes it to `_compute_attention`, or
+        `(B, num_heads, T, S)` when `attention_mask` has a heads axis; None
+        when there is no mask at all.
+        """
+        with_heads = False
+        if attention_mask is not None:
+            attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
+            got = static_shape(attention_mask)
+            lengths = tuple(
+                d if isinstance(d, int) else None for d in (query_length, key_length)
+            )
+            if len(got) not in (2, 3, 4) or not broadcastable(got[-2:], lengths):
+                raise ValueError(
+                    "`attention_mask` must have shape (query_length, key_length), "
+                    "(batch, query_length, key_length) or (batch, num_heads, "
+                    f"query_length, key_length), with (query_length, key_length) "
+                    f"= {lengths}; received {got}."
+                )
+            with_heads = len(got) == 4
+        masks = []
+        if query_mask is not None:
+            masks.append(ops.expand_dims(ops.cast(query_mask, "bool"), -1))
+        for m in (value_mask, key_mask):
+            if m is not None:
+                masks.append(ops.expand_dims(ops.cast(m, "bool"), -2))
+        if use_causal_mask:
+            masks.append(causal_mask(query_length, key_length, offset)[None])
+        if self._sliding_window is not None:
+            rows = ops.arange(query_length)[:, None] + offset
+            cols = ops.arange(key_length)[None, :]
+            masks.append(ops.less(ops.abs(rows - cols), self._sliding_window)[None])
+        if with_heads:
+            masks = [ops.expand_dims(m, 1) for m in masks]
+        if attention_mask is not None:
+            masks.append(attention_mask)
+        return merge_masks(*masks)
+
     def _use_cache(self, cache, cache_update_index, key, value):
-        if self.key_dim != self.value_dim:
+        if self._key_dim != self._value_dim:
             raise ValueError(
                 "A cache stacks keys and values, so it needs key_dim == value_dim; "
-                f"this layer has key_dim={self.key_dim}, value_dim={self.value_dim}."
+                f"this layer has key_dim={self._key_dim}, "
+                f"value_dim={self._value_dim}."
             )
         shape = static_shape(cache)
-        expected = (None, 2, None, self.num_heads, self.key_dim)
+        expected = (None, 2, None, self._num_heads, self._key_dim)
         if (
             len(shape) != 5
             or shape[1] != 2
-            or shape[3] != self.num_heads
-            or shape[4] != self.key_dim
+            or shape[3] != self._num_heads
+            or shape[4] != self._key_dim
         ):
             raise ValueError(
                 f"`cache` must have shape (batch, 2, max_length, num_heads="
-                f"{self.num_heads}, key_dim={self.key_dim}) = {expected}; "
+                f"{self._num_heads}, key_dim={self._key_dim}) = {expected}; "
                 f"received {shape}."
             )
         key_cache, value_cache = cache[:, 0], cache[:, 1]
@@ -358,44 +465,99 @@ class MultiHeadAttention(keras.layers.Layer):
             return key_cache, value_cache, cache
         start = (0, cache_update_index, 0, 0)
         key_cache = ops.slice_update(
-            key_cache, start, ops.cast(self.key_dense(key), key_cache.dtype)
+            key_cache, start, ops.cast(self._key_dense(key), key_cache.dtype)
         )
         value_cache = ops.slice_update(
-            value_cache, start, ops.cast(self.value_dense(value), value_cache.dtype)
+            value_cache, start, ops.cast(self._value_dense(value), value_cache.dtype)
         )
         return key_cache, value_cache, ops.stack((key_cache, value_cache), axis=1)
 
-    def _merge_masks(
-        self, query_mask, value_mask, key_mask, attention_mask, query_length, key_length
+    def _compute_attention(
+        self,
+        query,
+        key,
+        value,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+        use_causal_mask=False,
     ):
-        masks = []
-        if query_mask is not None:
-            masks.append(ops.expand_dims(ops.cast(query_mask, "bool"), -1))
-        for m in (value_mask, key_mask):
-            if m is not None:
-                masks.append(ops.expand_dims(ops.cast(m, "bool"), -2))
-        if self.sliding_window is not None:
-            rows = ops.arange(query_length)[:, None]
-            cols = ops.arange(key_length)[None, :]
-            masks.append(ops.less(ops.abs(rows - cols), self.sliding_window))
-        if attention_mask is not None:
-            attention_mask = ops.convert_to_tensor(attention_mask)
-            got = static_shape(attention_mask)
-            if len(got) not in (3, 4):
-                raise ValueError(
-                    "`attention_mask` must have shape (batch, query_length, "
-                    f"key_length) (or with a heads axis); received {got}."
-                )
-            masks.append(ops.cast(attention_mask, "bool"))
-        return merge_masks(*masks)
+        """Attention of projected `query` `(B, T, N, key_dim)` over `key` and
+        `value` `(B, S, N, dim)`; returns `(output (B, T, N, value_dim),
+        weights (B, N, T, S) or None)`.
 
-    def _chunk_size(self, key_length, needs_weights):
-        if needs_weights or self.flash_attention is False and self.chunk_size is None:
+        Keras' override point, with its signature: `attention_mask` is
+        `(B, T, S)` (or `(T, S)`, `(B, N, T, S)`), True = attend, and
+        `use_causal_mask` adds the causal mask without materializing it.
+        """
+        if self._flash_attention and return_attention_scores:
+            # The first sentence is Keras' own, which code may match on.
+            raise ValueError(
+                "Returning attention scores is not supported when flash "
+                "attention is enabled. Please disable flash attention to access"
+                " attention scores. (flash_attention=True takes the chunked "
+                "path, which never materializes the weights; flash_attention="
+                "None keeps the automatic choice and gives them.)"
+            )
+        if attention_mask is not None:
+            attention_mask = ops.cast(attention_mask, "bool")
+        if len(query.shape) != 4:
+            return self._compute_multi_axis_attention(
+                query, key, value, attention_mask, training, use_causal_mask
+            )
+        if attention_mask is not None and len(attention_mask.shape) == 3:
+            attention_mask = ops.expand_dims(attention_mask, 1)
+        dropout_active = bool(training) and self._dropout > 0
+        chunk = self._chunk_size_for(
+            key.shape[1], return_attention_scores or dropout_active
+        )
+        if chunk is not None:
+            output = dot_product_attention(
+                query,
+                key,
+                value,
+                mask=attention_mask,
+                is_causal=use_causal_mask,
+                scale=self._inverse_sqrt_key_dim,
+                chunk_size=chunk,
+            )
+            return output, None
+        weights = attention_weights(
+            query, key, attention_mask, use_causal_mask, self._inverse_sqrt_key_dim
+        )
+        kept = self._dropout_layer(weights, training=training)
+        return apply_attention_weights(kept, value), weights
+
+    def _compute_multi_axis_attention(
+        self, query, key, value, attention_mask, training, use_causal_mask
+    ):
+        """Keras' einsum path for several attention axes, with our softmax."""
+        if use_causal_mask:
+            causal = self._compute_causal_mask(query, value)
+            attention_mask = merge_masks(attention_mask, causal)
+        query = query * ops.cast(self._inverse_sqrt_key_dim, query.dtype)
+        scores = ops.einsum(self._dot_product_equation, key, query)
+        num_axes = len(self._attention_axes)
+        if attention_mask is not None:
+            # Masks come without the heads axis (and maybe without the
+            # non-attention axes): insert them in front of the attention axes.
+            while len(attention_mask.shape) < len(scores.shape):
+                attention_mask = ops.expand_dims(attention_mask, -2 * num_axes - 1)
+        norm_axes = tuple(range(len(scores.shape) - num_axes, len(scores.shape)))
+        weights = _masked_softmax_over_axes(scores, attention_mask, norm_axes)
+        kept = self._dropout_layer(weights, training=training)
+        output = ops.einsum(self._combine_equation, kept, ops.cast(value, kept.dtype))
+        return output, weights
+
+    def _chunk_size_for(self, key_length, needs_weights):
+        if needs_weights:
             return None
-        if self.chunk_size is not None:
-            return self.chunk_size
-        if self.flash_attention:
+        if self._chunk_size is not None:
+            return self._chunk_size
+        if self._flash_attention:
             return AUTO_CHUNK_SIZE
+        if self._flash_attention is False:
+            return None
         if key_length is not None and key_length >= AUTO_CHUNK_MIN_LENGTH:
             return AUTO_CHUNK_SIZE
         return None
@@ -405,7 +567,7 @@ class MultiHeadAttention(keras.layers.Layer):
     def initial_cache(self, batch_size, max_length, dtype=None):
         """An empty self-attention cache `(B, 2, max_length, heads, key_dim)`."""
         return ops.zeros(
-            (batch_size, 2, max_length, self.num_heads, self.key_dim),
+            (batch_size, 2, max_length, self._num_heads, self._key_dim),
             dtype=dtype or self.compute_dtype,
         )
 
@@ -413,7 +575,7 @@ class MultiHeadAttention(keras.layers.Layer):
         """Keys and values of a fixed sequence (e.g. the encoder output) as a
         cache to pass with `cache_update_index=None`."""
         key = value if key is None else key
-        return ops.stack((self.key_dense(key), self.value_dense(value)), axis=1)
+        return ops.stack((self._key_dense(key), self._value_dense(value)), axis=1)
 
     # -- Keras interop ---------------------------------------------------
 
@@ -426,28 +588,23 @@ class MultiHeadAttention(keras.layers.Layer):
         if not keras_layer.built:
             raise ValueError("The Keras MultiHeadAttention must be built first.")
         theirs = keras_layer.get_config()
-        for name in ("num_heads", "key_dim", "use_bias"):
-            if theirs[name] != getattr(self, name):
+        ours = self.get_config()
+        for name in ("num_heads", "key_dim", "value_dim", "use_bias", "use_gate"):
+            if theirs.get(name) != ours.get(name):
                 raise ValueError(
-                    f"Cannot load weights: keras layer has {name}={theirs[name]}, "
-                    f"this layer has {name}={getattr(self, name)}."
+                    f"Cannot load weights: the Keras layer has {name}="
+                    f"{theirs.get(name)}, this layer has {name}={ours.get(name)}."
                 )
-        their_value_dim = theirs.get("value_dim") or theirs["key_dim"]
-        if their_value_dim != self.value_dim or bool(
-            theirs.get("use_gate", False)
-        ) != bool(self.use_gate):
-            raise ValueError(
-                "Cannot load weights: value_dim/use_gate differ "
-                f"({their_value_dim}, {theirs.get('use_gate', False)}) vs "
-                f"({self.value_dim}, {self.use_gate})."
-            )
         if not self.built:
-            dims = [
-                keras_layer._query_dense.kernel.shape[0],
-                keras_layer._value_dense.kernel.shape[0],
-                keras_layer._key_dense.kernel.shape[0],
+            shapes = [
+                _input_shape(dense)
+                for dense in (
+                    keras_layer._query_dense,
+                    keras_layer._value_dense,
+                    keras_layer._key_dense,
+                )
             ]
-            self.build(*[(None, None, d) for d in dims])
+            self.build(*shapes)
         self.set_weights(keras_layer.get_weights())
         return self
 
@@ -460,74 +617,35 @@ class MultiHeadAttention(keras.layers.Layer):
         config.update(kwargs)
         return cls(**config).load_keras_weights(keras_layer)
 
-    # -- shapes and config -----------------------------------------------
-
-    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
-        return (*query_shape[:-1], self.output_dim or query_shape[-1])
-
-    def compute_output_spec(
-        self,
-        query,
-        value,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        return_attention_scores=False,
-        training=None,
-        use_causal_mask=False,
-        cache=None,
-        cache_update_index=None,
-    ):
-        key_shape = value.shape if key is None else key.shape
-        self._check_shapes(query.shape, value.shape, key_shape)
-        results = [
-            keras.KerasTensor(
-                self.compute_output_shape(query.shape, value.shape),
-                dtype=self.compute_dtype,
-            )
-        ]
-        if return_attention_scores:
-            key_length = key_shape[1] if cache is None else cache.shape[2]
-            results.append(
-                keras.KerasTensor(
-                    (query.shape[0], self.num_heads, query.shape[1], key_length),
-                    dtype=self.compute_dtype,
-                )
-            )
-        if cache is not None:
-            results.append(keras.KerasTensor(cache.shape, dtype=cache.dtype))
-        return results[0] if len(results) == 1 else tuple(results)
-
     def get_config(self):
         config = super().get_config()
         config.update(
             {
-                "num_heads": self.num_heads,
-                "key_dim": self.key_dim,
-                "value_dim": self.value_dim,
-                "dropout": self.dropout,
-                "use_bias": self.use_bias,
-                "output_shape": self.output_dim,
-                "attention_axes": self.attention_axes,
-                "sliding_window": self.sliding_window,
-                "flash_attention": self.flash_attention,
-                "chunk_size": self.chunk_size,
-                "use_gate": self.use_gate,
-                "seed": self.seed,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "kernel_regularizer": keras.regularizers.serialize(
-                    self.kernel_regularizer
-                ),
-                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
-                "kernel_constraint": keras.constraints.serialize(
-                    self.kernel_constraint
-                ),
-                "bias_constraint": keras.constraints.serialize(self.bias_constraint),
+                "flash_attention": self._flash_attention_argument,
+                "chunk_size": self._chunk_size,
             }
         )
         return config
+
+
+def _input_shape(einsum_dense):
+    """An input shape that builds a projection like `einsum_dense`: its rank
+    from the equation, its feature size from the kernel."""
+    rank = len(einsum_dense.equation.split(",")[0])
+    return (None,) * (rank - 1) + (einsum_dense.kernel.shape[0],)
+
+
+def _masked_softmax_over_axes(scores, mask, axes):
+    """Softmax over several `axes` at once (TensorFlow's kernel takes one
+    axis of at most 5-D tensors); masked positions get 0, fully masked
+    slices all zeros."""
+    dtype = scores.dtype
+    logits = ops.cast(scores, "float32")
+    if mask is not None:
+        logits = ops.where(mask, logits, -1e9)
+    exps = ops.exp(logits - ops.max(logits, axis=axes, keepdims=True))
+    if mask is not None:
+        exps = ops.where(mask, exps, 0.0)
+    totals = ops.sum(exps, axis=axes, keepdims=True)
+    weights = exps / ops.where(totals > 0, totals, 1.0)
+    return ops.cast(weights, dtype)

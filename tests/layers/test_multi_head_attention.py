@@ -1,3 +1,5 @@
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -200,11 +202,18 @@ def test_config_round_trip():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(num_heads=0, key_dim=8), "`num_heads` must be a positive integer"),
-        (dict(num_heads=2, key_dim=-1), "`key_dim` must be a positive integer"),
+        (dict(num_heads=0, key_dim=8), "argument `num_heads`.*num_heads=0"),
+        (dict(num_heads=2, key_dim=1.5), "argument `key_dim`.*key_dim=1.5"),
+        (dict(num_heads=2, key_dim=8, value_dim=-1), "argument `value_dim`"),
         (dict(num_heads=2, key_dim=8, dropout=2.0), r"`dropout` must be in \[0, 1\)"),
-        (dict(num_heads=2, key_dim=8, attention_axes=(1, 2)), "attention_axes"),
-        (dict(num_heads=2, key_dim=8, output_shape=(3, 4)), "output_shape"),
+        (dict(num_heads=2, key_dim=8, output_shape=8.0), "Invalid `output_shape`"),
+        (dict(num_heads=2, key_dim=8, sliding_window=0), "sliding_window"),
+        (dict(num_heads=2, key_dim=8, chunk_size=0), "`chunk_size`"),
+        (dict(num_heads=2, key_dim=8, flash_attention="yes"), "`flash_attention`"),
+        (
+            dict(num_heads=2, key_dim=8, flash_attention=True, dropout=0.1),
+            "Dropout is not supported when flash attention is enabled",
+        ),
     ],
 )
 def test_invalid_config(kwargs, message):
@@ -214,10 +223,238 @@ def test_invalid_config(kwargs, message):
 
 def test_bad_inputs():
     layer = MultiHeadAttention(num_heads=2, key_dim=8)
-    with pytest.raises(ValueError, match=r"`query` must have rank 3.*\(2, 16\)"):
+    with pytest.raises(ValueError, match=r"same rank, at least 3.*\(2, 16\)"):
         layer(QUERY[:, 0], VALUE)
-    with pytest.raises(ValueError, match=r"sequence length.*`key` \(3\).*\(7\)"):
+    with pytest.raises(ValueError, match=r"must be equal.*\(2, 3, 12\).*\(2, 7, 12\)"):
         layer(QUERY, VALUE, key=VALUE[:, :3])
     layer(QUERY, VALUE)
     with pytest.raises(ValueError, match=r"`cache` must have shape.*\(2, 2, 5, 3, 8\)"):
         layer(QUERY, VALUE, cache=np.zeros((B, 2, T, 3, 8), "float32"))
+    with pytest.raises(
+        ValueError, match=r"`attention_mask` must.*\(5, 7\); received \(2, 5, 3\)"
+    ):
+        layer(QUERY, VALUE, attention_mask=np.ones((B, T, 3), bool))
+    with pytest.raises(ValueError, match="`cache_update_index` needs a `cache`"):
+        layer(QUERY, VALUE, cache_update_index=0)
+
+
+def test_compute_output_shape_checks_key_and_value_positions():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    with pytest.raises(ValueError, match="must be equal"):
+        layer.compute_output_shape((B, T, D), (B, S, D), (B, S + 1, D))
+    assert layer.compute_output_shape((B, T, D), (B, S, 3), (B, S, 5)) == (B, T, D)
+
+
+# -- the keras.layers.MultiHeadAttention contract ----------------------------
+
+
+@pytest.mark.parametrize("mask_rank", [2, 3, 4])
+def test_attention_mask_of_any_rank_broadcasts(mask_rank):
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = rng.normal(size=(B, T, D)).astype("float32")
+    lower = np.tril(np.ones((T, T), bool))
+    want = np_(layer(x, x, use_causal_mask=True))
+    mask = {
+        2: lower,
+        3: np.broadcast_to(lower, (B, T, T)),
+        4: np.broadcast_to(lower, (B, 2, T, T)),
+    }[mask_rank]
+    np.testing.assert_allclose(np_(layer(x, x, attention_mask=mask)), want, atol=1e-6)
+
+
+def test_per_head_attention_mask_with_padding():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    per_head = np.ones((B, 2, T, S), bool)
+    per_head[:, 1, :, 4:] = False  # head 1 never sees keys 4..6
+    value_mask = np.array([[True] * S, [True] * 5 + [False] * 2])
+    _, w = layer(
+        QUERY,
+        VALUE,
+        attention_mask=per_head,
+        value_mask=value_mask,
+        return_attention_scores=True,
+    )
+    w = np_(w)
+    assert np.all(w[:, 1, :, 4:] == 0.0) and np.all(w[1, 0, :, 5:] == 0.0)
+    assert np.all(w[0, 0, :, 4:] > 0.0)
+
+
+def test_keras_masks_give_no_warning_and_stay_on_the_inputs():
+    ids = np.array([[1, 2, 3, 0, 0], [3, 3, 1, 1, 2]])
+    x = keras.layers.Embedding(4, 8, mask_zero=True)(ids)
+    mask = np_(keras.src.backend.get_keras_mask(x))
+    layer = MultiHeadAttention(num_heads=2, key_dim=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = layer(x, x)
+    # The query's mask is the output's, and the caller's tensor keeps its own.
+    np.testing.assert_array_equal(np_(keras.src.backend.get_keras_mask(out)), mask)
+    np.testing.assert_array_equal(np_(keras.src.backend.get_keras_mask(x)), mask)
+
+
+@pytest.mark.parametrize(
+    "query_shape, value_shape, axes, output_shape",
+    [
+        ((B, 3, 4, 8), (B, 3, 6, 8), (2,), None),  # a sequence per row
+        ((B, 3, 4, 8), (B, 2, 5, 8), (1, 2), None),  # 2-D attention (images)
+        ((B, 4, 3, 2, 8), (B, 4, 2, 2, 8), (2, 3), (3, 5)),  # video-like
+    ],
+)
+def test_attention_axes_match_keras(query_shape, value_shape, axes, output_shape):
+    kwargs = dict(
+        num_heads=2, key_dim=4, attention_axes=axes, output_shape=output_shape
+    )
+    theirs = keras.layers.MultiHeadAttention(**kwargs)
+    q = rng.normal(size=query_shape).astype("float32")
+    v = rng.normal(size=value_shape).astype("float32")
+    want, want_w = theirs(q, v, return_attention_scores=True)
+    ours = MultiHeadAttention.from_keras(theirs)
+    got, got_w = ours(q, v, return_attention_scores=True)
+    np.testing.assert_allclose(np_(got), np_(want), atol=1e-5)
+    np.testing.assert_allclose(np_(got_w), np_(want_w), atol=1e-6)
+    assert tuple(got.shape) == ours.compute_output_shape(query_shape, value_shape)
+    symbolic = ours(
+        keras.Input(batch_shape=query_shape),
+        keras.Input(batch_shape=value_shape),
+        return_attention_scores=True,
+    )
+    assert [tuple(t.shape) for t in symbolic] == [tuple(got.shape), tuple(got_w.shape)]
+
+
+def test_multi_axis_fully_masked_query_gives_zeros():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, attention_axes=(1, 2))
+    q = rng.normal(size=(B, 3, 4, 8)).astype("float32")
+    mask = np.ones((B, 3, 4, 3, 4), bool)
+    mask[0, 1, 2] = False  # query (1, 2) of example 0 sees no position
+    out, w = layer(q, q, attention_mask=mask, return_attention_scores=True)
+    assert np.all(np_(w)[0, :, 1, 2] == 0.0)
+    assert np.all(np.isfinite(np_(out)))
+    np.testing.assert_allclose(np_(w)[1].sum(axis=(-2, -1)), 1.0, rtol=1e-5)
+
+
+def test_symbolic_scores_have_the_key_length():
+    layer = MultiHeadAttention(num_heads=4, key_dim=2)
+    q, v = keras.Input(batch_shape=(2, 3, 5)), keras.Input(batch_shape=(2, 7, 5))
+    _, w = layer(q, v, return_attention_scores=True)
+    assert tuple(w.shape) == (2, 4, 3, 7)
+
+
+def test_overriding_compute_attention_is_honoured():
+    seen = {}
+
+    class Recording(MultiHeadAttention):
+        def _compute_attention(
+            self,
+            query,
+            key,
+            value,
+            attention_mask=None,
+            training=None,
+            return_attention_scores=False,
+        ):
+            seen["mask"] = np_(attention_mask)
+            output, weights = super()._compute_attention(
+                query, key, value, attention_mask, training, return_attention_scores
+            )
+            return output * 0.0, weights
+
+    layer = Recording(num_heads=2, key_dim=4)
+    x = rng.normal(size=(1, 4, 8)).astype("float32")
+    out = np_(layer(x, x, use_causal_mask=True))
+    # The causal mask reaches the override (materialized, as Keras does),
+    # and the override's result is the layer's.
+    np.testing.assert_array_equal(seen["mask"][0], np.tril(np.ones((4, 4))))
+    np.testing.assert_allclose(out, np_(layer._output_dense(np.zeros((1, 4, 2, 4)))))
+
+
+def test_compute_attention_applies_its_causal_flag_with_a_mask():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    layer.build((1, 5, 8), (1, 5, 8))
+    q, k, v = (rng.normal(size=(1, 5, 2, 4)).astype("float32") for _ in range(3))
+    extra = np.ones((1, 5, 5), bool)
+    extra[:, 3, 1] = False
+    both, _ = layer._compute_attention(q, k, v, extra, use_causal_mask=True)
+    merged = extra & np.tril(np.ones((5, 5), bool))
+    want, _ = layer._compute_attention(q, k, v, merged)
+    np.testing.assert_allclose(np_(both), np_(want), atol=1e-6)
+
+
+def test_flash_attention_refuses_to_return_scores():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, flash_attention=True)
+    with pytest.raises(ValueError, match="Returning attention scores is not supported"):
+        layer(QUERY, VALUE, return_attention_scores=True)
+
+
+def test_sliding_window_with_causal_mask_is_a_causal_band():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, sliding_window=3)
+    x = rng.normal(size=(1, 6, 8)).astype("float32")
+    _, w = layer(x, x, use_causal_mask=True, return_attention_scores=True)
+    rows, cols = np.indices((6, 6))
+    band = (cols <= rows) & (rows - cols < 3)
+    np.testing.assert_array_equal(np_(w)[0, 0] > 0, band)
+
+
+def test_sublayers_are_keras_own():
+    layer = MultiHeadAttention(
+        num_heads=2,
+        key_dim=4,
+        use_gate=True,
+        kernel_constraint="non_neg",
+        kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+    )
+    layer.build((1, 4, 8), (1, 4, 8))
+    denses = [
+        layer._query_dense,
+        layer._key_dense,
+        layer._value_dense,
+        layer._gate_dense,
+    ]
+    for dense in denses:
+        assert isinstance(dense.kernel.constraint, keras.constraints.NonNeg)
+    # Each projection gets its own initial values.
+    assert not np.allclose(np_(layer._query_dense.kernel), np_(layer._key_dense.kernel))
+    assert layer.query_dense is layer._query_dense
+    assert [w.path for w in layer.weights][0].endswith("query/kernel")
+
+
+def test_int8_quantization_keeps_the_output_close():
+    layer = MultiHeadAttention(num_heads=3, key_dim=8, use_bias=False)
+    x = rng.normal(size=(1, 4, 8)).astype("float32")
+    before = np_(layer(x, x))
+    for dense in layer._flatten_layers(include_self=False):
+        if isinstance(dense, keras.layers.EinsumDense):
+            dense.quantize("int8")
+    assert keras.backend.standardize_dtype(layer._query_dense._kernel.dtype) == "int8"
+    assert keras.backend.standardize_dtype(layer._output_dense._kernel.dtype) == "int8"
+    assert np.mean((np_(layer(x, x)) - before) ** 2) < 1e-2
+
+
+def test_dtype_policy_map_reaches_the_projections():
+    policy_map = keras.dtype_policies.DTypePolicyMap()
+    for name in ("query", "key", "value"):
+        policy_map[f"mha/{name}"] = keras.dtype_policies.get("int8_from_float32")
+    layer = MultiHeadAttention(
+        num_heads=3, key_dim=8, use_bias=False, dtype=policy_map, name="mha"
+    )
+    layer.build((1, 2, 2), (1, 2, 2))
+    for dense in (layer._query_dense, layer._key_dense, layer._value_dense):
+        assert keras.backend.standardize_dtype(dense._kernel.dtype) == "int8"
+
+
+def test_lora_trains_and_saves(tmp_path):
+    inputs = {"query": keras.Input((2, 2)), "value": keras.Input((2, 2))}
+    layer = MultiHeadAttention(num_heads=3, key_dim=8, use_bias=False)
+    model = keras.Model(inputs, layer(inputs["query"], inputs["value"]))
+    layer.query_dense.enable_lora(2)
+    layer.value_dense.enable_lora(2)
+    assert (
+        len(layer.trainable_variables) == 6 and len(layer.non_trainable_variables) == 2
+    )
+    data = {k: rng.normal(size=(4, 2, 2)).astype("float32") for k in inputs}
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(data, rng.normal(size=(4, 2, 2)), verbose=0)
+    model.save(tmp_path / "lora.keras")
+    loaded = keras.saving.load_model(tmp_path / "lora.keras")
+    np.testing.assert_allclose(
+        loaded.predict(data, verbose=0), model.predict(data, verbose=0), atol=1e-6
+    )
