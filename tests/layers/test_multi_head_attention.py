@@ -1,4 +1,5 @@
 import warnings
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -458,3 +459,12 @@ def test_lora_trains_and_saves(tmp_path):
     np.testing.assert_allclose(
         loaded.predict(data, verbose=0), model.predict(data, verbose=0), atol=1e-6
     )
+
+
+def test_loads_a_model_saved_before_it_subclassed_keras():
+    # Saved by keras_attention 0.1.0 (cca2932), whose layer held its own
+    # projections: the weights still land where they belong.
+    data = Path(__file__).parent.parent / "data"
+    model = keras.saving.load_model(data / "mha_saved_by_0_1_0.keras")
+    got = model.predict(np.ones((1, 5, 16), "float32"), verbose=0)
+    np.testing.assert_allclose(got, np.load(data / "mha_saved_by_0_1_0_output.npy"))
