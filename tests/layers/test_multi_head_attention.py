@@ -467,4 +467,5 @@ def test_loads_a_model_saved_before_it_subclassed_keras():
     data = Path(__file__).parent.parent / "data"
     model = keras.saving.load_model(data / "mha_saved_by_0_1_0.keras")
     got = model.predict(np.ones((1, 5, 16), "float32"), verbose=0)
-    np.testing.assert_allclose(got, np.load(data / "mha_saved_by_0_1_0_output.npy"))
+    want = np.load(data / "mha_saved_by_0_1_0_output.npy")  # on TensorFlow
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
