@@ -1,8 +1,25 @@
 """The `keras-attention` command: a thin shell over the package's public API."""
 
 import argparse
+import importlib.util
 import os
 import sys
+
+# What each subcommand imports beyond the library; the `apps` extra brings it.
+_APPLICATION_MODULES = {
+    "bench": ("matplotlib",),
+    "default": ("tensorflow", "keras_hub", "sacrebleu", "matplotlib"),
+}
+
+
+def _check_application_modules(command):
+    needed = _APPLICATION_MODULES.get(command, _APPLICATION_MODULES["default"])
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SystemExit(
+            f"keras-attention {command or ''} needs {', '.join(missing)}, which "
+            "the applications' extra installs: pip install 'keras-attention[apps]'"
+        )
 
 
 def _demo(args):
@@ -464,6 +481,9 @@ def _version():
 
 def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # Before the parser, which lists the tasks' choices by importing them.
+    _check_application_modules(next((a for a in argv if a[:1] != "-"), None))
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "run", None) is None:

@@ -14,7 +14,6 @@ the end token and has no length penalty, both of which translation needs.
 import itertools
 
 import keras
-import keras_hub
 from keras import ops, tree
 
 from keras_attention._checks import check_positive_int
@@ -47,7 +46,7 @@ def greedy_search(step_fn, cache, batch_size, max_length, start_id, end_id, mode
         logits, cache = step_fn(previous, cache, index - 1)
         return ops.cast(logits, "float32"), None, cache
 
-    sampler = keras_hub.samplers.GreedySampler()
+    sampler = _keras_hub().samplers.GreedySampler()
     tokens = sampler(
         next_logits,
         prompt,
@@ -156,6 +155,17 @@ def truncate_after_end(tokens, end_id):
     is_end = ops.cast(ops.equal(tokens, end_id), "int32")
     ends_before = ops.cumsum(is_end, axis=-1) - is_end
     return ops.where(ends_before > 0, PAD_ID, tokens)
+
+
+def _keras_hub():
+    try:
+        import keras_hub
+    except ImportError as error:
+        raise ImportError(
+            "Greedy search uses keras-hub's GreedySampler; install it with "
+            "`pip install keras-hub` (or `pip install 'keras-attention[apps]'`)."
+        ) from error
+    return keras_hub
 
 
 def _initial_tokens(batch_size, max_length, start_id):

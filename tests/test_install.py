@@ -1,0 +1,88 @@
+"""The core install: `pip install keras-attention` brings keras and numpy, not the
+applications' TensorFlow, keras-hub or matplotlib, and the library works on JAX."""
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+USE_THE_LIBRARY = """
+import importlib.util, sys
+import numpy as np
+import keras_attention
+from keras_attention import layers, models, ops
+
+x = np.random.default_rng(0).normal(size=(2, 6, 16)).astype("float32")
+out = layers.MultiHeadAttention(num_heads=2, key_dim=8)(x, x, use_causal_mask=True)
+assert out.shape == (2, 6, 16), out.shape
+model = models.Transformer(
+    source_vocabulary_size=20, target_vocabulary_size=20, hidden_dim=16,
+    num_heads=2, intermediate_dim=32, num_encoder_layers=1, num_decoder_layers=1,
+)
+ids = np.ones((2, 5), "int32")
+logits = model({"encoder_token_ids": ids, "decoder_token_ids": ids})
+assert logits.shape == (2, 5, 20), logits.shape
+for name in ("tensorflow", "keras_hub", "matplotlib", "sacrebleu"):
+    assert importlib.util.find_spec(name) is None, f"{name} is installed"
+    assert name not in sys.modules, f"{name} was imported"
+print("core ok on", keras_attention.ops.__name__, __import__("keras").backend.backend())
+"""
+
+
+@pytest.mark.slow
+def test_core_install_uses_the_library_without_the_applications(tmp_path):
+    env_dir = tmp_path / "core"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", f"{ROOT}[jax]"],
+        check=True,
+        timeout=900,
+    )
+    result = subprocess.run(
+        [python, "-c", USE_THE_LIBRARY],
+        env={"KERAS_BACKEND": "jax", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "core ok on keras_attention.ops jax" in result.stdout
+
+    # The command line names the extra it needs, in one line, no traceback.
+    cli = subprocess.run(
+        [env_dir / "bin" / "keras-attention", "translate", "--out", str(tmp_path)],
+        env={"KERAS_BACKEND": "jax", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode == 1
+    assert cli.stderr.strip().splitlines() == [
+        "keras-attention translate needs tensorflow, keras_hub, sacrebleu, "
+        "matplotlib, which the applications' extra installs: pip install "
+        "'keras-attention[apps]'"
+    ]
+
+
+def test_library_import_on_jax_loads_no_application_module():
+    check = (
+        "import sys, keras_attention, keras_attention.models, "
+        "keras_attention.decoding\n"
+        "print(sorted(m for m in ('tensorflow', 'keras_hub', 'tensorflow_text', "
+        "'sacrebleu') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", check],
+        env={"KERAS_BACKEND": "jax", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "[]"
