@@ -34,4 +34,10 @@ def trainable_gradients(variables, loss_fn):
 
         grads = jax.grad(stateless_loss)([v.value for v in variables])
         return [np.asarray(g) for g in grads]
+    if backend == "torch":
+        import torch
+
+        loss = loss_fn()
+        grads = torch.autograd.grad(loss, [v.value for v in variables])
+        return [g.detach().cpu().numpy() for g in grads]
     raise NotImplementedError(f"no gradient helper for backend {backend!r}")

@@ -10,6 +10,11 @@ from keras_attention.layers import (
 )
 
 
+def as_numpy(x):
+    # Detaches torch tensors that require grad, which np.asarray cannot.
+    return keras.tree.map_structure(keras.ops.convert_to_numpy, x)
+
+
 def make_cell(style="bahdanau", attention=None, cell=None, gate=False):
     return AttentionRNNCell(
         cell or keras.layers.GRUCell(8),
@@ -26,7 +31,8 @@ def run(cell, memory, mask=None, steps=3):
     initial = cell.get_initial_state_from_memory(
         memory, [np.zeros((2, 8), "float32")] * cell.num_cell_states, mask
     )
-    return np.asarray(rnn(inputs, initial_state=initial)), inputs, initial
+    outputs = rnn(inputs, initial_state=initial)
+    return as_numpy(outputs), inputs, as_numpy(initial)
 
 
 MEMORY = np.random.default_rng(1).normal(size=(2, 4, 8)).astype("float32")
@@ -42,12 +48,14 @@ def test_bahdanau_step_follows_the_paper():
     # c_t from the previous state, the cell reads [y; c_t], output [s_t; c_t].
     cell = make_cell("bahdanau")
     _, inputs, initial = run(cell, MEMORY, steps=1)
-    output, _, weights = cell.step(inputs[:, 0], initial)
-    context, expected_weights = cell.attention(
-        [initial[0], MEMORY], return_attention_scores=True
+    output, _, weights = as_numpy(cell.step(inputs[:, 0], initial))
+    context, expected_weights = as_numpy(
+        cell.attention([initial[0], MEMORY], return_attention_scores=True)
     )
     np.testing.assert_allclose(weights, expected_weights, atol=1e-6)
-    hidden, _ = cell.cell(np.concatenate([inputs[:, 0], context], -1), [initial[0]])
+    hidden, _ = as_numpy(
+        cell.cell(np.concatenate([inputs[:, 0], context], -1), [initial[0]])
+    )
     np.testing.assert_allclose(output, np.concatenate([hidden, context], -1), atol=1e-5)
 
 
@@ -59,23 +67,27 @@ def test_gate_scales_the_context_by_a_sigmoid_of_the_attending_state(style):
     state = initial[0]
     query = state
     if style == "luong":
-        query, _ = gated.cell(np.concatenate([inputs[:, 0], initial[1]], -1), [state])
-    context, _ = gated._attend(query, *initial[-3:-1], np.ones((2, 4), bool))
+        query, _ = as_numpy(
+            gated.cell(np.concatenate([inputs[:, 0], initial[1]], -1), [state])
+        )
+    context, _ = as_numpy(gated._attend(query, *initial[-3:-1], np.ones((2, 4), bool)))
     plain = gated.attention([query, MEMORY])
-    beta = 1 / (1 + np.exp(-(np.asarray(query) @ gated.gate_dense.kernel.numpy())))
-    np.testing.assert_allclose(context, beta * np.asarray(plain), atol=1e-5)
+    beta = 1 / (1 + np.exp(-(as_numpy(query) @ as_numpy(gated.gate_dense.kernel))))
+    np.testing.assert_allclose(context, beta * as_numpy(plain), atol=1e-5)
     assert AttentionRNNCell.from_config(gated.get_config()).gate
 
 
 def test_luong_step_feeds_the_attentional_vector():
     cell = make_cell("luong", MultiplicativeAttention())
     _, inputs, initial = run(cell, MEMORY, steps=1)
-    output, states, _ = cell.step(inputs[:, 0], initial)
+    output, states, _ = as_numpy(cell.step(inputs[:, 0], initial))
     np.testing.assert_allclose(states[1], output)  # h~_t becomes next step's feed
-    hidden, _ = cell.cell(np.concatenate([inputs[:, 0], initial[1]], -1), [initial[0]])
-    context = cell.attention([hidden, MEMORY])
+    hidden, _ = as_numpy(
+        cell.cell(np.concatenate([inputs[:, 0], initial[1]], -1), [initial[0]])
+    )
+    context = as_numpy(cell.attention([hidden, MEMORY]))
     expected = np.tanh(
-        np.concatenate([context, hidden], -1) @ cell.combine.kernel.numpy()
+        np.concatenate([context, hidden], -1) @ as_numpy(cell.combine.kernel)
     )
     np.testing.assert_allclose(output, expected, atol=1e-5)
 
@@ -84,8 +96,7 @@ def test_masked_memory_gets_no_weight_and_empty_memory_gives_zero_context():
     mask = np.array([[True, True, False, False], [False, False, False, False]])
     cell = make_cell("luong", DotProductAttention())
     _, inputs, initial = run(cell, MEMORY, mask, steps=1)
-    _, _, weights = cell.step(inputs[:, 0], initial)
-    weights = np.asarray(weights)
+    _, _, weights = as_numpy(cell.step(inputs[:, 0], initial))
     assert np.all(weights[0, 2:] == 0) and np.isclose(weights[0].sum(), 1)
     assert np.all(weights[1] == 0)
 

@@ -20,11 +20,17 @@ from tests.properties import (
     shapes,
 )
 
+
+def as_numpy(x):
+    # Detaches torch tensors that require grad, which np.asarray cannot.
+    return keras.ops.convert_to_numpy(x)
+
+
 POLICIES = st.sampled_from(["float32", "mixed_float16", "mixed_bfloat16"])
 
 
 def finite(x):
-    return np.all(np.isfinite(np.asarray(keras.ops.cast(x, "float32"))))
+    return np.all(np.isfinite(as_numpy(keras.ops.cast(x, "float32"))))
 
 
 @st.composite
@@ -80,7 +86,7 @@ def test_score_layers_give_a_right_result_or_a_clear_error(name, allow_invalid, 
     assert allow_invalid or not isinstance(result, CLEAR_ERRORS), result
     if isinstance(result, CLEAR_ERRORS):
         return
-    outputs, weights = (np.asarray(keras.ops.cast(x, "float32")) for x in result)
+    outputs, weights = (as_numpy(keras.ops.cast(x, "float32")) for x in result)
     step = query.ndim == 2
     batch, values = value.shape[:2]
     queries = () if step else (query.shape[1],)
@@ -210,7 +216,7 @@ def test_multi_head_attention_is_right_or_a_clear_error(allow_invalid, data):
     outputs = result[0] if case["chunk_size"] is None else result
     assert outputs.shape == case["query"].shape and finite(outputs)
     if case["chunk_size"] is None:
-        weights = np.asarray(keras.ops.cast(result[1], "float32"))
+        weights = as_numpy(keras.ops.cast(result[1], "float32"))
         batch, queries, keys = (
             case["query"].shape[0],
             case["query"].shape[1],
@@ -265,7 +271,7 @@ def test_self_attention_2d_is_right_or_a_clear_error(
     assert outputs.shape == shape and finite(outputs) and finite(weights)
     # gamma starts at 0: the block is the identity until it learns otherwise.
     np.testing.assert_allclose(
-        np.asarray(keras.ops.cast(outputs, "float32")),
+        as_numpy(keras.ops.cast(outputs, "float32")),
         x,
         **half_tolerance(_compute(layer)),
     )

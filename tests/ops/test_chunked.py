@@ -59,7 +59,7 @@ def test_gradients_match_standard_path(is_causal):
             out = dot_product_attention(
                 q, k, v, mask=mask, is_causal=is_causal, chunk_size=chunk
             )
-            return ops.sum(out * weights)
+            return ops.sum(ops.multiply(out, weights))
 
         return fn
 
