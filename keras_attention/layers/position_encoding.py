@@ -30,6 +30,9 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         inputs: `(..., T, depth)`; only its shape is used.
         start_index: absolute position of the first step (for incremental
             decoding, where one step at position `t` is encoded alone).
+        positions: optional absolute positions `(T,)` or `(B, T)` to encode
+            instead of `start_index + arange(T)` (as in keras-hub), e.g. for
+            left-padded or packed sequences.
 
     Example:
 
@@ -53,10 +56,12 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     def build(self, input_shape):
         _check_sequence_input("inputs", input_shape)
 
-    def call(self, inputs, start_index=0):
+    def call(self, inputs, start_index=0, positions=None):
         shape = ops.shape(inputs)
         length, depth = shape[-2], shape[-1]
-        positions = ops.cast(ops.arange(length) + start_index, "float32")
+        if positions is None:
+            positions = ops.arange(length) + start_index
+        positions = ops.cast(positions, "float32")
         encoding = sinusoidal_encoding(positions, depth, self.max_wavelength)
         return ops.broadcast_to(ops.cast(encoding, self.compute_dtype), shape)
 
@@ -70,13 +75,13 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
 
 def sinusoidal_encoding(positions, depth, max_wavelength=10000):
-    """The sinusoidal encoding `(T, depth)` of float32 `positions` `(T,)`."""
+    """The sinusoidal encoding `(..., depth)` of float32 `positions` `(...)`."""
     pair_index = ops.cast(ops.arange(depth) // 2, "float32")
     frequencies = ops.power(
         ops.cast(max_wavelength, "float32"),
         -2.0 * pair_index / ops.cast(depth, "float32"),
     )
-    angles = positions[:, None] * frequencies[None, :]
+    angles = positions[..., None] * frequencies
     is_cos = ops.cast(ops.arange(depth) % 2, "bool")
     return ops.where(is_cos, ops.cos(angles), ops.sin(angles))
 

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_attention._checks import check_choice, check_positive_int
+from keras_attention.layers.multi_head_attention import clone_initializer
 from keras_attention.layers.position_encoding import (
     PositionEmbedding,
     SinusoidalPositionEncoding,
@@ -29,7 +30,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         scale_embeddings: multiply token embeddings by `sqrt(embedding_dim)`,
             as in the Transformer paper, so that they are not swamped by the
             position encoding.
-        embeddings_initializer: initializer of the token table.
+        embeddings_initializer: initializer of the token table and of the
+            learned position table (as in keras-hub).
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -85,7 +87,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         )
         if position_encoding == "learned":
             self.position_layer = PositionEmbedding(
-                sequence_length, dtype=self.dtype_policy, name="position_embedding"
+                sequence_length,
+                initializer=clone_initializer(self.embeddings_initializer),
+                dtype=self.dtype_policy,
+                name="position_embedding",
             )
         else:
             self.position_layer = SinusoidalPositionEncoding(

@@ -13,9 +13,11 @@ from keras_attention.layers.multi_head_attention import (
 
 class TransformerBlockBase(keras.layers.Layer):
     """Residual sub-layers with layer normalization, post-norm (the paper:
-    `LayerNorm(x + Dropout(Sublayer(x)))`) or pre-norm with `norm_first=True`
+    `LayerNorm(x + Dropout(Sublayer(x)))`) or pre-norm with `normalize_first=True`
     (`x + Dropout(Sublayer(LayerNorm(x)))`, which trains deep stacks more
-    stably).
+    stably). Arguments follow keras-hub's `TransformerEncoder` /
+    `TransformerDecoder`; `norm_first`, this package's earlier name for
+    `normalize_first`, is still read from saved configs.
     """
 
     def __init__(
@@ -27,11 +29,13 @@ class TransformerBlockBase(keras.layers.Layer):
         layer_norm_epsilon=1e-5,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
-        norm_first=False,
+        normalize_first=False,
         key_dim=None,
         chunk_size=None,
         **kwargs,
     ):
+        if "norm_first" in kwargs:
+            normalize_first = kwargs.pop("norm_first")
         super().__init__(**kwargs)
         check_positive_int("intermediate_dim", intermediate_dim)
         check_positive_int("num_heads", num_heads)
@@ -45,7 +49,7 @@ class TransformerBlockBase(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.norm_first = norm_first
+        self.normalize_first = normalize_first
         self.key_dim = key_dim
         self.chunk_size = chunk_size
         self.supports_masking = True
@@ -94,10 +98,10 @@ class TransformerBlockBase(keras.layers.Layer):
     def _residual(self, x, norm, sublayer):
         """Applies `sublayer` (returning its output and extras) with residual
         and normalization in the configured order."""
-        inner = norm(x) if self.norm_first else x
+        inner = norm(x) if self.normalize_first else x
         out, *extras = sublayer(inner)
         x = x + out
-        if not self.norm_first:
+        if not self.normalize_first:
             x = norm(x)
         return x, extras
 
@@ -112,6 +116,28 @@ class TransformerBlockBase(keras.layers.Layer):
     def _key_padding_mask(mask):
         """(B, S) padding mask -> (B, 1, S) attention mask."""
         return None if mask is None else ops.expand_dims(ops.cast(mask, "bool"), 1)
+
+    # keras-hub's names for the sublayers, which code written against its
+    # blocks reaches (e.g. to copy weights or run one sub-layer).
+    @property
+    def _self_attention_layer(self):
+        return self.self_attention
+
+    @property
+    def _self_attention_layer_norm(self):
+        return self.self_attention_layer_norm
+
+    @property
+    def _feedforward_layer_norm(self):
+        return self.feedforward_layer_norm
+
+    @property
+    def _feedforward_intermediate_dense(self):
+        return self.feedforward.intermediate_dense
+
+    @property
+    def _feedforward_output_dense(self):
+        return self.feedforward.output_dense
 
     def compute_output_shape(self, input_shape, *args, **kwargs):
         return tuple(input_shape)
@@ -129,7 +155,7 @@ class TransformerBlockBase(keras.layers.Layer):
                     self.kernel_initializer
                 ),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "norm_first": self.norm_first,
+                "normalize_first": self.normalize_first,
                 "key_dim": self.key_dim,
                 "chunk_size": self.chunk_size,
             }

@@ -14,7 +14,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
     cross-attention over the encoder output, then feed-forward.
 
     Residual sub-layers with layer normalization (post-norm as in the paper,
-    pre-norm with `norm_first=True`). Without `encoder_sequence` at build time
+    pre-norm with `normalize_first=True`). Without `encoder_sequence` at build time
     the block has no cross-attention (a decoder-only, GPT-style block). The call
     arguments follow keras-hub's `TransformerDecoder`, including its caches for
     incremental decoding.
@@ -28,7 +28,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
         layer_norm_epsilon: epsilon of the layer normalizations.
         kernel_initializer: initializer of all kernels.
         bias_initializer: initializer of all biases.
-        norm_first: pre-norm instead of the paper's post-norm.
+        normalize_first: pre-norm instead of the paper's post-norm (keras-hub's
+            name; `norm_first` is accepted from older configs).
         key_dim: head size (defaults to `hidden_dim // num_heads`).
         chunk_size: force the memory-efficient attention path with this block.
         **kwargs: base layer arguments.
@@ -71,6 +72,14 @@ class TransformerDecoderBlock(TransformerBlockBase):
     References:
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
     """
+
+    @property
+    def _cross_attention_layer(self):
+        return self.cross_attention
+
+    @property
+    def _cross_attention_layer_norm(self):
+        return self.cross_attention_layer_norm
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         self._check_inputs("decoder_sequence", decoder_sequence_shape)

@@ -12,7 +12,7 @@ class TransformerEncoderBlock(TransformerBlockBase):
     """One encoder layer of the Transformer: self-attention, then feed-forward.
 
     Each sub-layer is residual with layer normalization, after the sum as in
-    the paper (post-norm) or before the sub-layer with `norm_first=True`. The
+    the paper (post-norm) or before the sub-layer with `normalize_first=True`. The
     call arguments follow keras-hub's `TransformerEncoder`.
 
     Args:
@@ -24,7 +24,8 @@ class TransformerEncoderBlock(TransformerBlockBase):
         layer_norm_epsilon: epsilon of the layer normalizations.
         kernel_initializer: initializer of all kernels.
         bias_initializer: initializer of all biases.
-        norm_first: pre-norm instead of the paper's post-norm.
+        normalize_first: pre-norm instead of the paper's post-norm (keras-hub's
+            name; `norm_first` is accepted from older configs).
         key_dim: head size (defaults to `hidden_dim // num_heads`).
         chunk_size: force the memory-efficient attention path with this block.
         **kwargs: base layer arguments.

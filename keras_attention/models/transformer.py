@@ -59,8 +59,9 @@ class Transformer(Seq2Seq):
         position_encoding: `"sinusoidal"` (the paper) or `"learned"`.
         share_embeddings: one embedding table for source and target (needs a
             joint vocabulary: equal vocabulary sizes).
-        norm_first: pre-norm blocks (plus a final layer norm) instead of the
-            paper's post-norm.
+        normalize_first: pre-norm blocks (plus a final layer norm) instead of
+            the paper's post-norm (keras-hub's name; `norm_first` is accepted
+            from older configs).
         max_source_length: the longest source.
         max_target_length: the longest target (and `generate`'s default).
         start_token_id: the `<start>` token.
@@ -110,7 +111,7 @@ class Transformer(Seq2Seq):
         dropout=0.1,
         position_encoding="sinusoidal",
         share_embeddings=False,
-        norm_first=False,
+        normalize_first=False,
         max_source_length=64,
         max_target_length=64,
         start_token_id=2,
@@ -120,6 +121,8 @@ class Transformer(Seq2Seq):
         dtype=None,
         **kwargs,
     ):
+        if "norm_first" in kwargs:
+            normalize_first = kwargs.pop("norm_first")
         for name, value in (
             ("source_vocabulary_size", source_vocabulary_size),
             ("target_vocabulary_size", target_vocabulary_size),
@@ -175,7 +178,7 @@ class Transformer(Seq2Seq):
             "intermediate_dim": intermediate_dim,
             "num_heads": num_heads,
             "dropout": dropout,
-            "norm_first": norm_first,
+            "normalize_first": normalize_first,
             "dtype": dtype,
         }
         encoder_blocks = [
@@ -189,7 +192,7 @@ class Transformer(Seq2Seq):
         source_dropout = keras.layers.Dropout(dropout, dtype=dtype)
         target_dropout = keras.layers.Dropout(dropout, dtype=dtype)
         encoder_norm = decoder_norm = None
-        if norm_first:
+        if normalize_first:
             encoder_norm = keras.layers.LayerNormalization(
                 epsilon=1e-5, dtype=dtype, name="encoder_norm"
             )
@@ -245,7 +248,7 @@ class Transformer(Seq2Seq):
         self.dropout = dropout
         self.position_encoding = position_encoding
         self.share_embeddings = share_embeddings
-        self.norm_first = norm_first
+        self.normalize_first = normalize_first
         self.source_embedding = source_embedding
         self.target_embedding = target_embedding
         self.encoder_blocks = encoder_blocks
@@ -335,7 +338,7 @@ class Transformer(Seq2Seq):
                 "dropout": self.dropout,
                 "position_encoding": self.position_encoding,
                 "share_embeddings": self.share_embeddings,
-                "norm_first": self.norm_first,
+                "normalize_first": self.normalize_first,
             }
         )
         return config

@@ -38,10 +38,10 @@ def copy_hub_encoder_weights(hub, ours):
         w.assign(by_path[w.path.split("/", 1)[1]])
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_encoder_matches_keras_hub_after_copying_weights(norm_first):
-    hub = keras_hub.layers.TransformerEncoder(32, 4, normalize_first=norm_first)
-    ours = TransformerEncoderBlock(32, 4, norm_first=norm_first)
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_encoder_matches_keras_hub_after_copying_weights(normalize_first):
+    hub = keras_hub.layers.TransformerEncoder(32, 4, normalize_first=normalize_first)
+    ours = TransformerEncoderBlock(32, 4, normalize_first=normalize_first)
     want = hub(X, padding_mask=PAD)
     ours(X, padding_mask=PAD)
     copy_hub_encoder_weights(hub, ours)
@@ -56,9 +56,9 @@ def test_encoder_keras_mask_and_scores():
     assert np.all(np_(w)[1, :, :, 4:] == 0.0)
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_decoder_cached_decoding_matches_one_causal_pass(norm_first):
-    block = TransformerDecoderBlock(32, 4, norm_first=norm_first)
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_decoder_cached_decoding_matches_one_causal_pass(normalize_first):
+    block = TransformerDecoderBlock(32, 4, normalize_first=normalize_first)
     full, cross = block(
         X, ENC, encoder_padding_mask=ENC_PAD, return_attention_scores=True
     )
@@ -140,7 +140,7 @@ def test_feed_forward_formula():
 
 def test_config_round_trips():
     for layer in (
-        TransformerEncoderBlock(64, 2, dropout=0.2, norm_first=True, key_dim=8),
+        TransformerEncoderBlock(64, 2, dropout=0.2, normalize_first=True, key_dim=8),
         TransformerDecoderBlock(64, 2, activation="gelu", chunk_size=128),
         FeedForward(12, output_dim=4, activation="gelu", dropout=0.1),
     ):

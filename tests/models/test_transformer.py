@@ -39,7 +39,7 @@ def test_transformer_learns_to_reverse():
     "options",
     [
         {},
-        {"norm_first": True},
+        {"normalize_first": True},
         {"position_encoding": "learned"},
         {"share_embeddings": True},
     ],
