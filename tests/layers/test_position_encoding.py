@@ -111,3 +111,14 @@ def test_save_load_safe_mode(layer, tmp_path):
     np.testing.assert_allclose(
         loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6
     )
+
+
+def test_sinusoidal_encodes_given_positions_per_example():
+    layer = SinusoidalPositionEncoding()
+    x = np.zeros((2, 3, 6), "float32")
+    positions = np.array([[0, 1, 2], [5, 0, 7]])
+    got = np_(layer(x, positions=positions))
+    table = np_(layer(np.zeros((1, 8, 6), "float32")))[0]
+    np.testing.assert_allclose(got, table[positions], atol=1e-6)
+    # A single row of positions is shared by the batch.
+    np.testing.assert_allclose(np_(layer(x, positions=[5, 0, 7]))[0], got[1], atol=1e-6)

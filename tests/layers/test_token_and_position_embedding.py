@@ -6,6 +6,11 @@ from keras import ops
 from keras_attention.layers import DotProductAttention, TokenAndPositionEmbedding
 from tests import numpy_reference as ref
 
+
+def np_(x):
+    return ops.convert_to_numpy(ops.cast(x, "float32"))
+
+
 IDS = np.array([[4, 2, 9, 0, 0], [1, 1, 1, 1, 1]], "int32")
 
 
@@ -57,3 +62,9 @@ def test_too_long_input_and_bad_config():
         TokenAndPositionEmbedding(10, 4, 6, position_encoding="rotary")
     with pytest.raises(ValueError, match="`embedding_dim` must be a positive integer"):
         TokenAndPositionEmbedding(10, 4, 0)
+
+
+def test_embeddings_initializer_initializes_both_tables():
+    layer = TokenAndPositionEmbedding(5, 4, 3, embeddings_initializer="ones")
+    out = np_(layer(np.array([[1, 2, 3, 4]])))
+    np.testing.assert_array_equal(out, np.full((1, 4, 3), 2.0))

@@ -157,3 +157,34 @@ def test_bad_inputs_and_config():
         TransformerDecoderBlock(0, 4)
     with pytest.raises(ValueError, match=r"`dropout` must be in \[0, 1\)"):
         FeedForward(8, dropout=-0.1)
+
+
+@pytest.mark.parametrize(
+    "block_class", [TransformerEncoderBlock, TransformerDecoderBlock]
+)
+def test_training_reaches_every_dropout(block_class):
+    # With (nearly) all activations dropped, each residual sub-layer adds
+    # nothing and a post-norm block reduces to its layer normalizations.
+    block = block_class(intermediate_dim=4, num_heads=2, dropout=0.99999)
+    x = rng.normal(size=(B, T, D)).astype("float32")
+    out = block(x, training=True)
+    want = block._feedforward_layer_norm(block._self_attention_layer_norm(x))
+    np.testing.assert_allclose(np_(out), np_(want), atol=1e-5)
+    # keras-hub's private names are views of the public sublayers.
+    assert block._self_attention_layer is block.self_attention
+    assert block._feedforward_output_dense is block.feedforward.output_dense
+
+
+def test_norm_first_from_an_older_config_means_normalize_first():
+    config = TransformerEncoderBlock(8, 2, normalize_first=True).get_config()
+    assert config["normalize_first"] is True and "norm_first" not in config
+    config["norm_first"] = config.pop("normalize_first")
+    assert TransformerEncoderBlock.from_config(config).normalize_first is True
+
+
+def test_blocks_pass_the_keras_mask_on():
+    x = keras.layers.Embedding(10, D, mask_zero=True)(np.array([[3, 4, 0], [5, 0, 0]]))
+    want = np.array([[True, True, False], [True, False, False]])
+    for block in (TransformerEncoderBlock(8, 2), TransformerDecoderBlock(8, 2)):
+        mask = keras.src.backend.get_keras_mask(block(x))
+        np.testing.assert_array_equal(np_(mask) > 0, want)
