@@ -37,7 +37,10 @@ class ScoreAttention(keras.layers.Layer):
     Call arguments:
         inputs: list `[query, value]` or `[query, value, key]` (key defaults to
             value). query `(B, Tq, Dq)` or `(B, Dq)` for one decoder step;
-            value `(B, Tv, Dv)`; key `(B, Tv, Dk)`.
+            value `(B, Tv, Dv)`; key `(B, Tv, Dk)`. As in
+            `keras.layers.Attention`, extra leading axes are batch axes shared
+            by all three (query `(B, ..., Tq, Dq)`, value `(B, ..., Tv, Dv)`,
+            e.g. the rows of a feature map).
         mask: list `[query_mask, value_mask]` of boolean tensors `(B, Tq)` (or
             `(B,)` for a rank-2 query) and `(B, Tv)`; either may be None. Keras
             masks of the inputs are passed automatically. Padded queries give
@@ -113,6 +116,24 @@ class ScoreAttention(keras.layers.Layer):
         query, value, key = self._unpack(inputs)
         self._check_shapes([static_shape(t) for t in (query, value, key)])
         query_mask, value_mask = self._unpack_mask(mask, query, value)
+        if len(query.shape) > 3:
+            # Extra leading axes are batch axes: attend over the flattened
+            # batch, then restore them.
+            leading = ops.shape(query)[:-2]
+            query, value, key, query_mask, value_mask = (
+                None if t is None else _merge_leading_axes(t, keep=len(t.shape) - 2)
+                for t in (query, value, key, query_mask, value_mask)
+            )
+            results = self.call(
+                [query, value, key],
+                mask=[query_mask, value_mask],
+                training=training,
+                return_attention_scores=return_attention_scores,
+                use_causal_mask=use_causal_mask,
+            )
+            if not return_attention_scores:
+                return _split_leading_axes(results, leading)
+            return tuple(_split_leading_axes(t, leading) for t in results)
         single_step = len(query.shape) == 2
         if single_step:
             if use_causal_mask:
@@ -242,8 +263,8 @@ class ScoreAttention(keras.layers.Layer):
                 else f"a single {type(inputs).__name__}"
             )
             raise ValueError(
-                f"{name} must be called on a list [query, value] or "
-                f"[query, value, key]; received {got}."
+                f"{name} must be called on a list of length 2 or 3, [query, "
+                f"value] or [query, value, key]; received {got}."
             )
         query, value = inputs[0], inputs[1]
         key = inputs[2] if len(inputs) == 3 and inputs[2] is not None else value
@@ -255,13 +276,14 @@ class ScoreAttention(keras.layers.Layer):
             d is None or isinstance(d, int) for d in input_shape
         ):
             raise ValueError(
-                f"{name} must be called on a list [query, value] or [query, value, "
-                f"key]; received a single tensor of shape {tuple(input_shape)}."
+                f"{name} must be called on a list of length 2 or 3, [query, "
+                f"value] or [query, value, key]; received a single tensor of "
+                f"shape {tuple(input_shape)}."
             )
         if not isinstance(input_shape, (list, tuple)) or len(input_shape) not in (2, 3):
             raise ValueError(
-                f"{name} expects the shapes of [query, value] or [query, value, "
-                f"key]; received {input_shape}."
+                f"{name} expects a list of length 2 or 3, the shapes of [query, "
+                f"value] or [query, value, key]; received {input_shape}."
             )
         query_shape = tuple(input_shape[0])
         value_shape = tuple(input_shape[1])
@@ -270,14 +292,31 @@ class ScoreAttention(keras.layers.Layer):
             if len(input_shape) == 3 and input_shape[2] is not None
             else value_shape
         )
-        check_rank("query", query_shape, (2, 3))
-        check_rank("value", value_shape, 3)
-        check_rank("key", key_shape, 3)
-        check_dims_match("query", query_shape[0], "value", value_shape[0], "batch size")
-        check_dims_match("key", key_shape[0], "value", value_shape[0], "batch size")
-        check_dims_match(
-            "key", key_shape[1], "value", value_shape[1], "sequence length (axis 1)"
-        )
+        query_rank = len(query_shape)
+        value_rank = 3 if query_rank == 2 else query_rank
+        if query_rank < 2 or len(value_shape) != value_rank:
+            raise ValueError(
+                "`query` must be (batch, ..., Tq, dim) (or (batch, dim) for one "
+                "step) and `value` (batch, ..., Tv, dim) with the same leading "
+                f"axes; received query shape {query_shape} and value shape "
+                f"{value_shape}."
+            )
+        check_rank("key", key_shape, value_rank)
+        batch_axes = range(value_rank - 2)
+        for axis in batch_axes:
+            what = "batch size" if axis == 0 else f"size of batch axis {axis}"
+            check_dims_match(
+                "query", query_shape[axis], "value", value_shape[axis], what
+            )
+        for axis in (*batch_axes, value_rank - 2):
+            what = "sequence length" if axis == value_rank - 2 else "batch size"
+            check_dims_match(
+                "key",
+                key_shape[axis],
+                "value",
+                value_shape[axis],
+                f"{what} (axis {axis})",
+            )
         self.check_dims(query_shape[-1], key_shape[-1], key_shape[-2])
         return query_shape, value_shape, key_shape
 
@@ -286,8 +325,8 @@ class ScoreAttention(keras.layers.Layer):
             return None, None
         if not isinstance(mask, (list, tuple)) or len(mask) not in (2, 3):
             raise ValueError(
-                f"{type(self).__name__} expects `mask` as a list [query_mask, "
-                f"value_mask]; received {mask!r}."
+                f"{type(self).__name__}: the layer mask must be a list of length "
+                f"2 or 3, [query_mask, value_mask]; received {mask!r}."
             )
         query_mask, value_mask = mask[0], mask[1]
         if value_mask is None and len(mask) == 3:
@@ -366,3 +405,14 @@ class WeightedScoreAttention(ScoreAttention):
             }
         )
         return config
+
+
+def _merge_leading_axes(x, keep):
+    """`(B, ..., *last keep axes)` -> `(B * ..., *last keep axes)`."""
+    shape = ops.shape(x)
+    return ops.reshape(x, (-1, *shape[len(shape) - keep :]))
+
+
+def _split_leading_axes(x, leading):
+    """The inverse of `_merge_leading_axes`: `leading` axes back in front."""
+    return ops.reshape(x, (*leading, *ops.shape(x)[1:]))

@@ -231,20 +231,50 @@ def test_dropout_only_in_training(name):
 
 @names
 def test_single_tensor_input_is_rejected(name):
-    with pytest.raises(ValueError, match=r"list \[query, value\].*single"):
+    with pytest.raises(ValueError, match=r"list of length 2 or 3.*single"):
         FACTORIES[name]()(QUERY)
+    with pytest.raises(ValueError, match=r"length 2 or 3.*received \[\(2, 4, 5\)"):
+        FACTORIES[name]()([QUERY] * 4)
+    with pytest.raises(ValueError, match=r"mask must be a list of length 2 or 3"):
+        FACTORIES[name]()([QUERY, VALUE], mask=VALUE_MASK)
 
 
 @names
 def test_value_of_wrong_rank_is_rejected(name):
-    with pytest.raises(ValueError, match=r"`value` must have rank 3.*\(2, 5\)"):
+    with pytest.raises(ValueError, match=r"same leading axes.*\(2, 4, 5\).*\(2, 5\)"):
         FACTORIES[name]()([QUERY, VALUE[:, 0]])
 
 
 @names
-def test_query_of_wrong_rank_is_rejected(name):
-    with pytest.raises(ValueError, match=r"`query` must have rank 2 or 3.*rank 4"):
+def test_query_and_value_of_different_ranks_are_rejected(name):
+    with pytest.raises(ValueError, match=r"same leading axes.*\(1, 2, 4, 5\)"):
         FACTORIES[name]()([QUERY[None], VALUE])
+
+
+@names
+def test_leading_axes_are_batch_axes(name):
+    # As keras.layers.Attention: (B, H, T, D) attends within each of the H rows,
+    # exactly as the (B * H, T, D) batch does.
+    query = rng.normal(size=(B, 3, T, D)).astype("float32")
+    value = rng.normal(size=(B, 3, S, D)).astype("float32")
+    value_mask = rng.random((B, 3, S)) > 0.3
+    value_mask[..., 0] = True
+    layer = FACTORIES[name]()
+    out, w = layer(
+        [query, value], mask=[None, value_mask], return_attention_scores=True
+    )
+    assert tuple(out.shape) == (B, 3, T, D) and tuple(w.shape) == (B, 3, T, S)
+    flat_out, flat_w = layer(
+        [query.reshape(-1, T, D), value.reshape(-1, S, D)],
+        mask=[None, value_mask.reshape(-1, S)],
+        return_attention_scores=True,
+    )
+    np.testing.assert_allclose(np_(out).reshape(-1, T, D), np_(flat_out), atol=1e-6)
+    np.testing.assert_allclose(np_(w).reshape(-1, T, S), np_(flat_w), atol=1e-6)
+    symbolic = layer(
+        [keras.Input((3, T, D)), keras.Input((3, S, D))], return_attention_scores=True
+    )
+    assert [tuple(t.shape) for t in symbolic] == [(None, 3, T, D), (None, 3, T, S)]
 
 
 @names
