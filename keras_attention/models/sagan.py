@@ -409,6 +409,14 @@ class SAGAN(keras.Model):
             **kwargs: more `Model.compile` arguments (`jit_compile`, ...);
                 `optimizer` and `loss` are not taken.
         """
+        if keras.backend.backend() != "tensorflow":
+            # Checked here, before `fit` starts any work.
+            raise NotImplementedError(
+                "SAGAN's training step (two optimizers, tf.GradientTape) runs on "
+                "the TensorFlow backend only; the backend is "
+                f"{keras.backend.backend()!r}. The networks, `sample` and the "
+                "attention maps run on TensorFlow, JAX and PyTorch."
+            )
         for arg in ("optimizer", "loss"):
             if arg in kwargs:
                 raise ValueError(
@@ -463,11 +471,6 @@ class SAGAN(keras.Model):
         return self.discriminator(images, training=True)
 
     def train_step(self, data):
-        if keras.backend.backend() != "tensorflow":
-            raise NotImplementedError(
-                "SAGAN training uses tf.GradientTape and needs the TensorFlow "
-                f"backend; the backend is {keras.backend.backend()!r}."
-            )
         import tensorflow as tf
 
         real, labels = self._unpack(data)

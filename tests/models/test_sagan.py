@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -217,3 +221,26 @@ def test_bad_configs_and_inputs_are_refused(digits):
         unconditional.sample(2, labels=[0, 1])
     with pytest.raises(ValueError, match=r"shape \(2,\)"):
         conditional.sample(2, labels=[0, 1, 2])
+
+
+def test_training_on_another_backend_is_refused_at_compile():
+    # The networks run on every backend; the two-optimizer step is TensorFlow's.
+    script = (
+        "import numpy as np\n"
+        "from keras_attention.models import SAGAN\n"
+        f"gan = SAGAN(**{TINY!r})\n"
+        "assert gan.sample(2).shape == (2, 8, 8, 1)\n"
+        "try:\n"
+        "    gan.compile()\n"
+        "except NotImplementedError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "KERAS_BACKEND": "torch"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "TensorFlow backend only; the backend is 'torch'" in result.stdout
