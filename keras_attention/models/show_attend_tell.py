@@ -238,7 +238,7 @@ class ShowAttendTell(GenerationMixin, keras.Model):
         # === Layers for decoding ===
         self.encoder = encoder
         self.to_locations = to_locations
-        self.summary = summary
+        self.image_summary = summary
         self.init_h = init_h
         self.init_c = init_c
         self.embedding = embedding
@@ -260,7 +260,7 @@ class ShowAttendTell(GenerationMixin, keras.Model):
 
     def initial_cache(self, images, max_length=None):
         annotations = self.to_locations(self.encoder(images))
-        image_summary = self.summary(annotations)
+        image_summary = self.image_summary(annotations)
         cell_states = [self.init_h(image_summary), self.init_c(image_summary)]
         if self.attention:
             return self.cell.get_initial_state_from_memory(annotations, cell_states)
