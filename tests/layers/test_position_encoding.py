@@ -122,3 +122,26 @@ def test_sinusoidal_encodes_given_positions_per_example():
     np.testing.assert_allclose(got, table[positions], atol=1e-6)
     # A single row of positions is shared by the batch.
     np.testing.assert_allclose(np_(layer(x, positions=[5, 0, 7]))[0], got[1], atol=1e-6)
+
+
+def test_sinusoidal_encodes_the_second_last_axis_of_any_rank():
+    layer = SinusoidalPositionEncoding()
+    x = np.random.default_rng(1).uniform(size=(2, 3, 4, 6)).astype("float32")
+    got = np_(layer(x))
+    assert got.shape == x.shape
+    for grid in got.reshape(6, 4, 6):  # every leading index gets the same table
+        np.testing.assert_allclose(grid, ref.sinusoidal(4, 6), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "shape", [(100, 32), (None, 32), (None, 100, 32)], ids=["static", "dynamic", "4d"]
+)
+def test_sinusoidal_symbolic_output_keeps_the_input_shape(shape):
+    outputs = SinusoidalPositionEncoding()(keras.Input(shape))
+    assert tuple(outputs.shape) == (None, *shape)
+
+
+def test_sinusoidal_has_no_weights():
+    layer = SinusoidalPositionEncoding()
+    layer.build((2, 4, 6))
+    assert layer.built and not layer.weights and not layer.non_trainable_variables

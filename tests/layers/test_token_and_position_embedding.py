@@ -68,3 +68,20 @@ def test_embeddings_initializer_initializes_both_tables():
     layer = TokenAndPositionEmbedding(5, 4, 3, embeddings_initializer="ones")
     out = np_(layer(np.array([[1, 2, 3, 4]])))
     np.testing.assert_array_equal(out, np.full((1, 4, 3), 2.0))
+
+
+@pytest.mark.parametrize(
+    "position_encoding, tables", [("learned", 2), ("sinusoidal", 1)]
+)
+def test_trainable_tables(position_encoding, tables):
+    layer = TokenAndPositionEmbedding(5, 4, 3, position_encoding=position_encoding)
+    layer.build((2, 4))
+    assert len(layer.trainable_weights) == tables
+    assert not layer.non_trainable_weights
+
+
+def test_eager_output_carries_the_padding_mask():
+    ids = np.array([[1, 0], [3, 0]])
+    out = TokenAndPositionEmbedding(5, 4, 3, mask_zero=True)(ids)
+    mask = keras.src.backend.get_keras_mask(out)
+    np.testing.assert_array_equal(ops.convert_to_numpy(mask), ids != 0)

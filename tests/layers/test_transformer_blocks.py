@@ -188,3 +188,151 @@ def test_blocks_pass_the_keras_mask_on():
     for block in (TransformerEncoderBlock(8, 2), TransformerDecoderBlock(8, 2)):
         mask = keras.src.backend.get_keras_mask(block(x))
         np.testing.assert_array_equal(np_(mask) > 0, want)
+
+
+def _build_from_shapes(layer, with_encoder):
+    if isinstance(
+        layer, (TransformerEncoderBlock, keras_hub.layers.TransformerEncoder)
+    ):
+        layer.build((B, T, D))
+    elif with_encoder:
+        layer.build(decoder_sequence_shape=(B, T, D), encoder_sequence_shape=(B, S, D))
+    else:
+        layer.build(decoder_sequence_shape=(B, T, D))
+    return layer
+
+
+@pytest.mark.parametrize(
+    "ours, theirs, with_encoder",
+    [
+        (TransformerEncoderBlock, keras_hub.layers.TransformerEncoder, False),
+        (TransformerDecoderBlock, keras_hub.layers.TransformerDecoder, False),
+        (TransformerDecoderBlock, keras_hub.layers.TransformerDecoder, True),
+    ],
+    ids=["encoder", "decoder-only", "decoder-with-cross-attention"],
+)
+def test_built_blocks_hold_the_same_variables_as_keras_hub(ours, theirs, with_encoder):
+    # The non-trainable variables are the dropout layers' seed states: a block
+    # with an extra dropout or sublayer would not match keras-hub's counts.
+    def counts(layer):
+        layer = _build_from_shapes(layer, with_encoder)
+        assert layer.built
+        return (
+            len(layer.trainable_weights),
+            len(layer.non_trainable_weights),
+            len(layer.non_trainable_variables),
+        )
+
+    kwargs = {"intermediate_dim": 8, "num_heads": 2, "dropout": 0.1}
+    assert counts(ours(**kwargs)) == counts(theirs(**kwargs))
+
+
+def test_unknown_initializer_is_refused_at_construction():
+    for block_class in (TransformerEncoderBlock, TransformerDecoderBlock):
+        with pytest.raises(ValueError, match="Invalid"):
+            block_class(8, 2, kernel_initializer="Invalid")
+
+
+def test_encoder_padding_mask_may_be_passed_positionally():
+    block = TransformerEncoderBlock(8, 2)
+    by_keyword = np_(block(X, padding_mask=PAD))
+    np.testing.assert_array_equal(np_(block(X, PAD)), by_keyword)
+    assert not np.allclose(np_(block(X)), by_keyword)
+
+
+def test_symbolic_call_gives_the_eager_shapes_and_dtype():
+    decoder_sequence = keras.KerasTensor((B, T, D))
+    encoder_sequence = keras.KerasTensor((B, S, D))
+    decoder = TransformerDecoderBlock(8, 2)
+    out = decoder(decoder_sequence=decoder_sequence, encoder_sequence=encoder_sequence)
+    assert tuple(out.shape) == (B, T, D) and out.dtype == "float32"
+    assert decoder.cross_attention is not None
+    encoded = TransformerEncoderBlock(8, 2)(keras.KerasTensor((None, None, D)))
+    assert tuple(encoded.shape) == (None, None, D)
+
+
+def test_decoder_fits_from_a_dict_of_sequences():
+    class Wrapper(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.block = TransformerDecoderBlock(8, 2, dropout=0.1)
+
+        def call(self, inputs):
+            return self.block(**inputs)
+
+    model = Wrapper()
+    model.compile("sgd", "mse", jit_compile=keras.config.backend() != "torch")
+    inputs = {"decoder_sequence": X, "encoder_sequence": ENC}
+    model(inputs)
+    before = [np_(w) for w in model.block.trainable_weights]
+    history = model.fit(inputs, np.zeros_like(X), verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    after = [np_(w) for w in model.block.trainable_weights]
+    assert len(after) == 26  # cross-attention included
+    # Post-norm passes only tiny gradients to the early layer-norm gains (their
+    # float32 step can round to nothing), so ask that training moved the block.
+    assert any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16", "bfloat16"])
+def test_every_sublayer_follows_the_dtype_policy(policy):
+    policy = keras.DTypePolicy(policy)
+    block = TransformerDecoderBlock(8, 2, dtype=policy)
+    out = block(X, ENC)
+    spec = block.compute_output_spec(
+        keras.KerasTensor(X.shape), keras.KerasTensor(ENC.shape)
+    )
+    assert keras.backend.standardize_dtype(out.dtype) == policy.compute_dtype
+    assert spec.dtype == policy.compute_dtype
+    assert all(w.dtype == policy.variable_dtype for w in block.weights)
+    for sublayer in block._flatten_layers():
+        if isinstance(sublayer, keras.layers.Softmax):
+            continue
+        assert sublayer.compute_dtype == policy.compute_dtype, sublayer.name
+        assert sublayer.variable_dtype == policy.variable_dtype, sublayer.name
+
+
+def test_cached_decoding_in_a_traced_loop_rebuilds_the_cache():
+    # The whole sequence in one call at index 0, and one token per step of an
+    # ops.while_loop, fill the same cache and give the same outputs.
+    heads, head_size = 2, D // 2
+    empty = np.zeros((B, 2, T, heads, head_size), "float32")
+    block = TransformerDecoderBlock(8, heads)
+    full, full_self_cache, full_cross_cache = block(
+        X,
+        ENC,
+        self_attention_cache=empty,
+        self_attention_cache_update_index=0,
+        cross_attention_cache=np.zeros((B, 2, S, heads, head_size), "float32"),
+        cross_attention_cache_update_index=0,
+    )
+    np.testing.assert_allclose(
+        np_(full_cross_cache), np_(block.compute_cross_attention_cache(ENC)), atol=1e-6
+    )
+
+    def step(i, outputs, self_cache):
+        token = ops.slice(X, (0, i, 0), (B, 1, D))
+        out, self_cache, _ = block(
+            token,
+            ENC,
+            self_attention_cache=self_cache,
+            self_attention_cache_update_index=i,
+            cross_attention_cache=full_cross_cache,
+        )
+        return i + 1, ops.slice_update(outputs, (0, i, 0), out), self_cache
+
+    _, stepped, stepped_cache = ops.while_loop(
+        lambda i, *_: i < T, step, (0, ops.zeros_like(X), empty)
+    )
+    np.testing.assert_allclose(np_(stepped), np_(full), atol=1e-5)
+    np.testing.assert_allclose(np_(stepped_cache), np_(full_self_cache), atol=1e-5)
+
+
+def test_decoder_only_cache_call_returns_output_and_cache():
+    block = TransformerDecoderBlock(8, 2)
+    empty = np.zeros((B, 2, T, 2, D // 2), "float32")
+    out, cache = block(
+        X, self_attention_cache=empty, self_attention_cache_update_index=0
+    )
+    np.testing.assert_allclose(np_(out), np_(block(X)), atol=1e-5)
+    assert tuple(cache.shape) == empty.shape and np.any(np_(cache) != 0)
