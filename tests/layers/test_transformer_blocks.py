@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import keras
 import keras_hub
 import numpy as np
@@ -336,3 +338,19 @@ def test_decoder_only_cache_call_returns_output_and_cache():
     )
     np.testing.assert_allclose(np_(out), np_(block(X)), atol=1e-5)
     assert tuple(cache.shape) == empty.shape and np.any(np_(cache) != 0)
+
+
+def test_loads_pre_norm_blocks_saved_by_0_1_0():
+    # Saved by keras_attention 0.1.0 (cca2932) on TensorFlow, when pre-norm was
+    # spelled `norm_first`: the saved configs still build pre-norm blocks.
+    data = Path(__file__).parent.parent / "data"
+    model = keras.saving.load_model(
+        data / "blocks_saved_by_0_1_0.keras", safe_mode=True
+    )
+    assert all(model.get_layer(name).normalize_first for name in ("encoder", "decoder"))
+    inputs = np.random.default_rng(0)
+    source = inputs.normal(size=(2, 5, 8)).astype("float32")
+    target = inputs.normal(size=(2, 4, 8)).astype("float32")
+    want = np.load(data / "blocks_saved_by_0_1_0_output.npy")
+    got = model.predict([source, target], verbose=0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
