@@ -102,6 +102,9 @@ class PositionEmbedding(keras.layers.Layer):
     Call arguments:
         inputs: `(..., T, depth)`; only its shape is used.
         start_index: position of the first step (incremental decoding).
+        positions: optional rows of the table `(T,)` or `(B, T)`, each below
+            `sequence_length`, to use instead of `start_index + arange(T)`
+            (as in keras-hub).
 
     Example:
 
@@ -144,11 +147,14 @@ class PositionEmbedding(keras.layers.Layer):
                 f"PositionEmbedding's table; received {length}."
             )
 
-    def call(self, inputs, start_index=0):
+    def call(self, inputs, start_index=0, positions=None):
         self._check_length(inputs.shape[-2])
         shape = ops.shape(inputs)
         table = ops.convert_to_tensor(self.embeddings)
-        rows = ops.slice(table, (start_index, 0), (shape[-2], shape[-1]))
+        if positions is None:
+            rows = ops.slice(table, (start_index, 0), (shape[-2], shape[-1]))
+        else:
+            rows = ops.take(table, ops.cast(positions, "int32"), axis=0)
         return ops.broadcast_to(ops.cast(rows, self.compute_dtype), shape)
 
     def compute_output_shape(self, input_shape):

@@ -38,6 +38,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
         decoder_sequence: `(B, T, hidden_dim)`.
         encoder_sequence: `(B, S, hidden_dim)` or None (no cross-attention).
         decoder_padding_mask: boolean `(B, T)`; Keras mask of the input if None.
+            With a `self_attention_cache` it masks the cache's slots, so it is
+            `(B, max_length)` (the Keras mask of the input is not used then).
         decoder_attention_mask: boolean `(B, T, T)`.
         encoder_padding_mask: boolean `(B, S)`; Keras mask of the encoder
             sequence if None.
@@ -80,6 +82,19 @@ class TransformerDecoderBlock(TransformerBlockBase):
     @property
     def _cross_attention_layer_norm(self):
         return self.cross_attention_layer_norm
+
+    def _cache_padding_mask(self, padding_mask, cache):
+        if padding_mask is None:
+            return None
+        padding_mask = ops.convert_to_tensor(padding_mask)
+        slots, length = cache.shape[2], padding_mask.shape[-1]
+        if slots is not None and length is not None and slots != length:
+            raise ValueError(
+                "With a `self_attention_cache`, `decoder_padding_mask` must "
+                f"cover the cache's {slots} slots: shape (batch, {slots}); "
+                f"received shape {tuple(padding_mask.shape)}."
+            )
+        return self._key_padding_mask(padding_mask)
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         self._check_inputs("decoder_sequence", decoder_sequence_shape)
@@ -132,8 +147,12 @@ class TransformerDecoderBlock(TransformerBlockBase):
                 "encoder_sequence at build time); it cannot take one now."
             )
         if self_attention_cache is not None:
-            # The padding of earlier steps lives in the cache, not in the input.
-            self_mask = decoder_attention_mask
+            # The keys are the cache's slots, which the Keras mask of this
+            # step's tokens does not describe; an explicit mask must cover them.
+            self_mask = merge_masks(
+                self._cache_padding_mask(decoder_padding_mask, self_attention_cache),
+                decoder_attention_mask,
+            )
         else:
             if decoder_padding_mask is None:
                 decoder_padding_mask = decoder_sequence_mask

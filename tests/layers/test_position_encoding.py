@@ -145,3 +145,13 @@ def test_sinusoidal_has_no_weights():
     layer = SinusoidalPositionEncoding()
     layer.build((2, 4, 6))
     assert layer.built and not layer.weights and not layer.non_trainable_variables
+
+
+def test_position_embedding_looks_up_given_positions_per_example():
+    layer = PositionEmbedding(sequence_length=8)
+    x = np.zeros((2, 3, 4), "float32")
+    positions = np.array([[0, 1, 2], [5, 0, 7]])
+    got = np_(layer(x, positions=positions))
+    np.testing.assert_array_equal(got, np_(layer.embeddings)[positions])
+    shared = np_(layer(x, positions=np.array([5, 0, 7])))
+    np.testing.assert_array_equal(shared[0], got[1])

@@ -354,3 +354,37 @@ def test_loads_pre_norm_blocks_saved_by_0_1_0():
     want = np.load(data / "blocks_saved_by_0_1_0_output.npy")
     got = model.predict([source, target], verbose=0)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_padding_mask_with_a_cache_masks_the_cache_slots():
+    # A left-padded prompt: its padding must stay masked in the cached path,
+    # both when the prompt fills the cache in one call and in later steps.
+    left_pad = np.array([[True] * T, [False] * 2 + [True] * (T - 2)])
+    block = TransformerDecoderBlock(8, 2)
+    want = np_(block(X, decoder_padding_mask=left_pad))
+    empty = np.zeros((B, 2, T, 2, D // 2), "float32")
+    prefill, _ = block(
+        X,
+        decoder_padding_mask=left_pad,
+        self_attention_cache=empty,
+        self_attention_cache_update_index=0,
+    )
+    np.testing.assert_allclose(np_(prefill), want, atol=1e-5)
+    cache, steps = empty, []
+    for t in range(T):
+        out, cache = block(
+            X[:, t : t + 1],
+            decoder_padding_mask=left_pad,
+            self_attention_cache=cache,
+            self_attention_cache_update_index=t,
+        )
+        steps.append(np_(out))
+    np.testing.assert_allclose(np.concatenate(steps, 1), want, atol=1e-5)
+    assert not np.allclose(np_(block(X))[1], want[1])  # the mask matters
+    with pytest.raises(ValueError, match=r"cover the cache's 6 slots.*\(2, 1\)"):
+        block(
+            X[:, :1],
+            decoder_padding_mask=left_pad[:, :1],
+            self_attention_cache=empty,
+            self_attention_cache_update_index=0,
+        )
