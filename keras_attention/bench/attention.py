@@ -417,9 +417,9 @@ def _markdown(results, rows):
 
 
 def _plot(results, lengths, path):
-    from keras_attention.viz import _pyplot, _save
+    from keras_attention.viz import pyplot, save_figure
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, (time_ax, mem_ax) = plt.subplots(1, 2, figsize=(11, 4))
     for kind, impl, style in (
         ("ops", "keras", "o-"),
@@ -462,7 +462,7 @@ def _plot(results, lengths, path):
     m = results["machine"]
     fig.suptitle(f"XLA, {results['dtype']}: {describe(m)}", fontsize=9)
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def main(argv=None):

@@ -428,9 +428,9 @@ def markdown(results):
 
 
 def plot(results, path):
-    from keras_attention.viz import _pyplot, _save
+    from keras_attention.viz import pyplot, save_figure
 
-    plt = _pyplot()
+    plt = pyplot()
     config, exponents = results["config"], results["exponents"]
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
     colors = {
@@ -489,7 +489,7 @@ def plot(results, path):
     m = results["machine"]
     fig.suptitle(f"XLA: {describe(m)}", fontsize=9)
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def main(argv=None):

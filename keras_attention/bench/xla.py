@@ -309,9 +309,9 @@ def markdown(results):
 
 
 def plot(results, path):
-    from keras_attention.viz import _pyplot, _save
+    from keras_attention.viz import pyplot, save_figure
 
-    plt = _pyplot()
+    plt = pyplot()
     labels = list(results["speedups"])
     values = [results["speedups"][k] for k in labels]
     fig, ax = plt.subplots(figsize=(8, 0.3 * len(labels) + 1.5))
@@ -326,7 +326,7 @@ def plot(results, path):
     m = results["machine"]
     ax.set_title(describe(m), fontsize=9)
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def main(argv=None):

@@ -1,31 +1,47 @@
-"""Attention heatmaps and other figures (being split into modules by what
-they draw; everything is re-exported here)."""
+"""Figures of attention and of results, written to PNG with matplotlib (and
+one self-contained HTML page of highlighted text).
 
-from keras_attention.viz.text import (
-    _pyplot as _pyplot,
-)
-from keras_attention.viz.text import (
-    _save as _save,
-)
-from keras_attention.viz.text import (
-    highlight_html,
-    plot_attention,
-    plot_caption_attention,
-    plot_caption_grid,
-    plot_confusion_matrix,
+matplotlib is the optional `apps` extra: `keras_attention` imports this
+package on first use of `keras_attention.viz`. Its modules, by what they draw:
+
+- `figures`: what every figure shares, `pyplot()` (matplotlib, headless,
+  imported lazily) and `save_figure(fig, path)`.
+- `heatmaps`: attention matrices, the sinusoidal position encoding, confusion
+  matrices.
+- `text`: attention over words, as HTML or as a figure.
+- `images`: attention over images (caption overlays, SAGAN self-attention),
+  image grids.
+- `charts`: scores, training curves and benchmark bars.
+
+Every public name is importable from `keras_attention.viz` itself.
+"""
+
+from keras_attention.viz.charts import (
     plot_curves,
     plot_gan_history,
     plot_grouped_bars,
-    plot_highlighted_text,
-    plot_image_grid,
     plot_localization,
     plot_metric_spread,
-    plot_position_encoding,
     plot_score_by_length,
+)
+from keras_attention.viz.figures import pyplot, save_figure
+from keras_attention.viz.heatmaps import (
+    plot_attention,
+    plot_confusion_matrix,
+    plot_position_encoding,
+)
+from keras_attention.viz.images import (
+    plot_caption_attention,
+    plot_caption_grid,
+    plot_image_grid,
     plot_self_attention,
     smooth_attention,
     upsample_attention,
 )
+from keras_attention.viz.text import highlight_html, plot_highlighted_text
+
+# docs/figures/*.py still import the old private name; `pyplot` replaces it.
+_pyplot = pyplot
 
 __all__ = [
     "highlight_html",
@@ -43,6 +59,8 @@ __all__ = [
     "plot_position_encoding",
     "plot_score_by_length",
     "plot_self_attention",
+    "pyplot",
+    "save_figure",
     "smooth_attention",
     "upsample_attention",
 ]
