@@ -15,8 +15,11 @@ import numpy as np
 
 import keras_attention
 from keras_attention.data.image_sets import load_fashion_mnist_images
+from keras_attention.evaluation.image_quality import (
+    ImageQuality,
+    train_feature_classifier,
+)
 from keras_attention.tasks.gan import image_dataset, plot_attention_maps
-from keras_attention.tasks.image_quality import ImageQuality, train_feature_classifier
 from keras_attention.viz import plot_image_grid
 
 # 1. Data: uint8 images (60000, 32, 32, 1) and their classes; the pipeline

@@ -11,9 +11,6 @@ keras-hub's `BeamSampler` keeps extending (and scoring) beams after they emit
 the end token and has no length penalty, both of which translation needs.
 """
 
-import itertools
-
-import keras
 from keras import ops, tree
 
 from keras_attention._checks import check_positive_int
@@ -172,39 +169,3 @@ def _initial_tokens(batch_size, max_length, start_id):
     tokens = ops.zeros((batch_size, max_length + 1), "int32")
     start = ops.full((batch_size, 1), start_id, "int32")
     return ops.slice_update(tokens, [0, 0], start)
-
-
-def compile_function(fn, model, jit_compile=True):
-    """`fn(*tensors)` compiled for the backend: XLA on TensorFlow (through
-    `tf.function`) and `jax.jit` on JAX, where the model's variables enter as
-    arguments so that the compiled function sees their current values.
-    Other backends, and `jit_compile=False`, run eagerly.
-    """
-    backend = keras.backend.backend()
-    if not jit_compile:
-        return fn
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.function(fn, jit_compile=True, reduce_retracing=True, autograph=False)
-    if backend == "jax":
-        import jax
-
-        @jax.jit
-        def stateless(trainable, non_trainable, *args):
-            mapping = itertools.chain(
-                zip(model.trainable_variables, trainable, strict=True),
-                zip(model.non_trainable_variables, non_trainable, strict=True),
-            )
-            with keras.StatelessScope(state_mapping=mapping):
-                return fn(*args)
-
-        def run(*args):
-            return stateless(
-                [v.value for v in model.trainable_variables],
-                [v.value for v in model.non_trainable_variables],
-                *args,
-            )
-
-        return run
-    return fn

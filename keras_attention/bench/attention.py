@@ -261,13 +261,13 @@ def run(quick=False, out="runs/bench-attention", timeout=900):
     `attention.md` and `attention.png` under `out`; returns the results."""
     import importlib.util
 
-    from keras_attention._progress import phase
     from keras_attention.bench.common import (
         accelerator,
         case_runner,
         new_results,
         write_report,
     )
+    from keras_attention.utils.progress import phase
 
     lengths = QUICK_LENGTHS if quick else FULL_LENGTHS
     repeats = 2 if quick else 5

@@ -18,6 +18,8 @@ import time
 import keras
 import numpy as np
 
+from keras_attention.utils.backend import compile_function, value_and_grad
+
 
 def machine():
     """What the figures were measured on."""
@@ -87,41 +89,12 @@ def accelerator():
 
 
 def jit(fn):
-    """Compiles `fn` with XLA on the current backend."""
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.function(fn, jit_compile=True, autograph=False)
-    if backend == "jax":
-        import jax
-
-        return jax.jit(fn)
-    raise NotImplementedError(f"no XLA compile for backend {backend!r}")
-
-
-def value_and_grad(loss_fn):
-    """`f(*tensors) -> (loss, grads wrt tensors)` on the current backend."""
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        def fn(*tensors):
-            with tf.GradientTape() as tape:
-                tape.watch(tensors)
-                loss = loss_fn(*tensors)
-            return loss, tape.gradient(loss, tensors)
-
-        return fn
-    if backend == "jax":
-        import jax
-
-        def fn(*tensors):
-            argnums = tuple(range(len(tensors)))
-            return jax.value_and_grad(loss_fn, argnums=argnums)(*tensors)
-
-        return fn
-    raise NotImplementedError(backend)
+    """Compiles a pure function of tensors with XLA on the current backend."""
+    if keras.backend.backend() not in ("tensorflow", "jax"):
+        raise NotImplementedError(
+            f"no XLA compile for backend {keras.backend.backend()!r}"
+        )
+    return compile_function(fn)
 
 
 def block(result):
@@ -267,21 +240,7 @@ def layer_value_and_grad(layer, forward):
             out = forward(x)
         return keras.ops.mean(keras.ops.square(keras.ops.cast(out, "float32")))
 
-    if keras.backend.backend() == "jax":
-        import jax
-
-        return jax.value_and_grad(loss, argnums=(0, 1))
-
-    import tensorflow as tf
-
-    def fn(values, x):
-        with tf.GradientTape() as tape:
-            tape.watch(values)
-            tape.watch(x)
-            value = loss(values, x)
-        return value, tape.gradient(value, [values, x])
-
-    return fn
+    return value_and_grad(loss)
 
 
 def fit_exponent(xs, ys):

@@ -79,7 +79,8 @@ def generate_function(model, search, cached, max_length, beam_width):
     """The compiled `encoder_token_ids -> tokens` search that the case times."""
     from keras import ops
 
-    from keras_attention.decoding import beam_search, compile_function, greedy_search
+    from keras_attention.decoding import beam_search, greedy_search
+    from keras_attention.utils.backend import compile_function
 
     def generate(encoder_token_ids):
         if cached:
@@ -99,7 +100,9 @@ def generate_function(model, search, cached, max_length, beam_width):
             return greedy_search(*args, model=model)
         return beam_search(*args, beam_width=beam_width)
 
-    return compile_function(generate, model)
+    return compile_function(
+        generate, [*model.trainable_variables, *model.non_trainable_variables]
+    )
 
 
 def _case_generate(case):
@@ -131,13 +134,13 @@ CASES = {"generate": _case_generate}
 def run(quick=False, out="runs/bench-decode", timeout=1800):
     """Runs the suite, prints its table, writes `decode.json`, `decode.md` and
     `decode.png` under `out`; returns the results."""
-    from keras_attention._progress import phase
     from keras_attention.bench.common import (
         case_runner,
         new_results,
         write_report,
     )
     from keras_attention.bench.seq2seq import build_model, matched_units
+    from keras_attention.utils.progress import phase
 
     config = QUICK if quick else FULL
     results = new_results("decode", quick, config)

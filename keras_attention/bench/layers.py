@@ -142,12 +142,12 @@ CASES = {"pair": _case_pair}
 def run(quick=False, out="runs/bench-layers", timeout=900):
     """Runs the suite, prints its table, writes `layers.json`, `layers.md`
     and `layers.png` under `out`; returns the results."""
-    from keras_attention._progress import phase
     from keras_attention.bench.common import (
         case_runner,
         new_results,
         write_report,
     )
+    from keras_attention.utils.progress import phase
 
     config = QUICK if quick else FULL
     results = new_results("layers", quick, config)

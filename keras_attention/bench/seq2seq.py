@@ -176,12 +176,12 @@ CASES = {"train": _case_train, "layer": _case_layer}
 def run(quick=False, out="runs/bench-seq2seq", timeout=1800):
     """Runs the suite, prints its tables, writes `seq2seq.json`, `seq2seq.md`
     and `seq2seq.png` under `out`; returns the results."""
-    from keras_attention._progress import phase
     from keras_attention.bench.common import (
         case_runner,
         new_results,
         write_report,
     )
+    from keras_attention.utils.progress import phase
 
     config = QUICK if quick else FULL
     results = new_results("seq2seq", quick, config)

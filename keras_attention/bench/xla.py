@@ -232,13 +232,13 @@ CASES = {"train": _case_train, "generate": _case_generate, "layer": _case_layer}
 def run(quick=False, out="runs/bench-xla", timeout=1800):
     """Runs the suite, prints its table, writes `xla.json`, `xla.md` and
     `xla.png` under `out`; returns the results."""
-    from keras_attention._progress import phase
     from keras_attention.bench.common import (
         case_runner,
         new_results,
         write_report,
     )
     from keras_attention.bench.layers import PAIRS
+    from keras_attention.utils.progress import phase
 
     config = QUICK if quick else FULL
     results = new_results("xla", quick, config)

@@ -24,12 +24,6 @@ AUTO_CHUNK_MIN_LENGTH = 2048
 AUTO_CHUNK_SIZE = 512
 
 
-def clone_initializer(initializer):
-    """A new instance with the same config: stateless initializers would
-    otherwise give every sublayer that shares one the same values."""
-    return initializer.__class__.from_config(initializer.get_config())
-
-
 @contextlib.contextmanager
 def _without_keras_masks(*tensors):
     """Hides the Keras masks of `tensors` while inside (then restores them).

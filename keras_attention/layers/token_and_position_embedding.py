@@ -4,11 +4,11 @@ import keras
 from keras import ops
 
 from keras_attention._checks import check_choice, check_positive_int
-from keras_attention.layers.multi_head_attention import clone_initializer
 from keras_attention.layers.position_encoding import (
     PositionEmbedding,
     SinusoidalPositionEncoding,
 )
+from keras_attention.utils.initializers import clone_initializer
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")

@@ -5,10 +5,8 @@ from keras import ops
 
 from keras_attention._checks import check_positive_int, check_rate
 from keras_attention.layers.feed_forward import FeedForward
-from keras_attention.layers.multi_head_attention import (
-    MultiHeadAttention,
-    clone_initializer,
-)
+from keras_attention.layers.multi_head_attention import MultiHeadAttention
+from keras_attention.utils.initializers import clone_initializer
 
 
 class TransformerBlockBase(keras.layers.Layer):

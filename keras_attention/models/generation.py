@@ -4,7 +4,8 @@ models (translation and captioning)."""
 from keras import ops
 
 from keras_attention._checks import check_positive_int
-from keras_attention.decoding import beam_search, compile_function, greedy_search
+from keras_attention.decoding import beam_search, greedy_search
+from keras_attention.utils.backend import compile_function
 
 
 class GenerationMixin:
@@ -56,7 +57,9 @@ class GenerationMixin:
                 return self.search(inputs, max_length, beam_width, length_penalty)
 
             self._generate_functions[key] = compile_function(
-                generate_step, self, jit_compile=jit_compile
+                generate_step,
+                [*self.trainable_variables, *self.non_trainable_variables],
+                jit_compile=jit_compile,
             )
         return self._generate_functions[key](self.generation_inputs(inputs))
 

@@ -7,7 +7,8 @@ from keras_attention.layers.attention_rnn_cell import AttentionRNNCell
 from keras_attention.layers.dot_product_attention import DotProductAttention
 from keras_attention.layers.location_attention import LocationAttention
 from keras_attention.layers.multiplicative_attention import MultiplicativeAttention
-from keras_attention.models.seq2seq import Seq2Seq, padding_mask, token_id_inputs
+from keras_attention.models.seq2seq import Seq2Seq, token_id_inputs
+from keras_attention.ops import padding_mask
 
 # attention name -> (cell style, attention layer factory(units, max_source_length))
 ATTENTIONS = {

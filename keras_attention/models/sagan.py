@@ -5,11 +5,11 @@ import numpy as np
 from keras import ops
 
 from keras_attention._checks import check_positive_int
-from keras_attention._distribution import num_workers
 from keras_attention.layers.conditional_batch_normalization import (
     ConditionalBatchNormalization,
 )
 from keras_attention.layers.self_attention_2d import SelfAttention2D
+from keras_attention.utils.backend import num_workers
 
 # The base resolution of both networks: the generator starts from a 4x4 map
 # and the discriminator ends on one.

@@ -91,8 +91,3 @@ def token_id_inputs():
         name: keras.Input((None,), dtype="int32", name=name)
         for name in ("encoder_token_ids", "decoder_token_ids")
     }
-
-
-def padding_mask(token_ids):
-    """True at real tokens, False at padding (token 0)."""
-    return ops.not_equal(token_ids, 0)

@@ -8,8 +8,8 @@ from keras_attention.models.text_classifier import (
     TextClassifier,
     check_classifier_args,
     class_probabilities,
-    padding_mask,
 )
+from keras_attention.ops import padding_mask
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")

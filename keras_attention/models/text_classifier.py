@@ -110,11 +110,6 @@ def class_probabilities(num_classes, name="probabilities"):
     )
 
 
-def padding_mask(token_ids):
-    """True at real tokens, False at padding (token 0)."""
-    return ops.not_equal(token_ids, 0)
-
-
 @keras.saving.register_keras_serializable(package="keras_attention")
 class MaskedAverage(keras.layers.Layer):
     """Mean over the real positions of `(B, T, D)`: `(B, D)`; a sequence of

@@ -7,7 +7,8 @@ from keras_attention.layers.token_and_position_embedding import (
 )
 from keras_attention.layers.transformer_decoder import TransformerDecoderBlock
 from keras_attention.layers.transformer_encoder import TransformerEncoderBlock
-from keras_attention.models.seq2seq import Seq2Seq, padding_mask, token_id_inputs
+from keras_attention.models.seq2seq import Seq2Seq, token_id_inputs
+from keras_attention.ops import padding_mask
 
 PRESETS = {
     # Vaswani et al. (2017), "base" model of table 3.

@@ -12,8 +12,8 @@ from keras_attention.models.text_classifier import (
     TextClassifier,
     check_classifier_args,
     class_probabilities,
-    padding_mask,
 )
+from keras_attention.ops import padding_mask
 
 # The id of the [CLS] token prepended with `pooling="cls"`: `[START]` in the
 # vocabularies of `keras_attention.data.train_word_piece`, a token that never

@@ -12,13 +12,8 @@ from keras_attention.data.pipeline import caption_dataset, encode_captions
 from keras_attention.data.tokenization import END_ID
 from keras_attention.models import ShowAttendTell
 from keras_attention.tasks import distribute
-from keras_attention.tasks.common import (
-    cached_word_piece,
-    fit_resumable,
-    load_or_train,
-    phase,
-    write_metrics,
-)
+from keras_attention.tasks.common import cached_word_piece, phase
+from keras_attention.tasks.runner import finish_run, train_or_load
 from keras_attention.viz import (
     plot_caption_attention,
     plot_caption_grid,
@@ -278,7 +273,6 @@ def run_caption(
     if model not in MODELS:
         raise ValueError(f"`model` must be one of {list(MODELS)}; received {model!r}.")
     strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, "caption")
-    keras.utils.set_random_seed(seed)
     settings = SETTINGS
     epochs = epochs or settings["epochs"]
 
@@ -304,39 +298,37 @@ def run_caption(
         )
         return caption_dataset(scenes.images, ids, batch_size, seed=seed, **kwargs)
 
-    def train():
-        phase(f"building {model} ({distribute.describe(strategy)})")
-        with distribute.scope(strategy):
-            net = build_model(
-                model,
-                tokenizer.vocabulary_size(),
-                image_shape,
-                settings,
-                tokenizer=tokenizer,
-                **model_kwargs,
-            )
-            net.compile(
-                optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                weighted_metrics=["accuracy"],
-                jit_compile=distribute.jit_for(strategy, jit_compile),
-            )
-        phase(f"training {net.count_params():,} parameters for up to {epochs} epochs")
-        history = fit_resumable(
-            net,
-            dataset(splits["train"], shuffle=True, drop_remainder=True),
-            out_dir,
-            epochs,
-            validation_data=dataset(splits["valid"]),
-            patience=settings["patience"],
-            time_budget_minutes=time_budget_minutes,
-            callbacks=callbacks,
-            verbose=verbose,
-            shuffle=False,  # the dataset reshuffles itself every epoch
+    def build(jit_compile):
+        net = build_model(
+            model,
+            tokenizer.vocabulary_size(),
+            image_shape,
+            settings,
+            tokenizer=tokenizer,
+            **model_kwargs,
         )
-        return net, history
+        net.compile(
+            optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            weighted_metrics=["accuracy"],
+            jit_compile=jit_compile,
+        )
+        return net
 
-    net, history = load_or_train(out_dir, train)
+    def fit_arguments(net):
+        return {
+            "train_data": dataset(splits["train"], shuffle=True, drop_remainder=True),
+            "validation_data": dataset(splits["valid"]),
+            "patience": settings["patience"],
+            "time_budget_minutes": time_budget_minutes,
+            "callbacks": callbacks,
+            "verbose": verbose,
+            "shuffle": False,  # the dataset reshuffles itself every epoch
+        }
+
+    net, history = train_or_load(
+        out_dir, model, strategy, build, fit_arguments, epochs, seed, jit_compile
+    )
 
     test = splits["test"]
     phase(f"captioning {len(test)} test images (greedy)")
@@ -393,19 +385,19 @@ def run_caption(
             ],
         }
     )
-    write_metrics(out_dir, metrics)
     located_text = (
         f"; attention in box {metrics['attention_in_box']:.2f} vs chance "
         f"{metrics['attention_chance']:.2f}"
         if "attention_in_box" in metrics
         else ""
     )
-    phase(
+    return finish_run(
+        out_dir,
+        metrics,
         f"{model} on {data}: BLEU-4 {metrics['bleu4']:.1f}, exact captions "
         f"{metrics['exact_caption_rate']:.3f}{located_text}; trained "
-        f"{history['train_seconds']:.0f} s; wrote {out_dir}"
+        f"{history['train_seconds']:.0f} s",
     )
-    return metrics
 
 
 def compare(out_dir, models=tuple(MODELS), data="scenes", **kwargs):

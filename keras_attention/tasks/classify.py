@@ -12,6 +12,11 @@ from keras_attention.data.classification import (
     load_classification_data,
 )
 from keras_attention.data.pipeline import classification_dataset, encode_texts
+from keras_attention.evaluation.attribution import (
+    NUM_DELETED_WORDS,
+    deletion_check,
+    word_weights,
+)
 from keras_attention.models import (
     BagOfEmbeddingsClassifier,
     BiLSTMClassifier,
@@ -19,13 +24,8 @@ from keras_attention.models import (
     TransformerClassifier,
 )
 from keras_attention.tasks import distribute
-from keras_attention.tasks.common import (
-    cached_word_piece,
-    fit_resumable,
-    load_or_train,
-    phase,
-    write_metrics,
-)
+from keras_attention.tasks.common import cached_word_piece, phase
+from keras_attention.tasks.runner import finish_run, train_or_load
 from keras_attention.viz import (
     highlight_html,
     plot_confusion_matrix,
@@ -53,7 +53,6 @@ SETTINGS = {
     # its fused kernel. `jit_compile=True` works; it is just slower here.
     "jit_compile": False,
 }
-NUM_DELETED_WORDS = 3
 
 
 def build_model(name, vocabulary_size, num_classes, settings=SETTINGS, **kwargs):
@@ -170,7 +169,6 @@ def run_classify(
     if model not in MODELS:
         raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
     strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, "classify")
-    keras.utils.set_random_seed(seed)
     epochs = epochs or SETTINGS["epochs"]
 
     phase(f"loading {data}")
@@ -191,34 +189,29 @@ def run_classify(
         f"{list(splits.class_names)}; vocabulary {tokenizer.vocabulary_size()}"
     )
 
-    def train():
-        phase(f"building {model} ({distribute.describe(strategy)})")
-        with distribute.scope(strategy):
-            net = build_model(
-                model,
-                tokenizer.vocabulary_size(),
-                num_classes,
-                class_names=splits.class_names,
-                tokenizer=tokenizer,
-                **model_kwargs,
-            )
-            net.compile(
-                optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
-                loss="sparse_categorical_crossentropy",
-                metrics=["accuracy"],
-                jit_compile=distribute.jit_for(
-                    strategy,
-                    SETTINGS["jit_compile"] if jit_compile is None else jit_compile,
-                ),
-            )
+    def build(jit_compile):
+        net = build_model(
+            model,
+            tokenizer.vocabulary_size(),
+            num_classes,
+            class_names=splits.class_names,
+            tokenizer=tokenizer,
+            **model_kwargs,
+        )
+        net.compile(
+            optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+            jit_compile=jit_compile,
+        )
+        return net
+
+    def fit_arguments(net):
         phase(f"encoding texts for {model}")
-        x_train = encode_for_model(net, train_texts)
-        x_valid = encode_for_model(net, splits.valid.texts)
-        phase(f"training {net.count_params():,} parameters for up to {epochs} epochs")
         hierarchical = isinstance(net, HierarchicalAttentionNetwork)
         # Full batches only: each of the few batch shapes compiles once.
         train_data = classification_dataset(
-            x_train,
+            encode_for_model(net, train_texts),
             train_labels,
             batch_size,
             shuffle=True,
@@ -228,21 +221,29 @@ def run_classify(
             ],
             drop_remainder=True,
         )
-        history = fit_resumable(
-            net,
-            train_data,
-            out_dir,
-            epochs,
-            validation_data=(x_valid, splits.valid.labels),
-            patience=SETTINGS["patience"],
-            time_budget_minutes=time_budget_minutes,
-            callbacks=callbacks,
-            verbose=verbose,
-            shuffle=False,  # the dataset reshuffles itself every epoch
-        )
-        return net, history
+        return {
+            "train_data": train_data,
+            "validation_data": (
+                encode_for_model(net, splits.valid.texts),
+                splits.valid.labels,
+            ),
+            "patience": SETTINGS["patience"],
+            "time_budget_minutes": time_budget_minutes,
+            "callbacks": callbacks,
+            "verbose": verbose,
+            "shuffle": False,  # the dataset reshuffles itself every epoch
+        }
 
-    net, history = load_or_train(out_dir, train)
+    net, history = train_or_load(
+        out_dir,
+        model,
+        strategy,
+        build,
+        fit_arguments,
+        epochs,
+        seed,
+        SETTINGS["jit_compile"] if jit_compile is None else jit_compile,
+    )
 
     phase(f"classifying {len(splits.test)} test texts")
     x_test = encode_for_model(net, splits.test.texts)
@@ -272,9 +273,10 @@ def run_classify(
             "best_valid_accuracy": history["val_accuracy"][history["best_epoch"] - 1],
         }
     )
-    write_metrics(out_dir, metrics)
     deletion = metrics.get("deletion")
-    phase(
+    return finish_run(
+        out_dir,
+        metrics,
         f"{model} on {data}: accuracy {metrics['accuracy']:.3f}, macro-F1 "
         f"{metrics['macro_f1']:.3f}"
         + (
@@ -283,9 +285,8 @@ def run_classify(
             if deletion
             else ""
         )
-        + f"; trained {history['train_seconds']:.0f} s; wrote {out_dir}"
+        + f"; trained {history['train_seconds']:.0f} s",
     )
-    return metrics
 
 
 def compare(out_dir, models, data="reviews", seeds=(0,), **kwargs):
@@ -381,119 +382,6 @@ def evaluate(labels, probabilities, class_names, out_dir=None, title=None):
             name: {k: float(v) for k, v in report[name].items()} for name in class_names
         },
         "confusion_matrix": matrix.tolist(),
-    }
-
-
-def word_index(tokenizer, token_ids):
-    """The word each token belongs to: WordPiece continuations (`##...`)
-    join the word before them, within a sentence. Returns an int array shaped
-    like `token_ids` numbering the words of the document in reading order,
-    -1 at padding."""
-    token_ids = np.asarray(token_ids)
-    rows = token_ids.reshape(-1, token_ids.shape[-1])
-    index = np.full(rows.shape, -1, "int64")
-    word = -1
-    for r, row in enumerate(rows):
-        for t, token in enumerate(row):
-            if token == 0:
-                continue
-            continues = t > 0 and tokenizer.id_to_token(int(token)).startswith("##")
-            if not continues or word < 0:
-                word += 1
-            index[r, t] = word
-    return index.reshape(token_ids.shape)
-
-
-def word_weights(tokenizer, token_ids, importance):
-    """Whole words and their weights (summed over their word pieces) of one
-    document, in reading order, grouped by sentence for a `(S, W)` grid:
-    returns `(words, weights)` lists (of lists for a grid)."""
-    token_ids = np.asarray(token_ids)
-    importance = np.asarray(importance, "float32")
-    index = word_index(tokenizer, token_ids)
-    if token_ids.ndim == 2:
-        sentences = [
-            _merge(tokenizer, ids, weights, idx)
-            for ids, weights, idx in zip(token_ids, importance, index, strict=True)
-            if (ids != 0).any()
-        ]
-        return [s[0] for s in sentences], [s[1] for s in sentences]
-    return _merge(tokenizer, token_ids, importance, index)
-
-
-def _merge(tokenizer, token_ids, importance, index):
-    words, weights, seen = [], [], {}
-    for token, weight, word in zip(token_ids, importance, index, strict=True):
-        if word < 0:
-            continue
-        piece = tokenizer.id_to_token(int(token))
-        if word in seen:
-            position = seen[word]
-            words[position] += piece[2:] if piece.startswith("##") else piece
-            weights[position] += float(weight)
-        else:
-            seen[word] = len(words)
-            words.append(piece)
-            weights.append(float(weight))
-    return words, weights
-
-
-def delete_words(token_ids, index, words):
-    """`token_ids` without the tokens of `words` (indices from `word_index`),
-    the remaining tokens of each row moved left over the gaps."""
-    kept = np.where(np.isin(index, list(words)), 0, token_ids)
-    rows = kept.reshape(-1, kept.shape[-1])
-    compact = np.zeros_like(rows)
-    for r, row in enumerate(rows):
-        remaining = row[row != 0]
-        compact[r, : len(remaining)] = remaining
-    return compact.reshape(kept.shape)
-
-
-def deletion_check(model, token_ids, probabilities, seed=0, k=NUM_DELETED_WORDS):
-    """Do the attention weights point at the words the prediction rests on?
-
-    For every document with more than `k` words, deletes the `k` words with
-    the most attention (summed over their pieces; for the HAN, sentence weight
-    times word weight), and separately `k` words drawn at random, and measures
-    how much the probability of the originally predicted class moves.
-
-    Returns:
-        Dict with the mean absolute probability change for the
-        `top_attended` and the `random` deletions, the share of documents
-        where the top-attended deletion moved it more, and the count.
-    """
-    rng = np.random.default_rng(seed)
-    importance = model.token_importance(token_ids)
-    predicted = np.argmax(probabilities, axis=-1)
-    top_inputs, random_inputs, chosen = [], [], []
-    for i, ids in enumerate(token_ids):
-        index = word_index(model.tokenizer, ids)
-        num_words = int(index.max()) + 1
-        if num_words <= k:
-            continue
-        scores = np.bincount(
-            index[index >= 0], weights=importance[i][index >= 0], minlength=num_words
-        )
-        top = np.argsort(-scores, kind="stable")[:k]
-        drawn = rng.choice(num_words, size=k, replace=False)
-        top_inputs.append(delete_words(ids, index, top))
-        random_inputs.append(delete_words(ids, index, drawn))
-        chosen.append(i)
-    chosen = np.array(chosen, "int64")
-    before = probabilities[chosen, predicted[chosen]]
-
-    def change(inputs):
-        after = np.asarray(model.predict(np.stack(inputs), batch_size=128, verbose=0))
-        return np.abs(after[np.arange(len(chosen)), predicted[chosen]] - before)
-
-    top_change, random_change = change(top_inputs), change(random_inputs)
-    return {
-        "top_attended": float(np.mean(top_change)),
-        "random": float(np.mean(random_change)),
-        "top_moves_more_share": float(np.mean(top_change > random_change)),
-        "documents": len(chosen),
-        "words_deleted": k,
     }
 
 

@@ -9,8 +9,8 @@ import time
 
 import keras
 
-from keras_attention._progress import phase  # noqa: F401 (tasks import it here)
 from keras_attention.data.tokenization import train_word_piece, word_piece_tokenizer
+from keras_attention.utils.progress import phase  # noqa: F401 (tasks import it here)
 
 
 def prepare_output(out_dir):
@@ -258,20 +258,3 @@ def _history(logged, patience):
         losses = history["val_loss"]
         history["best_epoch"] = int(losses.index(min(losses))) + 1
     return history
-
-
-def load_or_train(out_dir, train):
-    """The model and history of a finished run in `out_dir` (`model.keras`
-    and `history.json`), or else those that `train()` returns as
-    `(model, history)`, saved there for the next time."""
-    model_path = os.path.join(out_dir, "model.keras")
-    history_path = os.path.join(out_dir, "history.json")
-    if os.path.exists(model_path) and os.path.exists(history_path):
-        phase(f"{model_path} is already trained; evaluating it again")
-        with open(history_path) as f:
-            return keras.saving.load_model(model_path), json.load(f)
-    model, history = train()
-    model.save(model_path)
-    with open(history_path, "w") as f:
-        json.dump(history, f)
-    return model, history

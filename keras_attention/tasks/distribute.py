@@ -15,8 +15,8 @@ import os
 
 import keras
 
-from keras_attention._distribution import num_workers
 from keras_attention.tasks.common import prepare_output
+from keras_attention.utils.backend import num_workers
 
 STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
 

@@ -7,6 +7,10 @@ import keras
 import numpy as np
 
 from keras_attention.data.image_sets import load_image_set
+from keras_attention.evaluation.image_quality import (
+    ImageQuality,
+    train_feature_classifier,
+)
 from keras_attention.models import SAGAN, generator_attention, sample_images
 from keras_attention.models.sagan import (
     attention_resolutions,
@@ -14,13 +18,8 @@ from keras_attention.models.sagan import (
     to_unit_range,
 )
 from keras_attention.tasks import distribute
-from keras_attention.tasks.common import (
-    fit_resumable,
-    phase,
-    prepare_output,
-    write_metrics,
-)
-from keras_attention.tasks.image_quality import ImageQuality, train_feature_classifier
+from keras_attention.tasks.common import phase, prepare_output
+from keras_attention.tasks.runner import finish_run, train_or_load
 from keras_attention.viz import (
     plot_curves,
     plot_gan_history,
@@ -217,44 +216,24 @@ def run_gan(
         quality = ImageQuality(classifier, images.images[order[:fid_samples]])
 
     name = "SAGAN" if attention else "SAGAN without attention"
-    model_path = os.path.join(out_dir, "model.keras")
-    gan_path = os.path.join(out_dir, "gan.keras")
-    history_path = os.path.join(out_dir, "history.json")
-    if os.path.exists(gan_path) and os.path.exists(history_path):
-        phase(f"{gan_path} is already trained; evaluating it again")
-        gan = keras.saving.load_model(gan_path)
-        with open(history_path) as f:
-            history = json.load(f)
-    else:
-        keras.utils.set_random_seed(seed)
-        with distribute.scope(strategy):
-            gan = SAGAN(
-                image_shape=images.images.shape[1:],
-                latent_dim=latent_dim,
-                generator_width=width,
-                discriminator_width=width,
-                num_classes=images.num_classes if conditional else None,
-                attention=attention,
-                attention_resolution=attention_resolution,
-                ema_decay=ema_decay,
-                seed=seed,
-                synchronized_batch_norm=distribute.num_replicas(strategy) > 1,
-            )
-            gan.compile(jit_compile=distribute.jit_for(strategy, jit_compile))
-        phase(
-            f"{name}{' (class-conditional)' if conditional else ''} on {data} "
-            f"({distribute.describe(strategy)}): "
-            f"{len(images.images)} images {images.images.shape[1:]}, generator "
-            f"{gan.generator.count_params():,} and discriminator "
-            f"{gan.discriminator.count_params():,} parameters"
+
+    def build(jit_compile):
+        gan = SAGAN(
+            image_shape=images.images.shape[1:],
+            latent_dim=latent_dim,
+            generator_width=width,
+            discriminator_width=width,
+            num_classes=images.num_classes if conditional else None,
+            attention=attention,
+            attention_resolution=attention_resolution,
+            ema_decay=ema_decay,
+            seed=seed,
+            synchronized_batch_norm=distribute.num_replicas(strategy) > 1,
         )
-        dataset = image_dataset(
-            images.images,
-            images.labels if conditional else None,
-            batch_size,
-            seed,
-            repeat=steps_per_epoch is not None,
-        )
+        gan.compile(jit_compile=jit_compile)
+        return gan
+
+    def fit_arguments(gan):
         monitor = GANMonitor(
             out_dir,
             grid_inputs(gan),
@@ -262,22 +241,45 @@ def run_gan(
             fid_samples,
             row_titles=list(images.class_names) if conditional else None,
         )
-        history = fit_resumable(
-            gan,
-            dataset,
-            out_dir,
-            epochs,
-            validation_data=None,
-            time_budget_minutes=time_budget_minutes,
-            callbacks=[keras.callbacks.TerminateOnNaN(), *(callbacks or [])],
-            epoch_metrics=[monitor],
-            steps_per_epoch=steps_per_epoch,
-            shuffle=False,  # the dataset shuffles
+        return {
+            "train_data": image_dataset(
+                images.images,
+                images.labels if conditional else None,
+                batch_size,
+                seed,
+                repeat=steps_per_epoch is not None,
+            ),
+            "validation_data": None,
+            "time_budget_minutes": time_budget_minutes,
+            "callbacks": [keras.callbacks.TerminateOnNaN(), *(callbacks or [])],
+            "epoch_metrics": [monitor],
+            "steps_per_epoch": steps_per_epoch,
+            "shuffle": False,  # the dataset shuffles
+        }
+
+    def announce(gan):
+        return (
+            f"{name}{' (class-conditional)' if conditional else ''} on {data}: "
+            f"{len(images.images)} images {images.images.shape[1:]}, generator "
+            f"{gan.generator.count_params():,} and discriminator "
+            f"{gan.discriminator.count_params():,} parameters, up to {epochs} epochs"
         )
-        gan.save(gan_path)
-        gan.sampler.save(model_path)
-        with open(history_path, "w") as f:
-            json.dump(history, f)
+
+    # The whole GAN (both networks and optimizers) in gan.keras; the sampler,
+    # which is what a user generates with, in model.keras.
+    gan, history = train_or_load(
+        out_dir,
+        name,
+        strategy,
+        build,
+        fit_arguments,
+        epochs,
+        seed,
+        jit_compile,
+        model_file="gan.keras",
+        export=lambda gan: gan.sampler.save(os.path.join(out_dir, "model.keras")),
+        announce=announce,
+    )
 
     metrics = {
         "model": "sagan" if attention else "sagan-no-attention",
@@ -331,13 +333,13 @@ def run_gan(
     )
     if attention:
         plot_attention_maps(gan.sampler, os.path.join(out_dir, "attention.png"), seed)
-    write_metrics(out_dir, metrics)
     fid_text = f"FID {metrics['fid']:.2f}, " if "fid" in metrics else ""
-    phase(
+    return finish_run(
+        out_dir,
+        metrics,
         f"{name} on {data}: {fid_text}{history['epochs']} epochs in "
-        f"{history['train_seconds']:.0f} s; wrote {out_dir}"
+        f"{history['train_seconds']:.0f} s",
     )
-    return metrics
 
 
 def plot_attention_maps(generator, path, seed=0, num_images=NUM_ATTENTION_IMAGES):

@@ -11,13 +11,8 @@ from keras_attention.data.tokenization import END_ID, join_punctuation
 from keras_attention.data.translation import load_translation_pairs
 from keras_attention.models import RNNSeq2Seq, Transformer
 from keras_attention.tasks import distribute
-from keras_attention.tasks.common import (
-    cached_word_piece,
-    fit_resumable,
-    load_or_train,
-    phase,
-    write_metrics,
-)
+from keras_attention.tasks.common import cached_word_piece, phase
+from keras_attention.tasks.runner import finish_run, train_or_load
 from keras_attention.viz import plot_attention, plot_score_by_length
 
 MODELS = (
@@ -141,7 +136,6 @@ def run_translate(
     if model not in MODELS:
         raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
     strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, "translate")
-    keras.utils.set_random_seed(seed)
     settings = SETTINGS["dates" if data == "dates" else "text"]
     epochs = epochs or settings["epochs"]
 
@@ -171,41 +165,39 @@ def run_translate(
     )
     valid_data, _ = translation_dataset(splits["valid"], **dataset_args)
 
-    def train():
-        phase(f"building {model} ({distribute.describe(strategy)})")
-        with distribute.scope(strategy):
-            net = build_model(
-                model,
-                source_tokenizer.vocabulary_size(),
-                target_tokenizer.vocabulary_size(),
-                settings,
-                source_tokenizer=source_tokenizer,
-                target_tokenizer=target_tokenizer,
-                **model_kwargs,
-            )
-            net.compile(
-                optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                weighted_metrics=["accuracy"],
-                jit_compile=distribute.jit_for(strategy, jit_compile),
-            )
-        phase(f"training {net.count_params():,} parameters for up to {epochs} epochs")
-        history = fit_resumable(
-            net,
-            train_data,
-            out_dir,
-            epochs,
-            validation_data=valid_data,
-            # Real corpora are small enough to overfit: keep the best epoch.
-            patience=None if data == "dates" else 3,
-            time_budget_minutes=time_budget_minutes,
-            callbacks=callbacks,
-            verbose=verbose,
-            shuffle=False,  # the dataset reshuffles itself every epoch
+    def build(jit_compile):
+        net = build_model(
+            model,
+            source_tokenizer.vocabulary_size(),
+            target_tokenizer.vocabulary_size(),
+            settings,
+            source_tokenizer=source_tokenizer,
+            target_tokenizer=target_tokenizer,
+            **model_kwargs,
         )
-        return net, history
+        net.compile(
+            optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            weighted_metrics=["accuracy"],
+            jit_compile=jit_compile,
+        )
+        return net
 
-    net, history = load_or_train(out_dir, train)
+    def fit_arguments(net):
+        return {
+            "train_data": train_data,
+            "validation_data": valid_data,
+            # Real corpora are small enough to overfit: keep the best epoch.
+            "patience": None if data == "dates" else 3,
+            "time_budget_minutes": time_budget_minutes,
+            "callbacks": callbacks,
+            "verbose": verbose,
+            "shuffle": False,  # the dataset reshuffles itself every epoch
+        }
+
+    net, history = train_or_load(
+        out_dir, model, strategy, build, fit_arguments, epochs, seed, jit_compile
+    )
 
     phase(f"translating {len(test_pairs)} test sentences (greedy)")
     metrics = evaluate(net, test_pairs, settings["length_buckets"], beam_width=1)
@@ -236,8 +228,9 @@ def run_translate(
             "samples": samples[:5],
         }
     )
-    write_metrics(out_dir, metrics)
-    phase(
+    return finish_run(
+        out_dir,
+        metrics,
         f"{model} on {data}: exact match {metrics['exact_match']:.3f}, "
         f"BLEU {metrics['bleu']:.1f}, chrF {metrics['chrf']:.1f}"
         + (
@@ -245,9 +238,8 @@ def run_translate(
             if beam_width > 1
             else ""
         )
-        + f"; trained {history['train_seconds']:.0f} s; wrote {out_dir}"
+        + f"; trained {history['train_seconds']:.0f} s",
     )
-    return metrics
 
 
 def compare(out_dir, models, data="dates", **kwargs):

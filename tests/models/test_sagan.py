@@ -8,6 +8,7 @@ import pytest
 from keras import ops
 
 from keras_attention.data.image_sets import load_digits_images
+from keras_attention.evaluation.image_quality import train_feature_classifier
 from keras_attention.layers import SelfAttention2D
 from keras_attention.models import (
     SAGAN,
@@ -16,7 +17,6 @@ from keras_attention.models import (
     sagan_discriminator,
     sagan_generator,
 )
-from keras_attention.tasks.image_quality import train_feature_classifier
 
 TINY = {
     "image_shape": (8, 8, 1),

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from keras_attention.data.image_sets import load_digits_images
-from keras_attention.tasks.image_quality import (
+from keras_attention.evaluation.image_quality import (
     ImageQuality,
     frechet_distance,
     inception_score,
@@ -21,6 +21,28 @@ def test_frechet_distance_of_gaussians():
     # Diagonal covariances: sum (sqrt(a) - sqrt(b))^2.
     a, b = np.diag([1.0, 4.0]), np.diag([9.0, 1.0])
     assert frechet_distance(np.zeros(2), a, np.zeros(2), b) == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("rank", [6, 3])
+def test_frechet_distance_matches_the_matrix_square_root(rank):
+    # Against the textbook formula with scipy's sqrtm, for full-rank and for
+    # singular covariances (features that never vary).
+    from scipy import linalg
+
+    rng = np.random.default_rng(rank)
+    a = rng.normal(size=(6, rank)) @ rng.normal(size=(rank, 6))
+    b = rng.normal(size=(6, rank)) @ rng.normal(size=(rank, 6))
+    cov_a, cov_b = a @ a.T, b @ b.T
+    mean_a, mean_b = rng.normal(size=6), rng.normal(size=6)
+    root = np.real(linalg.sqrtm(cov_a @ cov_b))
+    expected = (
+        np.sum((mean_a - mean_b) ** 2)
+        + np.trace(cov_a)
+        + np.trace(cov_b)
+        - 2 * np.trace(root)
+    )
+    got = frechet_distance(mean_a, cov_a, mean_b, cov_b)
+    assert got == pytest.approx(expected, rel=1e-6, abs=1e-6)
 
 
 def test_inception_score_is_the_number_of_classes_for_confident_diverse_images():

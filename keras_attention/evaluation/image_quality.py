@@ -12,12 +12,11 @@ classifier; they are not comparable with published FID/IS values.
 
 import json
 import os
-import warnings
 
 import keras
 import numpy as np
 
-from keras_attention.tasks.common import phase
+from keras_attention.utils.progress import phase
 
 FEATURE_LAYER = "features"
 
@@ -92,24 +91,25 @@ def train_feature_classifier(
 
 def frechet_distance(mean_a, covariance_a, mean_b, covariance_b):
     """`||m_a - m_b||^2 + Tr(C_a + C_b - 2 (C_a C_b)^(1/2))`: the Frechet
-    (2-Wasserstein) distance between two Gaussians."""
-    from scipy import linalg
+    (2-Wasserstein) distance between two Gaussians.
 
-    with warnings.catch_warnings():
-        # A nearly singular product (dead features) is handled below.
-        warnings.simplefilter("ignore", linalg.LinAlgWarning)
-        root, _ = linalg.sqrtm(covariance_a @ covariance_b, disp=False)
-    if not np.all(np.isfinite(root)):
-        # A singular product: regularize both covariances slightly.
-        offset = np.eye(len(covariance_a)) * 1e-6
-        root = linalg.sqrtm((covariance_a + offset) @ (covariance_b + offset))
-    root = np.real(root)
-    difference = mean_a - mean_b
+    The trace of the square root is the sum of the square roots of the
+    eigenvalues of `C_a C_b`, which are real and non-negative for two
+    covariance matrices (the product is similar to a positive semi-definite
+    one): no matrix square root is needed, and the result holds for singular
+    covariances too (dead features).
+    """
+    eigenvalues = np.linalg.eigvals(
+        np.asarray(covariance_a, "float64") @ np.asarray(covariance_b, "float64")
+    )
+    # Rounding leaves tiny imaginary parts and tiny negative values.
+    root_trace = np.sqrt(np.clip(eigenvalues.real, 0.0, None)).sum()
+    difference = np.asarray(mean_a, "float64") - np.asarray(mean_b, "float64")
     return float(
         difference @ difference
         + np.trace(covariance_a)
         + np.trace(covariance_b)
-        - 2.0 * np.trace(root)
+        - 2.0 * root_trace
     )
 
 

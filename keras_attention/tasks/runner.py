@@ -1,0 +1,92 @@
+"""The steps every training subcommand shares: build the model in the
+strategy's scope, train it resumably, save it, and write the run's metrics.
+
+Each task (`translate`, `classify`, `caption`, `gan`) supplies only what is
+its own: the data, the model builder, the `fit` arguments, the evaluation and
+the plots.
+"""
+
+import json
+import os
+
+import keras
+
+from keras_attention.tasks import distribute
+from keras_attention.tasks.common import fit_resumable, phase, write_metrics
+
+HISTORY_FILE = "history.json"
+
+
+def train_or_load(
+    out_dir,
+    name,
+    strategy,
+    build,
+    fit_arguments,
+    epochs,
+    seed,
+    jit_compile=True,
+    model_file="model.keras",
+    export=None,
+    announce=None,
+):
+    """The model and history of a finished run in `out_dir`, or else a model
+    built, trained (resuming an interrupted training) and saved there.
+
+    A finished run is one whose `model_file` and `history.json` both exist;
+    the model is written whole under another name and then renamed, so that a
+    kill while saving never leaves a file that looks finished.
+
+    Args:
+        out_dir: the run's folder (of this worker, under a strategy).
+        name: what is built, for the progress lines.
+        strategy: the `tf.distribute` strategy (or None) to build in.
+        build: `build(jit_compile) -> model`, compiled; called in the
+            strategy's scope after seeding with `seed`.
+        fit_arguments: `fit_arguments(model) -> dict` of `fit_resumable`
+            arguments besides the model, folder and epochs (`train_data`,
+            `validation_data`, `patience`, callbacks, ...).
+        epochs: most training epochs.
+        seed: the random seed of the initialisation.
+        jit_compile: train with XLA (off under a distribution strategy).
+        model_file: the file name of the saved model.
+        export: `export(model)` saves anything else the run leaves (the GAN's
+            sampler, say).
+        announce: `announce(model) -> str`, the line printed before training
+            (default: the parameter count and epochs).
+
+    Returns:
+        `(model, history)`, the history as `fit_resumable` returns it.
+    """
+    model_path = os.path.join(out_dir, model_file)
+    history_path = os.path.join(out_dir, HISTORY_FILE)
+    if os.path.exists(model_path) and os.path.exists(history_path):
+        phase(f"{model_path} is already trained; evaluating it again")
+        with open(history_path) as f:
+            return keras.saving.load_model(model_path), json.load(f)
+    keras.utils.set_random_seed(seed)
+    phase(f"building {name} ({distribute.describe(strategy)})")
+    with distribute.scope(strategy):
+        model = build(distribute.jit_for(strategy, jit_compile))
+    arguments = fit_arguments(model)
+    phase(
+        announce(model)
+        if announce
+        else f"training {model.count_params():,} parameters for up to {epochs} epochs"
+    )
+    history = fit_resumable(model, out_dir=out_dir, epochs=epochs, **arguments)
+    partial = os.path.join(out_dir, f"partial.{model_file}")
+    model.save(partial)
+    os.replace(partial, model_path)
+    if export is not None:
+        export(model)
+    with open(history_path, "w") as f:
+        json.dump(history, f)
+    return model, history
+
+
+def finish_run(out_dir, metrics, summary):
+    """Writes `metrics.json` and prints the run's one-line summary."""
+    write_metrics(out_dir, metrics)
+    phase(f"{summary}; wrote {out_dir}")
+    return metrics

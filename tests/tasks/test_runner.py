@@ -1,0 +1,81 @@
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attention.tasks.runner import finish_run, train_or_load
+
+
+def tiny_build(jit_compile):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(0.1), "mse", jit_compile=jit_compile)
+    return model
+
+
+def tiny_fit_arguments(model):
+    x = np.ones((8, 3), "float32")
+    return {
+        "train_data": x,
+        "y": np.ones((8, 1)),
+        "validation_data": None,
+        "verbose": 0,
+    }
+
+
+def test_a_run_is_trained_saved_and_then_loaded_instead_of_trained(tmp_path, capsys):
+    exported = []
+    model, history = train_or_load(
+        str(tmp_path),
+        "tiny",
+        None,
+        tiny_build,
+        tiny_fit_arguments,
+        epochs=2,
+        seed=0,
+        export=exported.append,
+        announce=lambda m: f"tiny model of {m.count_params()} parameters",
+    )
+    assert history["epochs"] == 2 and len(history["loss"]) == 2
+    assert exported == [model]
+    assert "tiny model of 4 parameters" in capsys.readouterr().out
+    saved = json.loads((tmp_path / "history.json").read_text())
+    assert saved == history
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoints",
+        "history.json",
+        "model.keras",
+    ]
+
+    def must_not_build(jit_compile):
+        raise AssertionError("a finished run was built again")
+
+    loaded, loaded_history = train_or_load(
+        str(tmp_path), "tiny", None, must_not_build, tiny_fit_arguments, 2, 0
+    )
+    assert loaded_history == history
+    x = np.ones((2, 3), "float32")
+    np.testing.assert_array_equal(
+        loaded.predict(x, verbose=0), model.predict(x, verbose=0)
+    )
+    assert "already trained" in capsys.readouterr().out
+
+
+def test_the_same_seed_builds_the_same_model(tmp_path):
+    first, _ = train_or_load(
+        str(tmp_path / "a"), "tiny", None, tiny_build, tiny_fit_arguments, 1, seed=3
+    )
+    second, _ = train_or_load(
+        str(tmp_path / "b"), "tiny", None, tiny_build, tiny_fit_arguments, 1, seed=3
+    )
+    for a, b in zip(first.get_weights(), second.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_finish_run_writes_the_metrics_and_prints_the_summary(tmp_path, capsys):
+    metrics = finish_run(str(tmp_path), {"accuracy": 0.5}, "tiny: accuracy 0.5")
+    assert metrics == {"accuracy": 0.5}
+    written = json.loads((tmp_path / "metrics.json").read_text())
+    assert written["accuracy"] == pytest.approx(0.5)
+    assert written["backend"] == keras.backend.backend()
+    assert f"tiny: accuracy 0.5; wrote {tmp_path}" in capsys.readouterr().out
