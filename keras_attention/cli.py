@@ -215,23 +215,8 @@ def build_parser():
         help="one of " + ", ".join(_translation_models()) + "; a comma-separated "
         "list trains each in OUT/<model> and plots them together",
     )
-    translate.add_argument("--epochs", type=int, default=None)
-    translate.add_argument("--batch-size", type=int, default=64)
-    translate.add_argument(
-        "--xla", action=argparse.BooleanOptionalAction, default=True, help="XLA"
-    )
     translate.add_argument("--beam", type=int, default=4, help="beam width")
-    translate.add_argument(
-        "--time-budget",
-        type=float,
-        default=None,
-        help="minutes of training at most (no epoch starts that would end later)",
-    )
-    translate.add_argument("--num-train", type=int, default=None)
-    translate.add_argument("--seed", type=int, default=0)
-    translate.add_argument("--out", default="runs/translate", help="output folder")
-    translate.add_argument("--load", default=None, help="a trained model.keras")
-    _add_training_options(translate)
+    _add_training_options(translate, out="runs/translate", batch_size=64)
     translate.set_defaults(run=_translate)
 
     classify = commands.add_parser(
@@ -253,22 +238,6 @@ def build_parser():
         help="one of " + ", ".join(_classification_models()) + "; a comma-separated "
         "list trains each in OUT/<model> and compares them",
     )
-    classify.add_argument("--epochs", type=int, default=None)
-    classify.add_argument("--batch-size", type=int, default=32)
-    classify.add_argument(
-        "--time-budget",
-        type=float,
-        default=None,
-        help="minutes of training at most (no epoch starts that would end later)",
-    )
-    classify.add_argument("--num-train", type=int, default=None)
-    classify.add_argument(
-        "--xla",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="train with XLA (default: off on TensorFlow, where it is slower on CPU)",
-    )
-    classify.add_argument("--seed", type=int, default=0, help="the first seed")
     classify.add_argument(
         "--seeds",
         type=int,
@@ -276,9 +245,15 @@ def build_parser():
         help="train each model with this many seeds (in OUT/<model>/seed<k>) and "
         "report the mean and spread",
     )
-    classify.add_argument("--out", default="runs/classify", help="output folder")
-    classify.add_argument("--load", default=None, help="a trained model.keras")
-    _add_training_options(classify)
+    _add_training_options(
+        classify,
+        out="runs/classify",
+        batch_size=32,
+        xla=None,
+        xla_help="train with XLA (default: off on TensorFlow, where it is slower "
+        "on CPU)",
+        seed_help="the first seed",
+    )
     classify.set_defaults(run=_classify)
 
     caption = commands.add_parser(
@@ -301,18 +276,7 @@ def build_parser():
         help="attention or no-attention; a comma-separated list trains each in "
         "OUT/<model> and compares their BLEU",
     )
-    caption.add_argument("--epochs", type=int, default=None)
-    caption.add_argument("--batch-size", type=int, default=32)
     caption.add_argument("--beam", type=int, default=3, help="beam width")
-    caption.add_argument(
-        "--time-budget",
-        type=float,
-        default=None,
-        help="minutes of training at most (no epoch starts that would end later)",
-    )
-    caption.add_argument(
-        "--num-train", type=int, default=None, help="training scenes (20,000)"
-    )
     caption.add_argument(
         "--doubly-stochastic",
         type=float,
@@ -320,18 +284,14 @@ def build_parser():
         help="strength lambda of the doubly stochastic attention regularization "
         "(0 turns it off)",
     )
-    caption.add_argument(
-        "--xla", action=argparse.BooleanOptionalAction, default=True, help="XLA"
-    )
-    caption.add_argument("--seed", type=int, default=0)
-    caption.add_argument(
-        "--out",
-        default=None,
-        help="output folder (default runs/caption; with --load, the model's "
+    _add_training_options(
+        caption,
+        out=None,
+        out_help="output folder (default runs/caption; with --load, the model's "
         "folder, where the overlays go)",
+        batch_size=32,
+        num_train_help="training scenes (20,000)",
     )
-    caption.add_argument("--load", default=None, help="a trained model.keras")
-    _add_training_options(caption)
     caption.set_defaults(run=_caption)
 
     gan = commands.add_parser(
@@ -365,15 +325,12 @@ def build_parser():
         "OUT/<variant>-seed<k>, one shared evaluation classifier) and compare FID",
     )
     gan.add_argument("--seeds", type=int, default=2, help="seeds of --ablation")
-    gan.add_argument("--epochs", type=int, default=5)
-    gan.add_argument("--batch-size", type=int, default=64)
     gan.add_argument(
         "--steps-per-epoch",
         type=int,
         default=None,
         help="training steps per epoch (default: one pass over the images)",
     )
-    gan.add_argument("--num-train", type=int, default=None, help="images used")
     gan.add_argument(
         "--width", type=int, default=16, help="channels at full resolution"
     )
@@ -398,30 +355,18 @@ def build_parser():
         "--channels", type=int, choices=(1, 3), default=1, help="of a folder's images"
     )
     gan.add_argument(
-        "--time-budget",
-        type=float,
-        default=None,
-        help="minutes of training at most (no epoch starts that would end later)",
-    )
-    gan.add_argument(
-        "--xla", action=argparse.BooleanOptionalAction, default=True, help="XLA"
-    )
-    gan.add_argument("--seed", type=int, default=0)
-    gan.add_argument(
         "--samples", type=int, default=64, help="with --load: images to generate"
     )
-    gan.add_argument(
-        "--out",
-        default=None,
-        help="output folder (default runs/gan; with --load, the model's folder)",
-    )
-    gan.add_argument(
-        "--load",
-        default=None,
-        help="a trained generator (OUT/model.keras): write samples.png and "
+    _add_training_options(
+        gan,
+        out=None,
+        out_help="output folder (default runs/gan; with --load, the model's folder)",
+        batch_size=64,
+        epochs=5,
+        num_train_help="images used",
+        load_help="a trained generator (OUT/model.keras): write samples.png and "
         "attention.png",
     )
-    _add_training_options(gan)
     gan.set_defaults(run=_gan)
 
     bench = commands.add_parser(
@@ -462,11 +407,45 @@ def _classification_models():
     return MODELS
 
 
-def _add_training_options(parser):
+def _add_training_options(
+    parser,
+    out,
+    batch_size,
+    epochs=None,
+    xla=True,
+    out_help="output folder",
+    xla_help="train with XLA",
+    seed_help="random seed",
+    num_train_help="train on this many examples only",
+    load_help="a trained model.keras",
+):
+    """The options every training subcommand has, defaults per subcommand."""
+    from keras_attention.tasks.distribute import STRATEGIES
+
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=epochs,
+        help="most training epochs" + ("" if epochs else " (default per dataset)"),
+    )
+    parser.add_argument("--batch-size", type=int, default=batch_size)
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        help="minutes of training at most (no epoch starts that would end later)",
+    )
+    parser.add_argument("--num-train", type=int, default=None, help=num_train_help)
+    parser.add_argument(
+        "--xla", action=argparse.BooleanOptionalAction, default=xla, help=xla_help
+    )
+    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    parser.add_argument("--out", default=out, help=out_help)
+    parser.add_argument("--load", default=None, help=load_help)
     parser.add_argument(
         "--strategy",
         default="default",
-        choices=("default", "mirrored", "multi-worker", "tpu"),
+        choices=STRATEGIES,
         help="tf.distribute strategy: default (one device), mirrored (every GPU "
         "of this machine), multi-worker (the machines in TF_CONFIG; run the same "
         "command on each), tpu; --batch-size is the global batch",

@@ -59,10 +59,10 @@ def reads(head):
 
 
 def build(out_dir):
-    from keras_attention.viz import _pyplot, plot_attention
+    from keras_attention.viz import plot_attention, pyplot
 
     weights, accuracy = train()
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.8))
     positions = [str(i) for i in range(LENGTH)]
     panels = [

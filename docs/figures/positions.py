@@ -15,14 +15,14 @@ def encodings(length, depth):
 
 
 def build(out_dir):
-    from keras_attention.viz import _pyplot, plot_position_encoding
+    from keras_attention.viz import plot_position_encoding, pyplot
 
     heatmap = out_dir / "positions-encoding.png"
     plot_position_encoding(length=50, depth=128, path=heatmap)
 
     depth, offsets = 128, np.arange(-60, 61)
     pe = encodings(200, depth)
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 3.6))
     for p, style in ((60, "-"), (100, "--"), (139, ":")):
         dots = [pe[p] @ pe[p + k] for k in offsets]

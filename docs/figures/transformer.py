@@ -53,12 +53,12 @@ def sublayer_weights():
 
 
 def build(out_dir):
-    from keras_attention.viz import _pyplot, plot_attention
+    from keras_attention.viz import plot_attention, pyplot
 
     encoder_self, decoder_self, cross = sublayer_weights()
     source = ["s1", "s2", "s3", "s4", "s5", "pad", "pad"]
     target = ["<s>", "y1", "y2", "y3", "y4", "y5"]
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(12, 4.2))
     panels = (
         (encoder_self, source, source, "encoder self-attention"),

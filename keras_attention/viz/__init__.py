@@ -40,9 +40,6 @@ from keras_attention.viz.images import (
 )
 from keras_attention.viz.text import highlight_html, plot_highlighted_text
 
-# docs/figures/*.py still import the old private name; `pyplot` replaces it.
-_pyplot = pyplot
-
 __all__ = [
     "highlight_html",
     "plot_attention",
