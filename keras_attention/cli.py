@@ -33,6 +33,19 @@ def _texts_or_stdin(texts):
     return texts or [line.rstrip("\n") for line in sys.stdin]
 
 
+def _training_options(args):
+    """The task arguments of the options `_add_training_options` adds."""
+    return {
+        "strategy": args.strategy,
+        "data": args.data,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "time_budget_minutes": args.time_budget,
+        "num_train": args.num_train,
+        "jit_compile": args.xla,
+    }
+
+
 def _translate(args):
     from keras_attention.tasks import translate
 
@@ -46,17 +59,7 @@ def _translate(args):
         return
     if args.sentences:
         raise SystemExit("sentences to translate need --load DIR/model.keras")
-    options = {
-        "strategy": args.strategy,
-        "data": args.data,
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
-        "beam_width": args.beam,
-        "time_budget_minutes": args.time_budget,
-        "seed": args.seed,
-        "num_train": args.num_train,
-        "jit_compile": args.xla,
-    }
+    options = {**_training_options(args), "beam_width": args.beam, "seed": args.seed}
     models = args.model.split(",")
     if len(models) == 1:
         translate.run_translate(args.out, model=models[0], **options)
@@ -83,15 +86,7 @@ def _classify(args):
         return
     if args.texts:
         raise SystemExit("texts to classify need --load DIR/model.keras")
-    options = {
-        "strategy": args.strategy,
-        "data": args.data,
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
-        "time_budget_minutes": args.time_budget,
-        "num_train": args.num_train,
-        "jit_compile": args.xla,
-    }
+    options = _training_options(args)
     models = args.model.split(",")
     seeds = list(range(args.seed, args.seed + args.seeds))
     if len(models) == 1 and len(seeds) == 1:
@@ -117,15 +112,9 @@ def _caption(args):
     if args.images:
         raise SystemExit("images to caption need --load DIR/model.keras")
     options = {
-        "strategy": args.strategy,
-        "data": args.data,
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
+        **_training_options(args),
         "beam_width": args.beam,
-        "time_budget_minutes": args.time_budget,
         "seed": args.seed,
-        "num_train": args.num_train,
-        "jit_compile": args.xla,
         "doubly_stochastic": args.doubly_stochastic,
     }
     out = args.out or "runs/caption"
@@ -148,18 +137,12 @@ def _gan(args):
             print(path)
         return
     options = {
-        "strategy": args.strategy,
-        "data": args.data,
+        **_training_options(args),
         "conditional": args.conditional,
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
         "steps_per_epoch": args.steps_per_epoch,
-        "num_train": args.num_train,
         "width": args.width,
         "ema_decay": args.ema,
         "fid_samples": args.fid_samples,
-        "jit_compile": args.xla,
-        "time_budget_minutes": args.time_budget,
         "image_size": args.image_size,
         "channels": args.channels,
     }

@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_attention.layers import AdditiveAttention
 from tests import numpy_reference as ref
+from tests.layers.attention_cases import run_score_layer_test
 
 rng = np.random.default_rng(3)
 Q = rng.normal(size=(2, 3, 4)).astype("float32")
@@ -37,3 +38,7 @@ def test_units_default_to_key_size():
 def test_non_positive_units_rejected(units):
     with pytest.raises(ValueError, match=r"`units` must be a positive integer"):
         AdditiveAttention(units=units)
+
+
+def test_keeps_the_layer_contract():
+    run_score_layer_test(AdditiveAttention, units=6, use_bias=True)

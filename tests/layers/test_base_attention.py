@@ -131,47 +131,6 @@ def test_keras_mask_from_token_embedding_reaches_the_layer(name):
     np.testing.assert_allclose(w[1, :3].sum(-1), 1.0, rtol=1e-5)
 
 
-def _functional(layer):
-    query = keras.Input((T, D))
-    value = keras.Input((S, D))
-    value_mask = keras.Input((S,), dtype="bool")
-    out, w = layer(
-        [query, value], mask=[None, value_mask], return_attention_scores=True
-    )
-    return keras.Model([query, value, value_mask], [out, w])
-
-
-@names
-def test_save_and_load_in_safe_mode_gives_identical_outputs(name, tmp_path):
-    model = _functional(FACTORIES[name](dropout=0.1, seed=3))
-    inputs = [QUERY, VALUE, VALUE_MASK]
-    before = model.predict(inputs, verbose=0)
-    path = tmp_path / f"{name}.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path, safe_mode=True)
-    after = loaded.predict(inputs, verbose=0)
-    for a, b in zip(before, after, strict=True):
-        np.testing.assert_array_equal(a, b)
-
-
-@names
-def test_config_round_trip(name):
-    layer = FACTORIES[name](dropout=0.2, seed=7, name="att")
-    clone = type(layer).from_config(layer.get_config())
-    assert clone.get_config() == layer.get_config()
-
-
-@names
-def test_jit_compile_matches_eager(name):
-    model = _functional(FACTORIES[name]())
-    inputs = [QUERY, VALUE, VALUE_MASK]
-    eager = model(inputs)
-    model.compile(jit_compile=True)
-    compiled = model.predict(inputs, verbose=0)
-    for a, b in zip(eager, compiled, strict=True):
-        np.testing.assert_allclose(np_(a), b, atol=1e-5)
-
-
 @names
 def test_jit_compiled_training_step_runs(name):
     query = keras.Input((T, D))
@@ -185,15 +144,13 @@ def test_jit_compiled_training_step_runs(name):
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 @names
-def test_mixed_precision_with_fully_masked_rows(name, policy):
+def test_mixed_precision_weights_still_sum_to_one(name, policy):
+    # The harness checks dtypes, finiteness and fully masked rows; this, that
+    # the half-precision softmax is still a distribution.
     layer = FACTORIES[name](dtype=policy)
     mask = VALUE_MASK.copy()
     mask[1] = False
-    out, w = layer([QUERY, VALUE], mask=[None, mask], return_attention_scores=True)
-    compute = policy.split("_")[1]
-    assert keras.backend.standardize_dtype(out.dtype) == compute
-    assert np.all(np.isfinite(np_(out))) and np.all(np.isfinite(np_(w)))
-    assert np.all(np_(out)[1] == 0.0)
+    _, w = layer([QUERY, VALUE], mask=[None, mask], return_attention_scores=True)
     np.testing.assert_allclose(np_(w)[0].sum(-1), 1.0, atol=2e-2)
 
 

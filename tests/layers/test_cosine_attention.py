@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_attention.layers import CosineAttention
 from tests import numpy_reference as ref
+from tests.layers.attention_cases import run_score_layer_test
 
 rng = np.random.default_rng(4)
 Q = rng.normal(size=(2, 3, 4)).astype("float32")
@@ -44,3 +45,7 @@ def test_size_mismatch_and_bad_config_rejected():
         CosineAttention(epsilon=0)
     with pytest.raises(ValueError, match="`sharpness` must be a float"):
         CosineAttention(sharpness="high")
+
+
+def test_keeps_the_layer_contract():
+    run_score_layer_test(CosineAttention, sharpness=4.0)

@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_attention.layers import DotProductAttention
 from tests import numpy_reference as ref
+from tests.layers.attention_cases import run_score_layer_test
 
 rng = np.random.default_rng(1)
 Q = rng.normal(size=(2, 3, 64)).astype("float32")
@@ -42,3 +43,8 @@ def test_query_key_size_mismatch_names_both_sizes():
 def test_invalid_scale(scale):
     with pytest.raises(ValueError, match="`scale` must be a bool or a positive"):
         DotProductAttention(scale=scale)
+
+
+@pytest.mark.parametrize("scale", [False, True])
+def test_keeps_the_layer_contract(scale):
+    run_score_layer_test(DotProductAttention, scale=scale)

@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_attention.layers import LocationAttention
 from tests import numpy_reference as ref
+from tests.layers.attention_cases import run_score_layer_test
 
 rng = np.random.default_rng(5)
 Q = rng.normal(size=(2, 3, 4)).astype("float32")
@@ -39,3 +40,7 @@ def test_source_longer_than_max_length_rejected():
 def test_invalid_max_length(max_length):
     with pytest.raises(ValueError, match="`max_length` must be a positive integer"):
         LocationAttention(max_length=max_length)
+
+
+def test_keeps_the_layer_contract():
+    run_score_layer_test(LocationAttention, max_length=9, use_bias=True)

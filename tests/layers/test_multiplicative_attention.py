@@ -3,6 +3,7 @@ from keras import ops
 
 from keras_attention.layers import MultiplicativeAttention
 from tests import numpy_reference as ref
+from tests.layers.attention_cases import run_score_layer_test
 
 rng = np.random.default_rng(2)
 Q = rng.normal(size=(2, 3, 4)).astype("float32")
@@ -25,3 +26,7 @@ def test_regularizer_adds_a_loss():
     layer = MultiplicativeAttention(kernel_regularizer="l2")
     layer([Q, V])
     assert len(layer.losses) == 1
+
+
+def test_keeps_the_layer_contract():
+    run_score_layer_test(MultiplicativeAttention, kernel_regularizer="l2")
