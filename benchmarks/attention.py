@@ -8,7 +8,7 @@ Same as `keras-attention bench --suite attention`; see
 
 import sys
 
-from keras_attention.bench.attention import main
+from keras_attention.bench.__main__ import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["--suite", "attention", *sys.argv[1:]]))

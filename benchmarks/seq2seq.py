@@ -7,7 +7,7 @@ Same as `keras-attention bench --suite seq2seq`.
 
 import sys
 
-from keras_attention.bench.seq2seq import main
+from keras_attention.bench.__main__ import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["--suite", "seq2seq", *sys.argv[1:]]))

@@ -7,7 +7,7 @@ Same as `keras-attention bench --suite xla`.
 
 import sys
 
-from keras_attention.bench.xla import main
+from keras_attention.bench.__main__ import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["--suite", "xla", *sys.argv[1:]]))

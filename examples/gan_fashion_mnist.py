@@ -14,7 +14,7 @@ steps; `keras-attention gan` adds per-epoch FID, checkpoints and the ablation
 import numpy as np
 
 import keras_attention
-from keras_attention.data.image_sets import load_fashion_mnist_images
+from keras_attention.data.labelled_images import load_fashion_mnist_images
 from keras_attention.evaluation.image_quality import (
     ImageQuality,
     train_feature_classifier,

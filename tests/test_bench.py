@@ -3,6 +3,7 @@ its outputs with the expected schema (no timing is asserted), plus the
 arithmetic the suites report (exponent fits, crossover)."""
 
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -199,3 +200,32 @@ def test_crossover_compares_the_lengths_both_layers_ran():
     summarize(results)
     assert set(results["crossover"]) == {"d128", "d256", "d512"}
     assert results["crossover"]["d512"] is None  # attention cheaper up to n=2048
+
+
+def test_one_entry_point_runs_a_single_case_of_a_suite(capsys):
+    # What `run_isolated` runs in a fresh process for every isolated case.
+    from keras_attention.bench.__main__ import main
+
+    case = {"kind": "matmul", "size": 64, "dtype": "float32", "repeats": 1}
+    assert main(["--suite", "attention", "--case", json.dumps(case)]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["gflops"] > 0
+    with pytest.raises(SystemExit):
+        main(["--suite", "attention", "layers", "--case", json.dumps(case)])
+    assert "--case needs exactly one --suite" in capsys.readouterr().err
+
+
+def test_benchmark_scripts_run_their_suite_through_the_entry_point(monkeypatch):
+    import runpy
+
+    import keras_attention.bench.__main__ as entry
+
+    calls = []
+    monkeypatch.setattr(entry, "main", lambda argv: calls.append(argv) or 0)
+    scripts = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+    for suite in SUITES:
+        monkeypatch.setattr("sys.argv", [f"{suite}.py", "--quick", "--out", "x"])
+        with pytest.raises(SystemExit) as exited:
+            runpy.run_path(str(scripts / f"{suite}.py"), run_name="__main__")
+        assert exited.value.code == 0
+    assert calls == [["--suite", s, "--quick", "--out", "x"] for s in SUITES]

@@ -11,10 +11,8 @@
   against re-running the decoder over the whole (padded) prefix each step.
 
 Each case runs in its own process so that its peak memory is its own.
-Usage: `python -m keras_attention.bench.attention [--quick] [--out DIR]`.
+Usage: `python -m keras_attention.bench --suite attention [--quick] [--out DIR]`.
 """
-
-import sys
 
 import numpy as np
 
@@ -256,7 +254,7 @@ CASES = {
 }
 
 
-def run(quick=False, out="runs/bench-attention", timeout=900):
+def run(quick=False, out="runs/bench", timeout=900):
     """Runs the suite, prints the ratios, writes `attention.json`,
     `attention.md` and `attention.png` under `out`; returns the results."""
     import importlib.util
@@ -271,7 +269,6 @@ def run(quick=False, out="runs/bench-attention", timeout=900):
 
     lengths = QUICK_LENGTHS if quick else FULL_LENGTHS
     repeats = 2 if quick else 5
-    module = "keras_attention.bench.attention"
     # An accelerator computes attention in bfloat16, the dtype it is built for;
     # the yardstick is then its bfloat16 matmul rate.
     on_accelerator = accelerator() is not None
@@ -280,7 +277,7 @@ def run(quick=False, out="runs/bench-attention", timeout=900):
     results["dtype"] = dtype
     # Every case in its own process, even in quick runs: the suite reports each
     # case's own peak memory.
-    measure = case_runner(module, CASES, results, out, timeout)
+    measure = case_runner("attention", CASES, results, out, timeout)
 
     phase(f"matmul yardstick ({dtype})")
     size = 2048 if quick or not on_accelerator else 8192
@@ -463,13 +460,3 @@ def _plot(results, lengths, path):
     fig.suptitle(f"XLA, {results['dtype']}: {describe(m)}", fontsize=9)
     fig.tight_layout()
     save_figure(fig, path)
-
-
-def main(argv=None):
-    from keras_attention.bench.common import suite_main
-
-    return suite_main(__doc__, run, CASES, "runs/bench-attention", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,6 @@ on, warm-up (compilation) excluded, the median of several repetitions and
 their spread.
 """
 
-import argparse
 import json
 import os
 import platform
@@ -167,7 +166,7 @@ def earlier_cases(out, results):
     return earlier.get("cases", {}) if same else {}
 
 
-def case_runner(module, cases, results, out, timeout, isolated=True):
+def case_runner(suite, cases, results, out, timeout, isolated=True):
     """Returns `measure(key, case)`, which runs one case (`run_case`), stores its
     result as `results["cases"][key]` and rewrites `out/SUITE.json` at once. A
     suite killed half-way thus keeps the cases it measured, and re-running it
@@ -176,7 +175,7 @@ def case_runner(module, cases, results, out, timeout, isolated=True):
     path = os.path.join(out, f"{results['suite']}.json")
 
     def measure(key, case):
-        result = run_case(module, cases, case, timeout, isolated, earlier.get(key))
+        result = run_case(suite, cases, case, timeout, isolated, earlier.get(key))
         results["cases"][key] = result
         _write_json(results, path)
         return result
@@ -192,7 +191,7 @@ def _write_json(results, path):
     os.replace(f"{path}.partial", path)
 
 
-def run_case(module, cases, case, timeout, isolated=True, earlier=None):
+def run_case(suite, cases, case, timeout, isolated=True, earlier=None):
     """Runs one case: in a fresh process (`run_isolated`) or, for quick runs
     where start-up would dominate, in this one (a failure then propagates).
     `earlier`, the result of an earlier run, is returned instead when it ran
@@ -200,18 +199,23 @@ def run_case(module, cases, case, timeout, isolated=True, earlier=None):
     if earlier and earlier.get("case") == case and "skipped" not in earlier:
         return earlier
     if isolated:
-        result = run_isolated(module, case, timeout)
+        result = run_isolated(suite, case, timeout)
     else:
         result = cases[case["kind"]](case)
         keras.backend.clear_session()
     return {**result, "case": case}
 
 
-def run_isolated(module, case, timeout):
-    """Runs `python -m module --case JSON` in a fresh process and returns its
-    JSON result, so that its peak memory is its own; a crash or a memory kill
-    is reported, with the error, instead of taking the suite down."""
-    command = [sys.executable, "-m", module, "--case", json.dumps(case)]
+def run_isolated(suite, case, timeout):
+    """Runs `python -m keras_attention.bench --suite SUITE --case JSON` in a
+    fresh process and returns its JSON result, so that its peak memory is its
+    own; a crash or a memory kill is reported, with the error, instead of
+    taking the suite down."""
+    command = [
+        sys.executable,
+        *("-m", "keras_attention.bench", "--suite", suite),
+        *("--case", json.dumps(case)),
+    ]
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=timeout, check=False
@@ -248,23 +252,6 @@ def fit_exponent(xs, ys):
     if len(xs) < 2:
         return None
     return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
-
-
-def suite_main(doc, run, cases, default_out, argv=None):
-    """The command line of a suite module: `--quick`, `--out`, and the hidden
-    `--case JSON` with which `run_isolated` runs one case in a fresh process."""
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="CI-sized run")
-    parser.add_argument("--out", default=default_out)
-    parser.add_argument("--case", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.case:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        case = json.loads(args.case)
-        print(json.dumps(cases[case["kind"]](case)))
-        return 0
-    run(quick=args.quick, out=args.out)
-    return 0
 
 
 def write_report(results, out, name, markdown, plot):

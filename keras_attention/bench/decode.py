@@ -13,10 +13,8 @@ suite (same width, matched parameter counts), each:
 
 Every search runs the full `max_length` steps (no end token can stop it), so
 the work is the same for every model. Usage:
-`python -m keras_attention.bench.decode [--quick] [--out DIR]`.
+`python -m keras_attention.bench --suite decode [--quick] [--out DIR]`.
 """
-
-import sys
 
 import numpy as np
 
@@ -42,7 +40,6 @@ QUICK = {
     "vocabulary_size": 50,
     "repeats": 2,
 }
-MODULE = "keras_attention.bench.decode"
 NO_END_TOKEN = -1
 
 
@@ -131,7 +128,7 @@ def _case_generate(case):
 CASES = {"generate": _case_generate}
 
 
-def run(quick=False, out="runs/bench-decode", timeout=1800):
+def run(quick=False, out="runs/bench", timeout=1800):
     """Runs the suite, prints its table, writes `decode.json`, `decode.md` and
     `decode.png` under `out`; returns the results."""
     from keras_attention.bench.common import (
@@ -144,7 +141,7 @@ def run(quick=False, out="runs/bench-decode", timeout=1800):
 
     config = QUICK if quick else FULL
     results = new_results("decode", quick, config)
-    measure = case_runner(MODULE, CASES, results, out, timeout, isolated=not quick)
+    measure = case_runner("decode", CASES, results, out, timeout, isolated=not quick)
     width, vocabulary_size = config["width"], config["vocabulary_size"]
     phase(f"matching parameter counts at d={width}")
     target = build_model("transformer", width, 8, vocabulary_size).count_params()
@@ -245,13 +242,3 @@ def plot(results, path):
         ylabel="generated tokens/s",
         title=f"XLA: {describe(results['machine'])}",
     )
-
-
-def main(argv=None):
-    from keras_attention.bench.common import suite_main
-
-    return suite_main(__doc__, run, CASES, "runs/bench-decode", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

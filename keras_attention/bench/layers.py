@@ -20,10 +20,8 @@ would otherwise reach for, on the same input:
 - `SelfAttention2D` / a 1-head `keras.layers.MultiHeadAttention` over the
   flattened map: ours adds the 1x1 convolutions and the SAGAN gate.
 
-Usage: `python -m keras_attention.bench.layers [--quick] [--out DIR]`.
+Usage: `python -m keras_attention.bench --suite layers [--quick] [--out DIR]`.
 """
-
-import sys
 
 import numpy as np
 
@@ -42,7 +40,6 @@ PAIRS = (
     "attention_pooling",
     "self_attention_2d",
 )
-MODULE = "keras_attention.bench.layers"
 
 
 def build_pair(name, quick=False):
@@ -139,7 +136,7 @@ def _case_pair(case):
 CASES = {"pair": _case_pair}
 
 
-def run(quick=False, out="runs/bench-layers", timeout=900):
+def run(quick=False, out="runs/bench", timeout=900):
     """Runs the suite, prints its table, writes `layers.json`, `layers.md`
     and `layers.png` under `out`; returns the results."""
     from keras_attention.bench.common import (
@@ -151,7 +148,7 @@ def run(quick=False, out="runs/bench-layers", timeout=900):
 
     config = QUICK if quick else FULL
     results = new_results("layers", quick, config)
-    measure = case_runner(MODULE, CASES, results, out, timeout, isolated=not quick)
+    measure = case_runner("layers", CASES, results, out, timeout, isolated=not quick)
     for name in PAIRS:
         phase(f"{name}: ours vs keras")
         measure(
@@ -205,13 +202,3 @@ def plot(results, path):
         ylabel="forward+backward (ms)",
         title=f"XLA: {describe(results['machine'])}",
     )
-
-
-def main(argv=None):
-    from keras_attention.bench.common import suite_main
-
-    return suite_main(__doc__, run, CASES, "runs/bench-layers", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,10 +19,8 @@ and the upper half) and against d, prints them next to the table's
 O(n^2 d) / O(n d^2), and finds the crossover length at which a self-attention
 layer costs more per token than a recurrent one.
 
-Usage: `python -m keras_attention.bench.seq2seq [--quick] [--out DIR]`.
+Usage: `python -m keras_attention.bench --suite seq2seq [--quick] [--out DIR]`.
 """
-
-import sys
 
 import numpy as np
 
@@ -48,7 +46,6 @@ QUICK = {
     "repeats": 2,
 }
 HEAD_DIM = 64
-MODULE = "keras_attention.bench.seq2seq"
 
 
 def build_model(name, width, length, vocabulary_size, units=None, dropout=0.1):
@@ -173,7 +170,7 @@ def _case_layer(case):
 CASES = {"train": _case_train, "layer": _case_layer}
 
 
-def run(quick=False, out="runs/bench-seq2seq", timeout=1800):
+def run(quick=False, out="runs/bench", timeout=1800):
     """Runs the suite, prints its tables, writes `seq2seq.json`, `seq2seq.md`
     and `seq2seq.png` under `out`; returns the results."""
     from keras_attention.bench.common import (
@@ -224,7 +221,7 @@ def run(quick=False, out="runs/bench-seq2seq", timeout=1800):
                     "repeats": config["repeats"],
                 }
                 plan.append((f"layer/{layer}/{width}/{length}", case))
-    measure = case_runner(MODULE, CASES, results, out, timeout, isolated=not quick)
+    measure = case_runner("seq2seq", CASES, results, out, timeout, isolated=not quick)
     for key, case in plan:
         phase(f"{key.replace('/', ' ')}")
         measure(key, case)
@@ -490,13 +487,3 @@ def plot(results, path):
     fig.suptitle(f"XLA: {describe(m)}", fontsize=9)
     fig.tight_layout()
     save_figure(fig, path)
-
-
-def main(argv=None):
-    from keras_attention.bench.common import suite_main
-
-    return suite_main(__doc__, run, CASES, "runs/bench-seq2seq", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

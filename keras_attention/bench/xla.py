@@ -9,16 +9,13 @@ known reason for a model to be slower under XLA. Plus generation (greedy
 search of the translation models) and the attention layers of the `layers`
 suite, forward+backward.
 
-Usage: `python -m keras_attention.bench.xla [--quick] [--out DIR]`.
+Usage: `python -m keras_attention.bench --suite xla [--quick] [--out DIR]`.
 """
-
-import sys
 
 import numpy as np
 
 from keras_attention.bench.common import describe
 
-MODULE = "keras_attention.bench.xla"
 TRAIN_MODELS = (
     "translate/transformer",
     "translate/rnn-bahdanau",
@@ -229,7 +226,7 @@ def _graph(fn):
 CASES = {"train": _case_train, "generate": _case_generate, "layer": _case_layer}
 
 
-def run(quick=False, out="runs/bench-xla", timeout=1800):
+def run(quick=False, out="runs/bench", timeout=1800):
     """Runs the suite, prints its table, writes `xla.json`, `xla.md` and
     `xla.png` under `out`; returns the results."""
     from keras_attention.bench.common import (
@@ -259,7 +256,7 @@ def run(quick=False, out="runs/bench-xla", timeout=1800):
         (f"layer/{name}", {"kind": "layer", "layer": name})
         for name in config["layers"] or PAIRS
     ]
-    measure = case_runner(MODULE, CASES, results, out, timeout, isolated=not quick)
+    measure = case_runner("xla", CASES, results, out, timeout, isolated=not quick)
     for label, case in plan:
         for jit_compile in (True, False):
             key = f"{label}/{'xla' if jit_compile else 'no_xla'}"
@@ -327,13 +324,3 @@ def plot(results, path):
     ax.set_title(describe(m), fontsize=9)
     fig.tight_layout()
     save_figure(fig, path)
-
-
-def main(argv=None):
-    from keras_attention.bench.common import suite_main
-
-    return suite_main(__doc__, run, CASES, "runs/bench-xla", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,6 @@
 """Datasets: real corpora from installed packages and generated tasks."""
 
+from keras_attention.data.captioned_scenes import Scenes, compose_scenes, scene_splits
 from keras_attention.data.classification import (
     CLASSIFICATION_DATA,
     FORTUNE_CATEGORIES,
@@ -16,13 +17,13 @@ from keras_attention.data.classification import (
     split_sentences,
 )
 from keras_attention.data.dates import DATE_FORMATS, date_splits, generate_date_pairs
-from keras_attention.data.files import DataFormatError
-from keras_attention.data.images import (
+from keras_attention.data.fashion_mnist import (
     FASHION_MNIST_CLASSES,
     FASHION_MNIST_DIR,
     load_fashion_mnist,
     read_idx,
 )
+from keras_attention.data.files import DataFormatError
 from keras_attention.data.pipeline import (
     caption_dataset,
     classification_dataset,
@@ -30,7 +31,6 @@ from keras_attention.data.pipeline import (
     encode_texts,
     translation_dataset,
 )
-from keras_attention.data.scenes import Scenes, compose_scenes, scene_splits
 from keras_attention.data.synthetic import keyword_task, reversal_task
 from keras_attention.data.tokenization import (
     END_ID,

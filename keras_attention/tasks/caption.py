@@ -6,8 +6,8 @@ import os
 import keras
 import numpy as np
 
-from keras_attention.data.captioned_images import load_caption_data, load_image
-from keras_attention.data.images import FASHION_MNIST_CLASSES
+from keras_attention.data.captioning import load_caption_data, load_image
+from keras_attention.data.fashion_mnist import FASHION_MNIST_CLASSES
 from keras_attention.data.pipeline import caption_dataset, encode_captions
 from keras_attention.data.tokenization import END_ID
 from keras_attention.models import ShowAttendTell

@@ -6,7 +6,7 @@ import os
 import keras
 import numpy as np
 
-from keras_attention.data.image_sets import load_image_set
+from keras_attention.data.labelled_images import load_image_set
 from keras_attention.evaluation.image_quality import (
     ImageQuality,
     train_feature_classifier,

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from keras_attention.data.image_sets import load_digits_images
+from keras_attention.data.labelled_images import load_digits_images
 from keras_attention.evaluation.image_quality import (
     ImageQuality,
     frechet_distance,

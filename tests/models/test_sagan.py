@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_attention.data.image_sets import load_digits_images
+from keras_attention.data.labelled_images import load_digits_images
 from keras_attention.evaluation.image_quality import train_feature_classifier
 from keras_attention.layers import SelfAttention2D
 from keras_attention.models import (

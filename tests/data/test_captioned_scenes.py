@@ -4,19 +4,19 @@ import os
 import numpy as np
 import pytest
 
-from keras_attention.data.files import DataFormatError
-from keras_attention.data.images import (
-    FASHION_MNIST_CLASSES,
-    FASHION_MNIST_DIR,
-    load_fashion_mnist,
-    read_idx,
-)
-from keras_attention.data.scenes import (
+from keras_attention.data.captioned_scenes import (
     ITEM_SIZES,
     compose_scenes,
     describe,
     relation,
 )
+from keras_attention.data.fashion_mnist import (
+    FASHION_MNIST_CLASSES,
+    FASHION_MNIST_DIR,
+    load_fashion_mnist,
+    read_idx,
+)
+from keras_attention.data.files import DataFormatError
 
 
 def _items(num_per_class=3):

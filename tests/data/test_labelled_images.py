@@ -5,14 +5,14 @@ import pytest
 from PIL import Image
 
 from keras_attention.data import DataFormatError
-from keras_attention.data.image_sets import (
+from keras_attention.data.fashion_mnist import FASHION_MNIST_DIR
+from keras_attention.data.labelled_images import (
     load_digits_images,
     load_fashion_mnist_images,
     load_image_set,
     load_mnist_images,
     read_image_folder,
 )
-from keras_attention.data.images import FASHION_MNIST_DIR
 
 
 def save_image(path, value, size=(12, 10)):

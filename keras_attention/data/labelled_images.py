@@ -6,9 +6,9 @@ import os
 
 import numpy as np
 
-from keras_attention.data.captioned_images import load_image
+from keras_attention.data.captioning import load_image
+from keras_attention.data.fashion_mnist import FASHION_MNIST_CLASSES, load_fashion_mnist
 from keras_attention.data.files import DataFormatError
-from keras_attention.data.images import FASHION_MNIST_CLASSES, load_fashion_mnist
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 DIGIT_CLASSES = tuple(str(d) for d in range(10))

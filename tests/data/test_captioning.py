@@ -3,7 +3,7 @@ import pytest
 from PIL import Image
 
 from keras_attention.data import DataFormatError
-from keras_attention.data.captioned_images import (
+from keras_attention.data.captioning import (
     load_caption_data,
     load_image,
     read_captioned_images,

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from keras_attention._checks import check_positive_int
-from keras_attention.data.images import FASHION_MNIST_CLASSES, load_fashion_mnist
+from keras_attention.data.fashion_mnist import FASHION_MNIST_CLASSES, load_fashion_mnist
 
 ITEM_SIZES = {"large": 28, "small": 18}
 

@@ -4,8 +4,8 @@ import os
 
 import numpy as np
 
+from keras_attention.data.captioned_scenes import Scenes, scene_splits
 from keras_attention.data.files import DataFormatError, list_lines, read_data_file
-from keras_attention.data.scenes import Scenes, scene_splits
 
 CAPTIONS_FILE = "captions.tsv"
 _EXPECTED = (
