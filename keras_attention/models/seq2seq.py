@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_attention.models.generation import GenerationMixin
+from keras_attention.decoding import GenerationMixin
 from keras_attention.models.saving import deserialize_optional, serialize_optional
 
 

@@ -4,9 +4,9 @@ import keras
 from keras import ops
 
 from keras_attention._checks import check_positive_int, check_rate
+from keras_attention.decoding import GenerationMixin
 from keras_attention.layers.additive_attention import AdditiveAttention
 from keras_attention.layers.attention_rnn_cell import AttentionRNNCell
-from keras_attention.models.generation import GenerationMixin
 from keras_attention.models.saving import deserialize_optional, serialize_optional
 
 
