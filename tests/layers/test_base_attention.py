@@ -7,7 +7,11 @@ from keras import ops
 
 from keras_attention import layers
 from tests.conftest import trainable_gradients
-from tests.layers.attention_cases import FACTORIES, POSITION_BASED
+from tests.layers.attention_cases import (
+    FACTORIES,
+    POSITION_BASED,
+    run_score_layer_test,
+)
 
 B, T, S, D = 2, 4, 6, 5
 rng = np.random.default_rng(0)
@@ -155,12 +159,12 @@ def test_mixed_precision_weights_still_sum_to_one(name, policy):
 
 
 @names
-def test_gradients_are_finite_for_weights_and_inputs(name):
+def test_gradients_with_respect_to_the_inputs_are_finite(name):
+    # The weights' gradients are the harness's (run_score_layer_test).
     layer = FACTORIES[name]()
     query = keras.Variable(QUERY)
     value = keras.Variable(VALUE)
     layer([QUERY, VALUE])
-    variables = [query, value, *layer.trainable_variables]
     mask = VALUE_MASK.copy()
     mask[1] = False  # a fully masked row must not poison the gradients
 
@@ -168,7 +172,7 @@ def test_gradients_are_finite_for_weights_and_inputs(name):
         out = layer([query, value], mask=[None, mask])
         return ops.sum(ops.square(out))
 
-    grads = trainable_gradients(variables, loss)
+    grads = trainable_gradients([query, value], loss)
     assert all(np.all(np.isfinite(g)) for g in grads)
     assert np.any(grads[1] != 0)
 
@@ -264,3 +268,39 @@ def test_causal_mask_with_single_step_query_is_rejected(name):
 def test_invalid_dropout_is_rejected(name):
     with pytest.raises(ValueError, match=r"`dropout` must be in \[0, 1\)"):
         FACTORIES[name](dropout=1.5)
+
+
+# -- the base classes, through subclasses as a user writes them --------------
+
+
+@keras.saving.register_keras_serializable(package="tests")
+class NegativeDistanceAttention(layers.ScoreAttention):
+    """Only `compute_scores`: the score is -||q - k||^2."""
+
+    def compute_scores(self, query, key):
+        cross = ops.matmul(query, ops.transpose(key, (0, 2, 1)))
+        query_norms = ops.sum(ops.square(query), -1, keepdims=True)
+        key_norms = ops.expand_dims(ops.sum(ops.square(key), -1), 1)
+        return 2.0 * cross - query_norms - key_norms
+
+
+@keras.saving.register_keras_serializable(package="tests")
+class BilinearAttention(layers.WeightedScoreAttention):
+    """A kernel and prepared keys: the score is q (k W)^T."""
+
+    def build_scores(self, query_dim, key_dim, key_length):
+        self.kernel = self.add_kernel("kernel", (key_dim, query_dim))
+
+    def prepare_keys(self, key):
+        return ops.matmul(key, self.kernel)
+
+    def compute_prepared_scores(self, query, prepared_key):
+        return ops.matmul(query, ops.transpose(prepared_key, (0, 2, 1)))
+
+
+def test_a_score_attention_subclass_keeps_the_layer_contract():
+    run_score_layer_test(NegativeDistanceAttention)
+
+
+def test_a_weighted_score_attention_subclass_keeps_the_layer_contract():
+    run_score_layer_test(BilinearAttention, kernel_regularizer="l2")

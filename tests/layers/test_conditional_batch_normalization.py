@@ -1,9 +1,9 @@
-import keras
 import numpy as np
 import pytest
 from keras import ops
 
 from keras_attention.layers import ConditionalBatchNormalization
+from tests.layer_test import run_layer_test
 
 rng = np.random.default_rng(2)
 X = rng.normal(2.0, 3.0, size=(6, 4, 4, 5)).astype("float32")
@@ -50,17 +50,10 @@ def test_bad_labels_and_configs_are_refused():
         ConditionalBatchNormalization(0)
 
 
-def test_saved_model_gives_identical_outputs(tmp_path):
-    features = keras.Input((4, 4, 5))
-    labels = keras.Input((), dtype="int32")
-    layer = ConditionalBatchNormalization(3)
-    model = keras.Model([features, labels], layer(features, labels))
-    layer.shift.embeddings.assign(rng.normal(size=(3, 5)).astype("float32"))
-    path = tmp_path / "model.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path, safe_mode=True)
-    np.testing.assert_array_equal(
-        loaded.predict([X, LABELS], verbose=0), model.predict([X, LABELS], verbose=0)
+def test_keeps_the_layer_contract():
+    run_layer_test(
+        ConditionalBatchNormalization,
+        {"num_classes": 3},
+        {"inputs": X, "labels": LABELS},
+        expected_output_shape=X.shape,
     )
-    clone = ConditionalBatchNormalization.from_config(layer.get_config())
-    assert clone.get_config() == layer.get_config()

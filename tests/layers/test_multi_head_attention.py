@@ -7,7 +7,7 @@ import pytest
 from keras import ops
 
 from keras_attention.layers import MultiHeadAttention, TokenAndPositionEmbedding
-from tests.conftest import trainable_gradients
+from tests.layer_test import assert_saved_model_matches, run_layer_test
 
 rng = np.random.default_rng(0)
 B, T, S, D = 2, 5, 7, 16
@@ -135,52 +135,24 @@ def test_precomputed_cross_attention_cache():
     np.testing.assert_array_equal(np_(same_cache), np_(cache))
 
 
-def _functional(layer):
-    q = keras.Input((T, D))
-    v = keras.Input((S, 12))
-    m = keras.Input((T, S), dtype="bool")
-    out, w = layer(q, v, attention_mask=m, return_attention_scores=True)
-    return keras.Model([q, v, m], [out, w])
-
-
-def test_save_load_safe_mode_and_jit(tmp_path):
-    model = _functional(MultiHeadAttention(num_heads=2, key_dim=8, dropout=0.1))
-    inputs = [QUERY, VALUE, MASK]
-    before = model.predict(inputs, verbose=0)
-    model.save(tmp_path / "mha.keras")
-    loaded = keras.saving.load_model(tmp_path / "mha.keras", safe_mode=True)
-    for a, b in zip(before, loaded.predict(inputs, verbose=0), strict=True):
-        np.testing.assert_array_equal(a, b)
-    eager = model(inputs)
-    loaded.compile(jit_compile=True)
-    for a, b in zip(eager, loaded.predict(inputs, verbose=0), strict=True):
-        np.testing.assert_allclose(np_(a), b, atol=1e-5)
-
-
-@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-def test_mixed_precision_with_fully_masked_rows(policy):
-    layer = MultiHeadAttention(num_heads=2, key_dim=8, dtype=policy)
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"chunk_size": 4}, {"use_gate": True, "value_dim": 6, "output_shape": 10}],
+    ids=["standard", "chunked", "gated"],
+)
+def test_keeps_the_layer_contract(options):
+    # Query 1 of the first example sees no key: its weights are zeros.
     mask = MASK.copy()
     mask[0, 1] = False
-    out, w = layer(QUERY, VALUE, attention_mask=mask, return_attention_scores=True)
-    assert keras.backend.standardize_dtype(out.dtype) == policy.split("_")[1]
-    assert np.all(np.isfinite(np_(out))) and np.all(np_(w)[0, :, 1] == 0.0)
-    chunked = MultiHeadAttention(num_heads=2, key_dim=8, chunk_size=4, dtype=policy)
-    assert np.all(np.isfinite(np_(chunked(QUERY, VALUE, attention_mask=mask))))
-
-
-@pytest.mark.parametrize("chunk_size", [None, 4])
-def test_gradients_are_finite(chunk_size):
-    layer = MultiHeadAttention(num_heads=2, key_dim=8, chunk_size=chunk_size)
-    layer(QUERY, VALUE)
-    mask = MASK.copy()
-    mask[0, 1] = False
-
-    def loss():
-        return ops.sum(ops.square(layer(QUERY, VALUE, attention_mask=mask)))
-
-    grads = trainable_gradients(layer.trainable_variables, loss)
-    assert all(np.all(np.isfinite(g)) for g in grads)
+    run_layer_test(
+        MultiHeadAttention,
+        {"num_heads": 2, "key_dim": 8, "dropout": 0.1, **options},
+        {"query": QUERY, "value": VALUE},
+        {"return_attention_scores": True},
+        expected_output_shape=[(B, T, options.get("output_shape", D)), (B, 2, T, S)],
+        masks={"attention_mask": mask},
+        masked_zeros=lambda out: out[1][0, :, 1],
+    )
 
 
 def test_dropout_only_in_training():
@@ -192,12 +164,6 @@ def test_dropout_only_in_training():
     # Like Keras, the returned weights are those before dropout.
     _, w = layer(QUERY, VALUE, training=True, return_attention_scores=True)
     np.testing.assert_allclose(np_(w).sum(-1), 1.0, rtol=1e-5)
-
-
-def test_config_round_trip():
-    layer = MultiHeadAttention(num_heads=3, key_dim=4, value_dim=5, chunk_size=64)
-    clone = MultiHeadAttention.from_config(layer.get_config())
-    assert clone.get_config() == layer.get_config()
 
 
 @pytest.mark.parametrize(
@@ -454,11 +420,7 @@ def test_lora_trains_and_saves(tmp_path):
     data = {k: rng.normal(size=(4, 2, 2)).astype("float32") for k in inputs}
     model.compile(optimizer="sgd", loss="mse")
     model.fit(data, rng.normal(size=(4, 2, 2)), verbose=0)
-    model.save(tmp_path / "lora.keras")
-    loaded = keras.saving.load_model(tmp_path / "lora.keras")
-    np.testing.assert_allclose(
-        loaded.predict(data, verbose=0), model.predict(data, verbose=0), atol=1e-6
-    )
+    assert_saved_model_matches(model, data, tmp_path)
 
 
 def test_loads_a_model_saved_before_it_subclassed_keras():

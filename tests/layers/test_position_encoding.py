@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_attention.layers import PositionEmbedding, SinusoidalPositionEncoding
 from tests import numpy_reference as ref
+from tests.layer_test import run_layer_test
 
 
 def np_(x):
@@ -95,21 +96,29 @@ def test_position_embedding_too_long_and_bad_config():
 
 
 @pytest.mark.parametrize(
-    "layer", [SinusoidalPositionEncoding(), PositionEmbedding(12)], ids=type
+    "layer_cls, init_kwargs",
+    [(SinusoidalPositionEncoding, {}), (PositionEmbedding, {"sequence_length": 12})],
+    ids=["sinusoidal", "learned"],
 )
-def test_save_load_safe_mode(layer, tmp_path):
-    inputs = keras.Input((12, 8))
-    model = keras.Model(inputs, inputs + layer(inputs))
-    x = np.random.default_rng(0).normal(size=(2, 12, 8)).astype("float32")
-    path = tmp_path / "m.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path, safe_mode=True)
-    np.testing.assert_array_equal(
-        model.predict(x, verbose=0), loaded.predict(x, verbose=0)
-    )
-    loaded.compile(jit_compile=True)
-    np.testing.assert_allclose(
-        loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6
+def test_keeps_the_layer_contract(layer_cls, init_kwargs):
+    x = np.random.default_rng(0).normal(size=(2, 10, 8)).astype("float32")
+    run_layer_test(layer_cls, init_kwargs, x, expected_output_shape=(2, 10, 8))
+
+
+@pytest.mark.parametrize(
+    "layer_cls, init_kwargs",
+    [(SinusoidalPositionEncoding, {}), (PositionEmbedding, {"sequence_length": 12})],
+    ids=["sinusoidal", "learned"],
+)
+def test_keeps_the_layer_contract_with_positions(layer_cls, init_kwargs):
+    x = np.zeros((2, 3, 8), "float32")
+    positions = np.array([[0, 1, 2], [5, 0, 11]], "int32")
+    run_layer_test(
+        layer_cls,
+        init_kwargs,
+        x,
+        {"positions": positions},
+        expected_output_shape=(2, 3, 8),
     )
 
 

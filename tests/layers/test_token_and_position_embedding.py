@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_attention.layers import DotProductAttention, TokenAndPositionEmbedding
 from tests import numpy_reference as ref
+from tests.layer_test import run_layer_test
 
 
 def np_(x):
@@ -43,16 +44,21 @@ def test_mask_reaches_attention_in_a_functional_model():
     assert np.all(w[0, :, 3:] == 0.0)
 
 
-def test_save_load_and_mixed_precision(tmp_path):
-    tokens = keras.Input((5,), dtype="int32")
-    layer = TokenAndPositionEmbedding(10, 5, 6, mask_zero=True, dtype="mixed_bfloat16")
-    model = keras.Model(tokens, layer(tokens))
-    path = tmp_path / "m.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path, safe_mode=True)
-    a, b = model.predict(IDS, verbose=0), loaded.predict(IDS, verbose=0)
-    np.testing.assert_array_equal(a, b)
-    assert keras.backend.standardize_dtype(a.dtype) == "bfloat16"
+@pytest.mark.parametrize("position_encoding", ["learned", "sinusoidal"])
+def test_keeps_the_layer_contract(position_encoding):
+    run_layer_test(
+        TokenAndPositionEmbedding,
+        {
+            "vocabulary_size": 10,
+            "sequence_length": 5,
+            "embedding_dim": 6,
+            "mask_zero": True,
+            "position_encoding": position_encoding,
+            "scale_embeddings": True,
+        },
+        IDS,
+        expected_output_shape=(2, 5, 6),
+    )
 
 
 def test_too_long_input_and_bad_config():

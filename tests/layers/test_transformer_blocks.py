@@ -11,6 +11,7 @@ from keras_attention.layers import (
     TransformerDecoderBlock,
     TransformerEncoderBlock,
 )
+from tests.layer_test import run_layer_test
 
 rng = np.random.default_rng(0)
 B, T, S, D = 2, 6, 5, 16
@@ -98,38 +99,53 @@ def test_decoder_with_cross_attention_needs_encoder():
         block(X)
 
 
-def _encoder_decoder_model(dtype=None):
-    src = keras.Input((S, D))
-    tgt = keras.Input((T, D))
-    enc = TransformerEncoderBlock(32, 4, dropout=0.1, dtype=dtype)(src)
-    dec, w = TransformerDecoderBlock(32, 4, dropout=0.1, dtype=dtype)(
-        tgt, enc, return_attention_scores=True
+def test_encoder_keeps_the_layer_contract():
+    # The second example is all padding: its weights are zeros.
+    padding = np.array([[True] * 4 + [False] * 2, [False] * T])
+    run_layer_test(
+        TransformerEncoderBlock,
+        {"intermediate_dim": 32, "num_heads": 2, "dropout": 0.1, "key_dim": 8}
+        | {"normalize_first": True},
+        X,
+        {"return_attention_scores": True},
+        expected_output_shape=[(B, T, D), (B, 2, T, T)],
+        masks={"padding_mask": padding},
+        masked_zeros=lambda out: (out[1][0, ..., 4:], out[1][1]),
     )
-    ff = FeedForward(8, output_dim=3, dtype=dtype)(dec)
-    return keras.Model([src, tgt], [ff, w])
 
 
-def test_save_load_safe_mode_and_jit(tmp_path):
-    model = _encoder_decoder_model()
-    before = model.predict([ENC, X], verbose=0)
-    model.save(tmp_path / "blocks.keras")
-    loaded = keras.saving.load_model(tmp_path / "blocks.keras", safe_mode=True)
-    for a, b in zip(before, loaded.predict([ENC, X], verbose=0), strict=True):
-        np.testing.assert_array_equal(a, b)
-    loaded.compile(jit_compile=True)
-    for a, b in zip(before, loaded.predict([ENC, X], verbose=0), strict=True):
-        np.testing.assert_allclose(a, b, atol=1e-5)
+@pytest.mark.parametrize("with_encoder", [True, False], ids=["cross", "only"])
+def test_decoder_keeps_the_layer_contract(with_encoder):
+    # With cross-attention, the encoder sequence of the second example is all
+    # padding: its cross-attention weights (returned) are zeros.
+    inputs = {"decoder_sequence": X}
+    masks = {"decoder_padding_mask": PAD}
+    call_kwargs, shapes, zeros = {}, (B, T, D), None
+    if with_encoder:
+        inputs["encoder_sequence"] = ENC
+        masks["encoder_padding_mask"] = np.array([[True] * S, [False] * S])
+        call_kwargs = {"return_attention_scores": True}
+        shapes, zeros = [(B, T, D), (B, 2, T, S)], lambda out: out[1][1]
+    run_layer_test(
+        TransformerDecoderBlock,
+        {"intermediate_dim": 32, "num_heads": 2, "dropout": 0.1}
+        | {"activation": "gelu", "chunk_size": 4},
+        inputs,
+        call_kwargs,
+        expected_output_shape=shapes,
+        masks=masks,
+        masked_zeros=zeros,
+    )
 
 
-@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-def test_mixed_precision_trains_without_nan(policy):
-    model = _encoder_decoder_model(policy)
-    model.compile("adam", ["mse", None], jit_compile=True)
-    loss = model.train_on_batch([ENC, X], [np.zeros((B, T, 3)), None])
-    loss = loss[0] if isinstance(loss, list) else loss
-    assert np.isfinite(loss)
-    out, w = model.predict([ENC, X], verbose=0)
-    assert np.all(np.isfinite(out)) and np.all(np.isfinite(w))
+def test_feed_forward_keeps_the_layer_contract():
+    run_layer_test(
+        FeedForward,
+        {"intermediate_dim": 12, "output_dim": 4, "activation": "gelu"}
+        | {"dropout": 0.1},
+        X,
+        expected_output_shape=(B, T, 4),
+    )
 
 
 def test_feed_forward_formula():
@@ -138,16 +154,6 @@ def test_feed_forward_formula():
     w1, b1 = (np_(v) for v in layer.intermediate_dense.weights)
     w2, b2 = (np_(v) for v in layer.output_dense.weights)
     np.testing.assert_allclose(got, np.maximum(X @ w1 + b1, 0) @ w2 + b2, atol=1e-5)
-
-
-def test_config_round_trips():
-    for layer in (
-        TransformerEncoderBlock(64, 2, dropout=0.2, normalize_first=True, key_dim=8),
-        TransformerDecoderBlock(64, 2, activation="gelu", chunk_size=128),
-        FeedForward(12, output_dim=4, activation="gelu", dropout=0.1),
-    ):
-        clone = type(layer).from_config(layer.get_config())
-        assert clone.get_config() == layer.get_config()
 
 
 def test_bad_inputs_and_config():
