@@ -3,7 +3,6 @@
 import json
 import os
 
-import keras
 import numpy as np
 
 from keras_attention.data.captioning import load_caption_data, load_image
@@ -13,7 +12,11 @@ from keras_attention.data.tokenization import END_ID
 from keras_attention.models import ShowAttendTell
 from keras_attention.tasks import distribute
 from keras_attention.tasks.common import cached_word_piece, phase
-from keras_attention.tasks.runner import finish_run, train_or_load
+from keras_attention.tasks.runner import (
+    compile_with_adam,
+    finish_run,
+    train_or_load,
+)
 from keras_attention.viz import (
     plot_caption_attention,
     plot_caption_grid,
@@ -307,27 +310,27 @@ def run_caption(
             tokenizer=tokenizer,
             **model_kwargs,
         )
-        net.compile(
-            optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            weighted_metrics=["accuracy"],
-            jit_compile=jit_compile,
-        )
-        return net
+        return compile_with_adam(net, jit_compile)
 
     def fit_arguments(net):
         return {
             "train_data": dataset(splits["train"], shuffle=True, drop_remainder=True),
             "validation_data": dataset(splits["valid"]),
             "patience": settings["patience"],
-            "time_budget_minutes": time_budget_minutes,
-            "callbacks": callbacks,
-            "verbose": verbose,
-            "shuffle": False,  # the dataset reshuffles itself every epoch
         }
 
     net, history = train_or_load(
-        out_dir, model, strategy, build, fit_arguments, epochs, seed, jit_compile
+        out_dir,
+        model,
+        strategy,
+        build,
+        fit_arguments,
+        epochs,
+        seed,
+        jit_compile,
+        time_budget_minutes,
+        callbacks,
+        verbose,
     )
 
     test = splits["test"]

@@ -4,7 +4,6 @@ classifier."""
 import json
 import os
 
-import keras
 import numpy as np
 
 from keras_attention.data.classification import (
@@ -25,7 +24,11 @@ from keras_attention.models import (
 )
 from keras_attention.tasks import distribute
 from keras_attention.tasks.common import cached_word_piece, phase
-from keras_attention.tasks.runner import finish_run, train_or_load
+from keras_attention.tasks.runner import (
+    compile_with_adam,
+    finish_run,
+    train_or_load,
+)
 from keras_attention.viz import (
     highlight_html,
     plot_confusion_matrix,
@@ -198,13 +201,10 @@ def run_classify(
             tokenizer=tokenizer,
             **model_kwargs,
         )
-        net.compile(
-            optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
-            loss="sparse_categorical_crossentropy",
-            metrics=["accuracy"],
-            jit_compile=jit_compile,
+        # The classifiers output probabilities.
+        return compile_with_adam(
+            net, jit_compile, from_logits=False, weighted_accuracy=False
         )
-        return net
 
     def fit_arguments(net):
         phase(f"encoding texts for {model}")
@@ -228,10 +228,6 @@ def run_classify(
                 splits.valid.labels,
             ),
             "patience": SETTINGS["patience"],
-            "time_budget_minutes": time_budget_minutes,
-            "callbacks": callbacks,
-            "verbose": verbose,
-            "shuffle": False,  # the dataset reshuffles itself every epoch
         }
 
     net, history = train_or_load(
@@ -243,6 +239,9 @@ def run_classify(
         epochs,
         seed,
         SETTINGS["jit_compile"] if jit_compile is None else jit_compile,
+        time_budget_minutes,
+        callbacks,
+        verbose,
     )
 
     phase(f"classifying {len(splits.test)} test texts")

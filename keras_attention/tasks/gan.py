@@ -250,11 +250,9 @@ def run_gan(
                 repeat=steps_per_epoch is not None,
             ),
             "validation_data": None,
-            "time_budget_minutes": time_budget_minutes,
-            "callbacks": [keras.callbacks.TerminateOnNaN(), *(callbacks or [])],
+            "callbacks": [keras.callbacks.TerminateOnNaN()],
             "epoch_metrics": [monitor],
             "steps_per_epoch": steps_per_epoch,
-            "shuffle": False,  # the dataset shuffles
         }
 
     def announce(gan):
@@ -276,6 +274,8 @@ def run_gan(
         epochs,
         seed,
         jit_compile,
+        time_budget_minutes,
+        callbacks,
         model_file="gan.keras",
         export=lambda gan: gan.sampler.save(os.path.join(out_dir, "model.keras")),
         announce=announce,

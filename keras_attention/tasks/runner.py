@@ -26,6 +26,9 @@ def train_or_load(
     epochs,
     seed,
     jit_compile=True,
+    time_budget_minutes=None,
+    callbacks=None,
+    verbose=1,
     model_file="model.keras",
     export=None,
     announce=None,
@@ -43,12 +46,16 @@ def train_or_load(
         strategy: the `tf.distribute` strategy (or None) to build in.
         build: `build(jit_compile) -> model`, compiled; called in the
             strategy's scope after seeding with `seed`.
-        fit_arguments: `fit_arguments(model) -> dict` of `fit_resumable`
-            arguments besides the model, folder and epochs (`train_data`,
-            `validation_data`, `patience`, callbacks, ...).
+        fit_arguments: `fit_arguments(model) -> dict` of the task's own
+            `fit_resumable` arguments (`train_data`, `validation_data`,
+            `patience`, ...). The tasks' datasets shuffle themselves, so
+            `fit` does not.
         epochs: most training epochs.
         seed: the random seed of the initialisation.
         jit_compile: train with XLA (off under a distribution strategy).
+        time_budget_minutes: no epoch starts that would end later than this.
+        callbacks: extra Keras callbacks for `fit`.
+        verbose: Keras progress bar setting.
         model_file: the file name of the saved model.
         export: `export(model)` saves anything else the run leaves (the GAN's
             sampler, say).
@@ -68,13 +75,22 @@ def train_or_load(
     phase(f"building {name} ({distribute.describe(strategy)})")
     with distribute.scope(strategy):
         model = build(distribute.jit_for(strategy, jit_compile))
-    arguments = fit_arguments(model)
+    arguments = dict(fit_arguments(model))
+    arguments["callbacks"] = [*arguments.get("callbacks", []), *(callbacks or [])]
     phase(
         announce(model)
         if announce
         else f"training {model.count_params():,} parameters for up to {epochs} epochs"
     )
-    history = fit_resumable(model, out_dir=out_dir, epochs=epochs, **arguments)
+    history = fit_resumable(
+        model,
+        out_dir=out_dir,
+        epochs=epochs,
+        time_budget_minutes=time_budget_minutes,
+        verbose=verbose,
+        shuffle=False,
+        **arguments,
+    )
     partial = os.path.join(out_dir, f"partial.{model_file}")
     model.save(partial)
     os.replace(partial, model_path)
@@ -83,6 +99,20 @@ def train_or_load(
     with open(history_path, "w") as f:
         json.dump(history, f)
     return model, history
+
+
+def compile_with_adam(model, jit_compile, from_logits=True, weighted_accuracy=True):
+    """Compiles `model` as every sequence and text model here trains: Adam at
+    1e-3 with gradients clipped at norm 1, sparse categorical cross-entropy,
+    and accuracy (weighted by the padding mask for token sequences)."""
+    accuracy = {"weighted_metrics" if weighted_accuracy else "metrics": ["accuracy"]}
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits),
+        jit_compile=jit_compile,
+        **accuracy,
+    )
+    return model
 
 
 def finish_run(out_dir, metrics, summary):

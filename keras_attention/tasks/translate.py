@@ -3,7 +3,6 @@
 import json
 import os
 
-import keras
 import numpy as np
 
 from keras_attention.data.pipeline import encode_texts, translation_dataset
@@ -12,7 +11,11 @@ from keras_attention.data.translation import load_translation_pairs
 from keras_attention.models import RNNSeq2Seq, Transformer
 from keras_attention.tasks import distribute
 from keras_attention.tasks.common import cached_word_piece, phase
-from keras_attention.tasks.runner import finish_run, train_or_load
+from keras_attention.tasks.runner import (
+    compile_with_adam,
+    finish_run,
+    train_or_load,
+)
 from keras_attention.viz import plot_attention, plot_score_by_length
 
 MODELS = (
@@ -175,13 +178,7 @@ def run_translate(
             target_tokenizer=target_tokenizer,
             **model_kwargs,
         )
-        net.compile(
-            optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            weighted_metrics=["accuracy"],
-            jit_compile=jit_compile,
-        )
-        return net
+        return compile_with_adam(net, jit_compile)
 
     def fit_arguments(net):
         return {
@@ -189,14 +186,20 @@ def run_translate(
             "validation_data": valid_data,
             # Real corpora are small enough to overfit: keep the best epoch.
             "patience": None if data == "dates" else 3,
-            "time_budget_minutes": time_budget_minutes,
-            "callbacks": callbacks,
-            "verbose": verbose,
-            "shuffle": False,  # the dataset reshuffles itself every epoch
         }
 
     net, history = train_or_load(
-        out_dir, model, strategy, build, fit_arguments, epochs, seed, jit_compile
+        out_dir,
+        model,
+        strategy,
+        build,
+        fit_arguments,
+        epochs,
+        seed,
+        jit_compile,
+        time_budget_minutes,
+        callbacks,
+        verbose,
     )
 
     phase(f"translating {len(test_pairs)} test sentences (greedy)")

@@ -19,7 +19,6 @@ def tiny_fit_arguments(model):
         "train_data": x,
         "y": np.ones((8, 1)),
         "validation_data": None,
-        "verbose": 0,
     }
 
 
@@ -33,6 +32,7 @@ def test_a_run_is_trained_saved_and_then_loaded_instead_of_trained(tmp_path, cap
         tiny_fit_arguments,
         epochs=2,
         seed=0,
+        verbose=0,
         export=exported.append,
         announce=lambda m: f"tiny model of {m.count_params()} parameters",
     )
@@ -63,10 +63,24 @@ def test_a_run_is_trained_saved_and_then_loaded_instead_of_trained(tmp_path, cap
 
 def test_the_same_seed_builds_the_same_model(tmp_path):
     first, _ = train_or_load(
-        str(tmp_path / "a"), "tiny", None, tiny_build, tiny_fit_arguments, 1, seed=3
+        str(tmp_path / "a"),
+        "tiny",
+        None,
+        tiny_build,
+        tiny_fit_arguments,
+        1,
+        3,
+        verbose=0,
     )
     second, _ = train_or_load(
-        str(tmp_path / "b"), "tiny", None, tiny_build, tiny_fit_arguments, 1, seed=3
+        str(tmp_path / "b"),
+        "tiny",
+        None,
+        tiny_build,
+        tiny_fit_arguments,
+        1,
+        3,
+        verbose=0,
     )
     for a, b in zip(first.get_weights(), second.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
