@@ -1,0 +1,66 @@
+"""The import graph of DESIGN.md: ops below layers below models, and the
+library (ops, layers, models, decoding, evaluation, utils) never importing the
+applications (data, tasks, bench, viz, cli)."""
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_attention"
+LIBRARY = ("ops", "layers", "models", "decoding", "evaluation", "utils")
+APPLICATIONS = ("data", "tasks", "bench", "viz", "cli")
+# What each part of the library may import from the package (besides itself).
+ALLOWED = {
+    "utils": {"_checks"},
+    "ops": {"_checks", "utils"},
+    "layers": {"_checks", "utils", "ops"},
+    "models": {"_checks", "utils", "ops", "layers", "decoding"},
+    "decoding": {"_checks", "utils", "ops"},
+    "evaluation": {"_checks", "utils", "ops", "layers", "models"},
+}
+
+
+def package_imports(path):
+    """The top-level `keras_attention` subpackages that a file imports, lazy
+    imports inside functions included."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+            if node.module == "keras_attention":
+                names = [f"keras_attention.{alias.name}" for alias in node.names]
+        found |= {
+            name.split(".")[1]
+            for name in names
+            if name.startswith("keras_attention.") and name.count(".") >= 1
+        }
+    return found
+
+
+def files_of(part):
+    module = PACKAGE / f"{part}.py"
+    return [module] if module.exists() else sorted((PACKAGE / part).rglob("*.py"))
+
+
+@pytest.mark.parametrize("part", LIBRARY)
+def test_the_library_imports_only_what_lies_below_it(part):
+    for path in files_of(part):
+        imported = package_imports(path) - {part}
+        assert imported <= ALLOWED[part], (
+            f"{path.relative_to(PACKAGE.parent)} imports "
+            f"{sorted(imported - ALLOWED[part])}; {part} may import only "
+            f"{sorted(ALLOWED[part])}"
+        )
+
+
+def test_every_part_of_the_package_is_library_or_application():
+    parts = {
+        p.stem if p.is_file() else p.name
+        for p in PACKAGE.iterdir()
+        if not p.name.startswith(("_", ".")) and (p.is_dir() or p.suffix == ".py")
+    }
+    assert parts == set(LIBRARY) | set(APPLICATIONS)
