@@ -49,6 +49,7 @@ def test_run_suites_refuses_unknown_names():
         main(["--suite", "nope"])
 
 
+@pytest.mark.slow
 def test_attention_suite_quick(tmp_path):
     results = run_suite("attention", tmp_path)
     assert results["matmul_gflops"] > 0
@@ -61,6 +62,7 @@ def test_attention_suite_quick(tmp_path):
     assert "| ratio | value |" in (tmp_path / "attention.md").read_text()
 
 
+@pytest.mark.slow
 def test_seq2seq_suite_quick(tmp_path):
     results = run_suite("seq2seq", tmp_path)
     config = results["config"]
@@ -85,6 +87,7 @@ def test_seq2seq_suite_quick(tmp_path):
     assert "Fitted exponents" in (tmp_path / "seq2seq.md").read_text()
 
 
+@pytest.mark.slow
 def test_decode_suite_quick(tmp_path):
     results = run_suite("decode", tmp_path)
     assert len(results["cases"]) == 8
@@ -99,6 +102,7 @@ def test_decode_suite_quick(tmp_path):
     } <= set(results["ratios"])
 
 
+@pytest.mark.slow
 def test_xla_suite_quick(tmp_path):
     results = run_suite("xla", tmp_path)
     for key, case in results["cases"].items():
@@ -112,6 +116,7 @@ def test_xla_suite_quick(tmp_path):
     assert "layer/multi_head" in results["speedups"]
 
 
+@pytest.mark.slow
 def test_layers_suite_quick(tmp_path):
     from keras_attention.bench.layers import PAIRS
 

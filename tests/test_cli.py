@@ -2,6 +2,7 @@ import json
 
 import keras
 import numpy as np
+import pytest
 
 from keras_attention import cli
 from keras_attention.data.synthetic import reversal_task
@@ -23,6 +24,7 @@ def test_no_subcommand_prints_help(capsys):
     assert "usage: keras-attention" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_demo_learns_reversal_and_writes_outputs(tmp_path):
     metrics = run_demo(tmp_path, epochs=3, num_train=4000, num_test=200, verbose=0)
     assert metrics["token_accuracy"] > 0.95

@@ -50,6 +50,7 @@ def _lines(text):
     return [line.rstrip() for line in text.strip("\n").splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_code_blocks_run(page):
     namespace = {"__name__": "docs"}
@@ -102,6 +103,7 @@ def _concept_images():
     return referenced
 
 
+@pytest.mark.slow
 def test_concept_figures_come_from_the_build_script(tmp_path):
     subprocess.run(
         [sys.executable, str(DOCS / "build_figures.py"), "--out", str(tmp_path)],
@@ -116,6 +118,7 @@ def test_concept_figures_come_from_the_build_script(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_site_builds_strictly(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path)],

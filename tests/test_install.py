@@ -69,6 +69,7 @@ def test_core_install_uses_the_library_without_the_applications(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_library_import_on_jax_loads_no_application_module():
     check = (
         "import sys, keras_attention, keras_attention.models, "

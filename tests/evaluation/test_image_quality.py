@@ -63,6 +63,7 @@ def digits_quality(tmp_path_factory):
     return data, path, classifier, accuracy, ImageQuality(classifier, data.images[:800])
 
 
+@pytest.mark.slow
 def test_real_images_score_well_and_noise_scores_badly(digits_quality):
     data, _, _, accuracy, quality = digits_quality
     assert accuracy > 0.8
@@ -74,6 +75,7 @@ def test_real_images_score_well_and_noise_scores_badly(digits_quality):
         quality(np.zeros((4, 16, 16, 1), "uint8"))
 
 
+@pytest.mark.slow
 def test_classifier_is_trained_once_and_cached(digits_quality):
     data, path, classifier, accuracy, _ = digits_quality
     cached, cached_accuracy = train_feature_classifier(

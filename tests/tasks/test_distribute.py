@@ -11,6 +11,9 @@ from keras_attention.tasks import distribute
 from keras_attention.tasks.translate import run_translate
 from tests.tasks.processes import cli_process, stop
 
+# Every test here trains or starts processes: the slow tier.
+pytestmark = pytest.mark.slow
+
 
 def test_unknown_strategy_is_rejected():
     with pytest.raises(ValueError, match="'mirored'.*|mirored"):

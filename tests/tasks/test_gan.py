@@ -10,6 +10,9 @@ from keras_attention.models import sample_images
 from keras_attention.tasks.gan import ablation, run_gan
 from tests.tasks.callbacks import Record, StopAt
 
+# Every test here trains or starts processes: the slow tier.
+pytestmark = pytest.mark.slow
+
 TINY = {
     "data": "digits",
     "width": 8,

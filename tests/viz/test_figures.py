@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import matplotlib
+import pytest
 from PIL import Image
 
 from keras_attention import viz
@@ -61,6 +62,7 @@ def test_every_public_function_of_the_modules_is_exported():
         assert getattr(viz, name) is not None
 
 
+@pytest.mark.slow
 def test_keras_attention_loads_viz_on_first_use():
     check = (
         "import sys, keras_attention\n"
