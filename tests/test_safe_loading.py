@@ -9,22 +9,15 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attention.models import SAGAN
-from tests.models import (
-    test_rnn_seq2seq,
-    test_show_attend_tell,
-    test_text_classifiers,
-    test_transformer,
-)
-from tests.models.test_sagan import TINY as TINY_SAGAN
+from tests.models import model_cases
 
 MODELS = {
-    "transformer": test_transformer.tiny,
-    "rnn_seq2seq": test_rnn_seq2seq.tiny,
-    "transformer_classifier": test_text_classifiers.transformer,
-    "hierarchical_attention_network": test_text_classifiers.han,
-    "show_attend_tell": test_show_attend_tell.captioner,
-    "sagan": lambda: SAGAN(**TINY_SAGAN),
+    "transformer": model_cases.tiny_transformer,
+    "rnn_seq2seq": model_cases.tiny_rnn_seq2seq,
+    "transformer_classifier": model_cases.transformer_classifier,
+    "hierarchical_attention_network": model_cases.han,
+    "show_attend_tell": model_cases.captioner,
+    "sagan": model_cases.tiny_sagan,
 }
 TRUSTED_MODULES = ("keras", "keras_attention", "keras_hub")
 

@@ -13,13 +13,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
-import os, tempfile
+import tempfile
 import numpy as np
 import keras
 from keras_attention.models import (
     HierarchicalAttentionNetwork, RNNSeq2Seq, ShowAttendTell, Transformer,
     TransformerClassifier,
 )
+from tests.layer_test import assert_saved_model_matches
 
 rng = np.random.default_rng(0)
 ids = rng.integers(4, 20, size=(8, 6)).astype("int32")
@@ -56,13 +57,7 @@ for name, (model, x, y, loss, sources) in cases.items():
     model.compile(optimizer="adam", loss=loss)
     history = model.fit(x, y, epochs=1, batch_size=4, verbose=0)
     assert np.isfinite(history.history["loss"][0]), name
-    path = os.path.join(folder, name + ".keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path, safe_mode=True)
-    np.testing.assert_allclose(
-        loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-5,
-        err_msg=name,
-    )
+    loaded = assert_saved_model_matches(model, x, folder, atol=1e-5)
     if sources is not None:
         for beam_width in (1, 2):
             tokens = keras.ops.convert_to_numpy(

@@ -3,23 +3,11 @@ import numpy as np
 import pytest
 
 from keras_attention.models import RNNSeq2Seq
-from tests.models.seq2seq_cases import VOCABULARY, exact_match, reversal_pairs
+from tests.layer_test import assert_saved_model_matches
+from tests.models.model_cases import tiny_rnn_seq2seq as tiny
+from tests.models.seq2seq_cases import exact_match, reversal_pairs
 
 ATTENTIONS = ["bahdanau", "luong-dot", "luong-general", "luong-concat", "location"]
-
-
-def tiny(attention="bahdanau", **kwargs):
-    return RNNSeq2Seq(
-        VOCABULARY,
-        VOCABULARY,
-        embedding_dim=16,
-        units=32,
-        attention=attention,
-        dropout=0.0,
-        max_source_length=8,
-        max_target_length=9,
-        **kwargs,
-    )
 
 
 def compiled(model):
@@ -89,10 +77,7 @@ def test_save_and_load_keep_outputs_and_translations(tmp_path):
     inputs, target, weight = reversal_pairs(64)
     model = compiled(tiny("luong-concat"))
     model.fit(inputs, target, sample_weight=weight, epochs=1, verbose=0)
-    path = tmp_path / "model.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path, safe_mode=True)
-    np.testing.assert_allclose(loaded(inputs), model(inputs), atol=1e-5)
+    loaded = assert_saved_model_matches(model, inputs, tmp_path, atol=1e-5)
     np.testing.assert_array_equal(
         loaded.generate(inputs["encoder_token_ids"][:5], max_length=6),
         model.generate(inputs["encoder_token_ids"][:5], max_length=6),

@@ -4,23 +4,11 @@ import pytest
 
 from keras_attention.models import ShowAttendTell
 from keras_attention.models.show_attend_tell import DoublyStochasticPenalty
+from tests.layer_test import assert_saved_model_matches
+from tests.models.model_cases import CAPTION_VOCABULARY as VOCABULARY
+from tests.models.model_cases import IMAGE_SHAPE, captioner
 
-VOCABULARY = 12
-IMAGE_SHAPE = (16, 16, 1)
 LOCATIONS = 4 * 4  # two pooling stages: a 4x4 grid
-
-
-def captioner(**kwargs):
-    sizes = {
-        "image_shape": IMAGE_SHAPE,
-        "encoder_filters": (4, 8),
-        "embedding_dim": 8,
-        "units": 16,
-        "attention_units": 8,
-        "dropout": 0.0,
-        "max_caption_length": 5,
-    }
-    return ShowAttendTell(VOCABULARY, **{**sizes, **kwargs})
 
 
 def batch(size=3, length=4, seed=0):
@@ -114,7 +102,10 @@ def test_the_penalty_enters_the_training_loss():
 def test_gate_scales_the_context_into_zero_one():
     model = captioner()
     gate = model.cell.gate_dense
-    assert gate is not None
+    # beta_t = sigmoid(w^T h + b): one sigmoid unit of the decoder state.
+    assert isinstance(gate, keras.layers.Dense) and gate.units == 1
+    assert gate.activation is keras.activations.sigmoid
+    assert tuple(gate.kernel.shape) == (model.units, 1)
     inputs = batch()
     states = model.initial_cache(inputs["images"])
     embedded = model.embedding(inputs["decoder_token_ids"][:, 0])
@@ -134,17 +125,12 @@ def test_save_and_load_in_safe_mode(tmp_path, attention):
     tokenizer = train_word_piece(["a bag above a shirt"] * 5, 20, lowercase=True)
     model = captioner(attention=attention, tokenizer=tokenizer)
     inputs = batch()
-    expected = np.asarray(model(inputs))
-    path = str(tmp_path / "captioner.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path, safe_mode=True)
-    np.testing.assert_allclose(np.asarray(loaded(inputs)), expected, atol=1e-6)
+    loaded = assert_saved_model_matches(model, inputs, tmp_path)
     np.testing.assert_array_equal(
         np.asarray(loaded.generate(inputs["images"])),
         np.asarray(model.generate(inputs["images"])),
     )
     assert loaded.tokenizer.get_vocabulary() == tokenizer.get_vocabulary()
-    assert loaded.get_config() == model.get_config()
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])

@@ -3,51 +3,11 @@ import numpy as np
 import pytest
 
 from keras_attention.data.synthetic import keyword_task
-from keras_attention.models import (
-    BagOfEmbeddingsClassifier,
-    BiLSTMClassifier,
-    HierarchicalAttentionNetwork,
-    TransformerClassifier,
-)
-
-VOCABULARY = 40
-CLASSES = 3
-LENGTH = 12
-SENTENCES = 3
-
-
-def transformer(pooling="mean", **kwargs):
-    sizes = {"hidden_dim": 32, "num_heads": 2, "num_layers": 1, "dropout": 0.0}
-    return TransformerClassifier(
-        VOCABULARY,
-        CLASSES,
-        max_length=LENGTH,
-        intermediate_dim=64,
-        pooling=pooling,
-        **{**sizes, **kwargs},
-    )
-
-
-def han(**kwargs):
-    sizes = {"embedding_dim": 16, "word_units": 16, "sentence_units": 16}
-    return HierarchicalAttentionNetwork(
-        VOCABULARY,
-        CLASSES,
-        max_sentences=SENTENCES,
-        max_words=LENGTH,
-        **{**sizes, "dropout": 0.0, **kwargs},
-    )
-
-
-def bilstm(**kwargs):
-    sizes = {"embedding_dim": 16, "units": 16, "dropout": 0.0}
-    return BiLSTMClassifier(VOCABULARY, CLASSES, **{**sizes, **kwargs})
-
-
-def bag(**kwargs):
-    sizes = {"embedding_dim": 16, "dropout": 0.0}
-    return BagOfEmbeddingsClassifier(VOCABULARY, CLASSES, **{**sizes, **kwargs})
-
+from keras_attention.models import BiLSTMClassifier, TransformerClassifier
+from tests.layer_test import assert_saved_model_matches
+from tests.models.model_cases import CLASSES, LENGTH, SENTENCES, bag, bilstm, han
+from tests.models.model_cases import CLASSIFIER_VOCABULARY as VOCABULARY
+from tests.models.model_cases import transformer_classifier as transformer
 
 FACTORIES = {
     "transformer-mean": transformer,
@@ -170,14 +130,8 @@ def test_baselines_have_no_token_importance():
 def test_save_and_load_in_safe_mode(name, tmp_path):
     model = FACTORIES[name](class_names=["a", "b", "c"])
     tokens = task(name, 4, seed=5)["token_ids"]
-    path = str(tmp_path / "model.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path, safe_mode=True)
-    assert type(loaded) is type(model)
+    loaded = assert_saved_model_matches(model, tokens, tmp_path)
     assert loaded.class_names == ["a", "b", "c"]
-    np.testing.assert_allclose(
-        loaded.predict(tokens, verbose=0), model.predict(tokens, verbose=0), atol=1e-6
-    )
     if model.has_attention:
         np.testing.assert_allclose(
             loaded.token_importance(tokens), model.token_importance(tokens), atol=1e-6

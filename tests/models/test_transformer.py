@@ -3,21 +3,9 @@ import numpy as np
 import pytest
 
 from keras_attention.models import Transformer
-from tests.models.seq2seq_cases import VOCABULARY, exact_match, reversal_pairs
-
-
-def tiny(**kwargs):
-    config = {
-        "hidden_dim": 32,
-        "num_heads": 2,
-        "num_encoder_layers": 1,
-        "num_decoder_layers": 1,
-        "intermediate_dim": 64,
-        "dropout": 0.0,
-        "max_source_length": 8,
-        "max_target_length": 9,
-    }
-    return Transformer(VOCABULARY, VOCABULARY, **{**config, **kwargs})
+from tests.layer_test import assert_saved_model_matches
+from tests.models.model_cases import tiny_transformer as tiny
+from tests.models.seq2seq_cases import exact_match, reversal_pairs
 
 
 def test_transformer_learns_to_reverse():
@@ -81,10 +69,7 @@ def test_attention_weights_shape_and_padding():
 def test_save_and_load_keep_outputs(tmp_path):
     inputs, _, _ = reversal_pairs(4)
     model = tiny()
-    path = tmp_path / "t.keras"
-    model.save(path)
-    loaded = keras.saving.load_model(path, safe_mode=True)
-    np.testing.assert_allclose(loaded(inputs), model(inputs), atol=1e-5)
+    loaded = assert_saved_model_matches(model, inputs, tmp_path, atol=1e-5)
     np.testing.assert_array_equal(
         loaded.generate(inputs["encoder_token_ids"], 5, beam_width=2),
         model.generate(inputs["encoder_token_ids"], 5, beam_width=2),
