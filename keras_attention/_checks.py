@@ -15,10 +15,18 @@ def static_shape(x):
     shape = getattr(x, "shape", None)
     if shape is None:
         return None
+    return tuple(_static_dim(d) for d in shape)
+
+
+def _static_dim(d):
+    """`d` as an int, or None where it is not known when tracing (a symbolic
+    dimension of TensorFlow or JAX)."""
+    if d is None:
+        return None
     try:
-        return tuple(None if d is None else int(d) for d in shape)
-    except TypeError:
-        return tuple(shape)
+        return int(d)
+    except Exception:  # JAX raises InconclusiveDimensionOperation
+        return None
 
 
 def check_rank(name, shape, ranks):

@@ -133,12 +133,14 @@ class AttentionRNNCell(keras.layers.Layer):
         )
 
     def build(self, input_shape):
+        # A cell revived from a built cell's config arrives built.
         feed_dim = self.memory_dim if self.style == "bahdanau" else self.units
-        self.cell.build((input_shape[0], input_shape[-1] + feed_dim))
+        if not self.cell.built:
+            self.cell.build((input_shape[0], input_shape[-1] + feed_dim))
         self._build_attention()
-        if self.combine is not None:
+        if self.combine is not None and not self.combine.built:
             self.combine.build((None, self.memory_dim + self.units))
-        if self.gate_dense is not None:
+        if self.gate_dense is not None and not self.gate_dense.built:
             self.gate_dense.build((None, self.units))
 
     def get_initial_state_from_memory(self, memory, cell_states, memory_mask=None):
@@ -228,8 +230,8 @@ class AttentionRNNCell(keras.layers.Layer):
         config = super().get_config()
         config.update(
             {
-                "cell": keras.saving.serialize_keras_object(self.cell),
-                "attention": keras.saving.serialize_keras_object(self.attention),
+                "cell": _serialize_unbuilt(self.cell),
+                "attention": _serialize_unbuilt(self.attention),
                 "memory_dim": self.memory_dim,
                 "style": self.style,
                 "gate": self.gate,
@@ -243,6 +245,14 @@ class AttentionRNNCell(keras.layers.Layer):
         config["cell"] = keras.saving.deserialize_keras_object(config["cell"])
         config["attention"] = keras.saving.deserialize_keras_object(config["attention"])
         return cls(**config)
+
+
+def _serialize_unbuilt(layer):
+    """A sublayer's config without its build state: the cell's `build` builds
+    it from the step's shapes, so a revived cell equals a fresh one."""
+    serialized = dict(keras.saving.serialize_keras_object(layer))
+    serialized.pop("build_config", None)
+    return serialized
 
 
 class InitialAttentionState(keras.layers.Layer):

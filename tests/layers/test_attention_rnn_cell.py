@@ -139,9 +139,6 @@ def contract_states(style):
 def test_keeps_the_layer_contract(style):
     # One step on states made by another cell of the same config (the harness
     # makes fresh cells); the fully masked memory must give finite outputs.
-    # Saving is checked below, as a known failure.
-    # On JAX, a symbolic call with an unknown batch size fails (see below).
-    batch = 2 if keras.backend.backend() == "jax" else None
     inputs = np.random.default_rng(2).normal(size=(2, 5)).astype("float32")
     run_layer_test(
         make_cell,
@@ -150,18 +147,9 @@ def test_keeps_the_layer_contract(style):
         {"states": contract_states(style)},
         expected_output_shape=[(2, 16 if style == "bahdanau" else 8)]
         + [tuple(s.shape) for s in contract_states(style)],
-        run_saving_check=False,
-        symbolic_batch_size=batch,
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="keras_attention bug: a built AttentionRNNCell's config holds its "
-    "built inner cell, which the revived cell's build builds again (so does "
-    "loading a .keras model with keras.layers.RNN(AttentionRNNCell(...)))",
-)
 def test_a_built_cell_survives_keras_serialization():
     cell = make_cell(gate=True)
     cell(np.zeros((2, 5), "float32"), contract_states("bahdanau"))
@@ -172,12 +160,6 @@ def test_a_built_cell_survives_keras_serialization():
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX's symbolic sizes")
-@pytest.mark.xfail(
-    strict=True,
-    reason="keras_attention bug: _checks.static_shape calls int() on JAX's "
-    "symbolic batch size, which raises InconclusiveDimensionOperation, not "
-    "the TypeError it catches",
-)
 def test_symbolic_step_with_an_unknown_batch_size_on_jax():
     states = [keras.Input(s.shape[1:]) for s in contract_states("bahdanau")]
     output, _ = make_cell()(keras.Input((5,)), states)
