@@ -20,6 +20,7 @@ def compiled(model):
     return model
 
 
+@pytest.mark.slow
 def test_bahdanau_model_learns_to_reverse():
     # 2,000 examples in batches of 64: the last batch is smaller, so this also
     # trains an XLA-compiled recurrent loop over a dynamic batch size.
@@ -33,6 +34,7 @@ def test_bahdanau_model_learns_to_reverse():
     assert exact_match(beam, test_target) > 0.9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", ATTENTIONS + ["none"])
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_every_variant_trains_under_xla_and_decodes(attention, cell):
@@ -73,6 +75,7 @@ def test_attention_weights_are_distributions_over_real_source_tokens():
     assert np.all(weights[np.broadcast_to(padded[:, None], weights.shape)] == 0)
 
 
+@pytest.mark.slow
 def test_save_and_load_keep_outputs_and_translations(tmp_path):
     inputs, target, weight = reversal_pairs(64)
     model = compiled(tiny("luong-concat"))

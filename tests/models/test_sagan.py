@@ -86,6 +86,7 @@ def test_every_convolution_and_dense_layer_is_spectrally_normalized():
     ]
 
 
+@pytest.mark.slow
 def test_a_few_steps_reduce_the_hinge_loss_and_keep_spectral_norms_near_one(digits):
     _, real = digits
     gan = SAGAN(**TINY, seed=0)
@@ -102,6 +103,7 @@ def test_a_few_steps_reduce_the_hinge_loss_and_keep_spectral_norms_near_one(digi
             assert 0.9 < largest_singular_value(layer) < 1.1, layer.name
 
 
+@pytest.mark.slow
 def test_class_conditional_generator_learns_to_draw_the_asked_digit(digits, tmp_path):
     data, real = digits
     classifier, accuracy = train_feature_classifier(
@@ -125,6 +127,7 @@ def test_class_conditional_generator_learns_to_draw_the_asked_digit(digits, tmp_
     assert (predicted == labels).mean() > 0.85
 
 
+@pytest.mark.slow
 def test_ema_generator_averages_the_weights(digits):
     _, real = digits
     gan = SAGAN(**TINY, ema_decay=0.5, seed=0)
@@ -157,6 +160,7 @@ def test_generator_attention_rows_sum_to_one():
         )
 
 
+@pytest.mark.slow
 def test_saved_gan_and_generator_give_identical_outputs(digits, tmp_path):
     _, real = digits
     gan = SAGAN(**TINY, num_classes=10, ema_decay=0.9, seed=0)
@@ -179,6 +183,7 @@ def test_saved_gan_and_generator_give_identical_outputs(digits, tmp_path):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_trains_in_mixed_precision_under_xla(digits, policy):
     _, real = digits
@@ -215,6 +220,7 @@ def test_bad_configs_and_inputs_are_refused(digits):
         conditional.sample(2, labels=[0, 1, 2])
 
 
+@pytest.mark.slow
 def test_training_on_another_backend_is_refused_at_compile():
     # The networks run on every backend; the two-optimizer step is TensorFlow's.
     script = (

@@ -133,6 +133,7 @@ def test_save_and_load_in_safe_mode(tmp_path, attention):
     assert loaded.tokenizer.get_vocabulary() == tokenizer.get_vocabulary()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_under_xla(policy):
     keras.config.set_dtype_policy(policy)
@@ -186,6 +187,7 @@ def test_no_attention_model_has_no_attention_weights():
         model.attention_weights(inputs["images"], inputs["decoder_token_ids"])
 
 
+@pytest.mark.slow
 def test_a_tiny_model_overfits_a_handful_of_scenes():
     """The model learns: eight real scenes, one caption each, memorized well
     enough that greedy decoding reproduces most captions word for word."""

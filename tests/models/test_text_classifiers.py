@@ -53,6 +53,7 @@ def trained_han():
     return trained("han")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name", ["transformer-mean", "transformer-cls", "bilstm", "bag"]
 )
@@ -63,6 +64,7 @@ def test_model_learns_keyword_task(name):
     assert np.mean(predictions == test["labels"]) > 0.9
 
 
+@pytest.mark.slow
 def test_han_learns_keyword_task_and_attends_to_the_keyword(trained_han):
     test = task("han", 300, seed=1)
     predictions = np.argmax(trained_han.predict(test["token_ids"], verbose=0), -1)
@@ -79,6 +81,7 @@ def test_han_learns_keyword_task_and_attends_to_the_keyword(trained_han):
     assert np.mean(np.argmax(importance, -1) == keyword_index) > 0.5
 
 
+@pytest.mark.slow
 def test_han_masks_padding_words_and_sentences(trained_han):
     documents = task("han", 50, seed=2)["token_ids"]
     word_weights, sentence_weights = trained_han.attention_weights(documents)
@@ -93,6 +96,7 @@ def test_han_masks_padding_words_and_sentences(trained_han):
     np.testing.assert_allclose(importance.sum((1, 2)), 1, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_empty_document_gives_finite_probabilities(trained_han):
     empty = np.zeros((1, SENTENCES, LENGTH), "int32")
     probabilities = trained_han.predict(empty, verbose=0)
@@ -138,6 +142,7 @@ def test_save_and_load_in_safe_mode(name, tmp_path):
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 @pytest.mark.parametrize("name", sorted(FACTORIES))
 def test_mixed_precision_trains_under_xla(name, policy):
@@ -177,6 +182,7 @@ def test_invalid_configs(factory, message):
         factory()
 
 
+@pytest.mark.slow
 def test_han_attention_weights_need_a_document_grid(trained_han):
     with pytest.raises(
         ValueError, match=r"\(batch, max_sentences, max_words\).*\(2, 5\)"

@@ -8,6 +8,7 @@ from tests.models.model_cases import tiny_transformer as tiny
 from tests.models.seq2seq_cases import exact_match, reversal_pairs
 
 
+@pytest.mark.slow
 def test_transformer_learns_to_reverse():
     inputs, target, weight = reversal_pairs(2000)
     model = tiny(hidden_dim=64, intermediate_dim=128, num_heads=4)
