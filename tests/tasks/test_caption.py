@@ -17,6 +17,7 @@ from keras_attention.tasks.caption import (
     words_of,
 )
 from tests.tasks.callbacks import Record, StopAt
+from tests.tasks.outputs import assert_keras_archive, assert_picture, vocabulary_lines
 
 SHAPES = {"bar": (2, 10, 6, 22), "block": (4, 4, 12, 12)}
 
@@ -75,8 +76,11 @@ def test_caption_learns_a_folder_and_writes_metrics_and_plots(caption_dir):
     assert 0.0 <= metrics["exact_caption_rate"] <= 1.0
     assert metrics["epochs"] == 2 and len(metrics["samples"]) == 5
     assert "attention_in_box" not in metrics  # a user's images have no boxes
-    for name in ("model.keras", "captions.png", "attention_0.png", "vocabulary.txt"):
-        assert (caption_dir / name).stat().st_size > 0
+    assert_keras_archive(caption_dir / "model.keras", "ShowAttendTell")
+    assert_picture(caption_dir / "captions.png")
+    assert_picture(caption_dir / "attention_0.png")
+    vocabulary = vocabulary_lines(caption_dir / "vocabulary.txt")
+    assert {"bar", "block", "left", "right"} <= set(vocabulary)
 
 
 def test_loaded_model_captions_an_image_file(caption_dir, tmp_path, capsys):
@@ -98,7 +102,7 @@ def test_loaded_model_captions_an_image_file(caption_dir, tmp_path, capsys):
     assert path.endswith("mine.png")
     vocabulary = set(" ".join(captions).split()) | {"bar", "block", "left", "right"}
     assert set(caption.split()) <= vocabulary
-    assert (tmp_path / "mine_attention.png").stat().st_size > 0
+    assert_picture(tmp_path / "mine_attention.png")
 
 
 def test_interrupted_training_resumes(shapes_folder, tmp_path):
@@ -133,7 +137,7 @@ def test_compare_writes_bleu_side_by_side(shapes_folder, tmp_path):
     summary = json.loads((tmp_path / "comparison.json").read_text())
     assert set(summary) == {"attention", "no-attention"}
     assert summary["attention"]["bleu4"] == results["attention"]["bleu4"]
-    assert (tmp_path / "comparison.png").stat().st_size > 0
+    assert_picture(tmp_path / "comparison.png")
     assert (tmp_path / "no-attention" / "model.keras").exists()
 
 
@@ -209,4 +213,8 @@ def test_words_of_stops_at_the_end_token():
 
 def test_loaded_captioner_is_the_trained_one(caption_dir):
     model = keras.saving.load_model(caption_dir / "model.keras")
-    assert model.tokenizer is not None and model.attention
+    assert model.attention is True
+    # The tokenizer of the run, vocabulary file and all.
+    vocabulary = vocabulary_lines(caption_dir / "vocabulary.txt")
+    assert model.tokenizer.get_vocabulary() == vocabulary
+    assert model.vocabulary_size == len(vocabulary)

@@ -9,6 +9,7 @@ from keras_attention import cli
 from keras_attention.data import DataFormatError
 from keras_attention.tasks.classify import classify_texts, compare, run_classify
 from tests.tasks.callbacks import Record, StopAt
+from tests.tasks.outputs import assert_keras_archive, assert_picture
 
 FILLER = (
     "the a this box bag arrived came today yesterday we my kids cat dog tried "
@@ -80,8 +81,9 @@ def test_han_learns_a_csv_and_writes_metrics_plots_and_explanations(han_dir):
     # deleting random ones.
     deletion = metrics["deletion"]
     assert deletion["top_attended"] > deletion["random"]
-    for name in ("model.keras", "confusion_matrix.png", "explanation_0.png"):
-        assert (han_dir / name).stat().st_size > 0
+    assert_keras_archive(han_dir / "model.keras", "HierarchicalAttentionNetwork")
+    assert_picture(han_dir / "confusion_matrix.png")
+    assert_picture(han_dir / "explanation_0.png")
     page = (han_dir / "explanation_0.html").read_text()
     assert "sentence-bar" in page and "HierarchicalAttentionNetwork" in page
 
@@ -131,7 +133,7 @@ def test_compare_reports_mean_and_spread_over_seeds(reviews_csv, tmp_path):
     assert "deletion_top_attended" not in summary["models"]["bag"]
     saved = json.loads((tmp_path / "comparison.json").read_text())
     assert saved == summary
-    assert (tmp_path / "comparison.png").stat().st_size > 0
+    assert_picture(tmp_path / "comparison.png")
 
 
 def test_malformed_csv_is_reported_with_its_line(tmp_path):

@@ -8,6 +8,7 @@ from keras_attention import cli
 from keras_attention.tasks.common import TimeBudget, read_epoch_log, write_metrics
 from keras_attention.tasks.translate import run_translate, translate_texts
 from tests.tasks.callbacks import Record, StopAt
+from tests.tasks.outputs import assert_keras_archive, assert_picture
 from tests.tasks.processes import kill_during_epoch, run_cli
 
 TINY = {"num_train": 600, "batch_size": 32, "beam_width": 2, "verbose": 0}
@@ -54,8 +55,9 @@ def test_translate_writes_metrics_plots_and_model(trained_dir):
         assert key in metrics
     assert 0 <= metrics["exact_match"] <= 1 and 0 <= metrics["bleu"] <= 100
     assert metrics["epochs"] == 1 and metrics["test_pairs"] == 2000
-    for name in ("model.keras", "attention_0.png", "score_by_length.png"):
-        assert (trained_dir / name).stat().st_size > 0
+    assert_keras_archive(trained_dir / "model.keras", "Transformer")
+    assert_picture(trained_dir / "attention_0.png")
+    assert_picture(trained_dir / "score_by_length.png")
 
 
 def test_loaded_model_translates_text(trained_dir, capsys):
