@@ -68,6 +68,7 @@ def caption_dir(shapes_folder, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_caption_learns_a_folder_and_writes_metrics_and_plots(caption_dir):
     metrics = json.loads((caption_dir / "metrics.json").read_text())
     for key in ("bleu1", "bleu2", "bleu3", "bleu4", "beam2_bleu4"):
@@ -83,6 +84,7 @@ def test_caption_learns_a_folder_and_writes_metrics_and_plots(caption_dir):
     assert {"bar", "block", "left", "right"} <= set(vocabulary)
 
 
+@pytest.mark.slow
 def test_loaded_model_captions_an_image_file(caption_dir, tmp_path, capsys):
     rng = np.random.default_rng(5)
     image, captions = shape_scene(rng)
@@ -105,6 +107,7 @@ def test_loaded_model_captions_an_image_file(caption_dir, tmp_path, capsys):
     assert_picture(tmp_path / "mine_attention.png")
 
 
+@pytest.mark.slow
 def test_interrupted_training_resumes(shapes_folder, tmp_path):
     options = {
         "data": str(shapes_folder),
@@ -123,6 +126,7 @@ def test_interrupted_training_resumes(shapes_folder, tmp_path):
     assert metrics["epochs"] == 2
 
 
+@pytest.mark.slow
 def test_compare_writes_bleu_side_by_side(shapes_folder, tmp_path):
     results = compare(
         tmp_path,
@@ -211,6 +215,7 @@ def test_words_of_stops_at_the_end_token():
     assert words_of(tokenizer, [*ids, END_ID, ids[1], 0]) == "a bag"
 
 
+@pytest.mark.slow
 def test_loaded_captioner_is_the_trained_one(caption_dir):
     model = keras.saving.load_model(caption_dir / "model.keras")
     assert model.attention is True

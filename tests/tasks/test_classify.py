@@ -72,6 +72,7 @@ def han_dir(reviews_csv, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_han_learns_a_csv_and_writes_metrics_plots_and_explanations(han_dir):
     metrics = json.loads((han_dir / "metrics.json").read_text())
     assert metrics["accuracy"] > 0.9 and metrics["macro_f1"] > 0.9
@@ -88,6 +89,7 @@ def test_han_learns_a_csv_and_writes_metrics_plots_and_explanations(han_dir):
     assert "sentence-bar" in page and "HierarchicalAttentionNetwork" in page
 
 
+@pytest.mark.slow
 def test_loaded_model_labels_text_and_names_the_attended_word(han_dir, capsys):
     texts = ["we tried the coffee. it was wonderful and the bag came today."]
     cli.main(["classify", "--load", str(han_dir / "model.keras"), *texts])
@@ -100,6 +102,7 @@ def test_loaded_model_labels_text_and_names_the_attended_word(han_dir, capsys):
     assert "wonderful" in line
 
 
+@pytest.mark.slow
 def test_interrupted_training_resumes_without_losing_finished_epochs(
     reviews_csv, tmp_path
 ):
@@ -114,6 +117,7 @@ def test_interrupted_training_resumes_without_losing_finished_epochs(
     assert again["accuracy"] == metrics["accuracy"]
 
 
+@pytest.mark.slow
 def test_compare_reports_mean_and_spread_over_seeds(reviews_csv, tmp_path):
     summary = compare(
         tmp_path,

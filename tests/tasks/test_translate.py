@@ -39,6 +39,7 @@ def trained_dir(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_translate_writes_metrics_plots_and_model(trained_dir):
     metrics = json.loads((trained_dir / "metrics.json").read_text())
     for key in (
@@ -60,6 +61,7 @@ def test_translate_writes_metrics_plots_and_model(trained_dir):
     assert_picture(trained_dir / "score_by_length.png")
 
 
+@pytest.mark.slow
 def test_loaded_model_translates_text(trained_dir, capsys):
     cli.main(
         [
@@ -78,6 +80,7 @@ def test_loaded_model_translates_text(trained_dir, capsys):
     assert translate_texts(model, ["3 March 2021", "tue 04/05/99"]) == lines[-2:]
 
 
+@pytest.mark.slow
 def test_interrupted_training_resumes_without_losing_finished_epochs(tmp_path):
     options = dict(TINY, data="dates", model="rnn-luong-general", epochs=3)
     with pytest.raises(KeyboardInterrupt):
@@ -120,6 +123,7 @@ def test_metrics_json_keeps_the_order_of_length_buckets(tmp_path):
     assert list(metrics) == sorted(metrics)
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_epoch_resumes_and_ends_like_an_uninterrupted_one(tmp_path):
     """SIGKILL in the middle of the second epoch, then the same command again:
     the first epoch is not redone, every epoch is logged once, and the result
