@@ -59,9 +59,9 @@ def _float_leaves(structure):
     ]
 
 
-def _symbolic(structure, batch_size=None):
+def _symbolic(structure):
     """`structure` with every NumPy array replaced by a `keras.Input` of its
-    shape (batch axis first, of `batch_size`) and dtype; returns it with the
+    shape (an unknown batch size first) and dtype; returns it with the
     arrays and the inputs, in the same order."""
     arrays, inputs = [], []
 
@@ -69,7 +69,7 @@ def _symbolic(structure, batch_size=None):
         if not _is_array(x):
             return x
         symbol = keras.Input(
-            batch_shape=(batch_size, *x.shape[1:]),
+            batch_shape=(None, *x.shape[1:]),
             dtype=keras.backend.standardize_dtype(x.dtype),
         )
         arrays.append(x)
@@ -187,7 +187,6 @@ def run_layer_test(
     run_jit_check=True,
     run_mixed_precision_check=True,
     run_gradient_check=True,
-    symbolic_batch_size=None,
     jit_atol=1e-5,
 ):
     """Checks the contract every public layer keeps.
@@ -222,8 +221,6 @@ def run_layer_test(
         run_mixed_precision_check: call under `mixed_float16` and
             `mixed_bfloat16`.
         run_gradient_check: differentiate with respect to trainable weights.
-        symbolic_batch_size: the batch size of the symbolic inputs; None
-            (unknown) unless a known bug needs one.
         jit_atol: tolerance of the compiled-versus-eager comparison.
 
     Returns:
@@ -282,7 +279,7 @@ def run_layer_test(
     # of the saving and XLA checks (with the masks as inputs).
     symbolic_layer = layer_cls(**init_kwargs)
     (symbolic_data, symbolic_kwargs), arrays, inputs = _symbolic(
-        (input_data, masked_kwargs), symbolic_batch_size
+        (input_data, masked_kwargs)
     )
     symbolic = _call(symbolic_layer, symbolic_data, symbolic_kwargs)
     eager_leaves, symbolic_leaves = _leaves(masked), _leaves(symbolic)
