@@ -8,9 +8,12 @@
 - The concept figures are rebuilt by docs/build_figures.py, and the site builds
   with `mkdocs build --strict` (broken links, missing pages and bad docstrings
   fail it).
+- The built site renders offline: MathJax and its fonts are served from the
+  site itself and no page loads a script, stylesheet or font from the web.
 """
 
 import contextlib
+import html.parser
 import io
 import itertools
 import os
@@ -18,6 +21,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import urllib.parse
 
 import pytest
 
@@ -118,15 +122,90 @@ def test_concept_figures_come_from_the_build_script(tmp_path):
     )
 
 
-@pytest.mark.slow
-def test_site_builds_strictly(tmp_path):
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory):
+    """The site as `mkdocs build --strict` writes it: (return code, log, folder)."""
+    out = tmp_path_factory.mktemp("site")
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path)],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert (tmp_path / "index.html").exists()
-    assert (tmp_path / "api" / "layers" / "index.html").exists()
+    return result.returncode, result.stdout + result.stderr, out
+
+
+@pytest.mark.slow
+def test_site_builds_strictly(built_site):
+    returncode, log, out = built_site
+    assert returncode == 0, log
+    assert (out / "index.html").exists()
+    assert (out / "api" / "layers" / "index.html").exists()
+
+
+class _Loads(html.parser.HTMLParser):
+    """The scripts, stylesheets and fonts a page loads (src and href values)."""
+
+    LOADING_RELS = {"stylesheet", "preload", "modulepreload", "preconnect", "icon"}
+
+    def __init__(self):
+        super().__init__()
+        self.scripts, self.links = [], []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "script" and attrs.get("src"):
+            self.scripts.append(attrs["src"])
+        rels = set((attrs.get("rel") or "").lower().split())
+        if tag == "link" and attrs.get("href") and rels & self.LOADING_RELS:
+            self.links.append(attrs["href"])
+
+
+def _loads(page):
+    parser = _Loads()
+    parser.feed(page.read_text())
+    return parser
+
+
+def _external(url):
+    return bool(urllib.parse.urlsplit(url).netloc) or url.startswith("//")
+
+
+@pytest.mark.slow
+def test_site_loads_nothing_from_the_web(built_site):
+    """Built or served offline, the site still has its formulas and its fonts:
+    no page loads a script, stylesheet or font from another host (MathJax is
+    copied into the site by docs/hooks/mathjax.py, Google Fonts are off)."""
+    returncode, log, out = built_site
+    assert returncode == 0, log
+    pages = sorted(out.rglob("*.html"))
+    assert len(pages) > 30
+    for page in pages:
+        loads = _loads(page)
+        external = [url for url in loads.scripts + loads.links if _external(url)]
+        assert not external, f"{page.relative_to(out)} loads {external}"
+        assert "fonts.googleapis.com" not in page.read_text()
+
+
+@pytest.mark.slow
+def test_mathjax_is_in_the_site(built_site):
+    returncode, log, out = built_site
+    assert returncode == 0, log
+    page = out / "concepts" / "masking" / "index.html"
+    assert 'class="arithmatex"' in page.read_text(), "the page has no formula"
+    mathjax = [
+        (page.parent / src).resolve()
+        for src in _loads(page).scripts
+        if src.endswith("tex-mml-chtml.js")
+    ]
+    assert len(mathjax) == 1, "the page does not load MathJax once"
+    script = mathjax[0]
+    assert script.is_relative_to(out.resolve()) and script.stat().st_size > 100_000
+    # What MathJax loads next, relative to its own script: the CHTML fonts
+    # and the TeX extensions it autoloads.
+    fonts = script.parent / "output" / "chtml" / "fonts" / "woff-v2"
+    assert (fonts / "MathJax_Main-Regular.woff").is_file()
+    assert (fonts / "MathJax_Math-Italic.woff").is_file()
+    extensions = script.parent / "input" / "tex" / "extensions"
+    assert (extensions / "boldsymbol.js").is_file()
