@@ -7,6 +7,7 @@ from keras_attention._checks import (
     check_rank,
     static_shape,
 )
+from keras_attention.ops.masks import zero_unattended
 from keras_attention.ops.scores import project
 from keras_attention.ops.softmax import masked_softmax
 
@@ -25,8 +26,9 @@ class AttentionPooling(keras.layers.Layer):
 
     `u_w` is a trainable context vector that plays the role of a fixed query
     ("which word is informative?"), so the weights `a_t` say which positions the
-    pooled vector is made of. Padding positions get weight 0, and a sequence
-    that is all padding pools to zeros.
+    pooled vector is made of. Padding positions get weight 0 and are never
+    read (NaN or inf there reaches neither the pooled vector nor the
+    gradients), and a sequence that is all padding pools to zeros.
 
     Args:
         units: size of `u_t` and `u_w`; defaults to the input size.
@@ -106,14 +108,16 @@ class AttentionPooling(keras.layers.Layer):
         )
 
     def call(self, inputs, mask=None, return_attention_scores=False):
+        if mask is not None:
+            check_mask_shape(
+                "mask", static_shape(mask), static_shape(inputs)[:-1], "(batch, length)"
+            )
+            mask = ops.cast(mask, "bool")
+            inputs = zero_unattended(inputs, mask)
         hidden = project(inputs, self.kernel)
         if self.bias is not None:
             hidden = hidden + self.bias
         scores = ops.einsum("btu,u->bt", ops.tanh(hidden), self.context_vector)
-        if mask is not None:
-            check_mask_shape(
-                "mask", static_shape(mask), static_shape(scores), "(batch, length)"
-            )
         weights = masked_softmax(scores, mask)
         pooled = ops.einsum("bt,btd->bd", weights, inputs)
         if return_attention_scores:

@@ -9,7 +9,12 @@ from keras_attention._checks import (
     check_rate,
     static_shape,
 )
-from keras_attention.ops.masks import causal_mask, merge_masks
+from keras_attention.ops.masks import (
+    attended_keys,
+    causal_mask,
+    merge_masks,
+    zero_unattended,
+)
 from keras_attention.ops.softmax import masked_softmax
 
 
@@ -44,7 +49,8 @@ class ScoreAttention(keras.layers.Layer):
         mask: list `[query_mask, value_mask]` of boolean tensors `(B, Tq)` (or
             `(B,)` for a rank-2 query) and `(B, Tv)`; either may be None. Keras
             masks of the inputs are passed automatically. Padded queries give
-            zero outputs; padded values get zero weight.
+            zero outputs; padded values get zero weight and are never read:
+            NaN or inf in the keys and values there reaches no output.
         training: whether dropout is active.
         return_attention_scores: also return the attention weights (after the
             softmax) `(B, Tq, Tv)`, or `(B, Tv)` for a rank-2 query.
@@ -146,6 +152,9 @@ class ScoreAttention(keras.layers.Layer):
             if query_mask is not None:
                 query_mask = ops.expand_dims(query_mask, 1)
 
+        key, value = _hide_unattended(
+            key, value, value_mask, ops.shape(query)[1], use_causal_mask
+        )
         scores = self.compute_scores(query, key)
         return self._attend(
             query,
@@ -172,6 +181,7 @@ class ScoreAttention(keras.layers.Layer):
             The context `(B, Dv)` and the weights `(B, Tv)`.
         """
         query = ops.expand_dims(query, 1)
+        prepared_key, value = _hide_unattended(prepared_key, value, value_mask, 1)
         scores = self.compute_prepared_scores(query, prepared_key)
         return self._attend(
             query,
@@ -416,3 +426,16 @@ def _merge_leading_axes(x, keep):
 def _split_leading_axes(x, leading):
     """The inverse of `_merge_leading_axes`: `leading` axes back in front."""
     return ops.reshape(x, (*leading, *ops.shape(x)[1:]))
+
+
+def _hide_unattended(key, value, value_mask, query_length, use_causal_mask=False):
+    """`key` and `value` `(B, Tv, D)` with zeros at the positions no query may
+    attend to, so that nothing there (NaN, inf) reaches the scores, the
+    outputs or the gradients of the score's kernels."""
+    if value_mask is not None:
+        value_mask = ops.expand_dims(value_mask, 1)
+    key_length = ops.shape(value)[1]
+    attended = attended_keys(value_mask, query_length, key_length, use_causal_mask)
+    hidden_key = zero_unattended(key, attended)
+    value = hidden_key if key is value else zero_unattended(value, attended)
+    return hidden_key, value

@@ -15,7 +15,12 @@ from keras_attention.ops.attention import (
     attention_weights,
     dot_product_attention,
 )
-from keras_attention.ops.masks import causal_mask, merge_masks
+from keras_attention.ops.masks import (
+    attended_keys,
+    causal_mask,
+    merge_masks,
+    zero_unattended,
+)
 
 # Above this many keys the layer switches to the chunked (memory-efficient) path
 # by itself, with blocks of AUTO_CHUNK_SIZE keys. Below it the standard path is
@@ -74,6 +79,10 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
       attention dropout in training.
     - **fully masked query rows give zero attention** (Keras gives them the
       mean of the values, and NaN-free only by a large negative bias).
+    - **masked keys and values are never read**: a key/value position that
+      no query may attend to (padding, cache slots past the decoded steps)
+      can hold NaN or inf without reaching the output or the gradients
+      (Keras and PyTorch multiply it by a zero weight, and 0 * NaN is NaN).
     - a 2-D `(T, S)` or 4-D `(B, num_heads, T, S)` `attention_mask` as well
       as Keras' `(B, T, S)`, and `query_mask`/`value_mask`/`key_mask`
       arguments that are honoured when passed explicitly.
@@ -321,15 +330,9 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         with _without_keras_masks(query, value, key):
             projected_query = self._query_dense(query)
             gate = self._gate_dense(query) if self._use_gate else None
-            if cache is None:
-                projected_key = self._key_dense(key)
-                projected_value = self._value_dense(value)
-            else:
-                projected_key, projected_value, cache = self._use_cache(
-                    cache, cache_update_index, key, value
-                )
-                # The masks of the new inputs do not describe the cached keys.
-                value_mask = key_mask = None
+        if cache is not None:
+            # The masks of the new inputs do not describe the cached keys.
+            value_mask = key_mask = None
 
         standard = len(projected_query.shape) == 4
         # A plain causal mask is generated inside the attention op (never
@@ -342,6 +345,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             and type(self)._compute_attention is MultiHeadAttention._compute_attention
         )
         if standard:
+            query_length = ops.shape(query)[1]
+            key_length = ops.shape(key)[1] if cache is None else ops.shape(cache)[2]
             offset = 0 if cache_update_index is None else cache_update_index
             mask = self._sequence_attention_mask(
                 query_mask,
@@ -349,10 +354,21 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 key_mask,
                 attention_mask,
                 use_causal_mask and not causal_in_op,
-                ops.shape(projected_query)[1],
-                ops.shape(projected_key)[1],
+                query_length,
+                key_length,
                 offset,
             )
+            if cache is None:
+                # The attention op never reads the unattended keys and values,
+                # but the projections would: the gradients of their kernels
+                # sum `input * gradient` over every position, and 0 * NaN is
+                # NaN.
+                attended = attended_keys(mask, query_length, key_length, causal_in_op)
+                if attended is not None and len(attended.shape) == 3:
+                    attended = ops.any(attended, axis=1)  # over the heads
+                hidden_key = zero_unattended(key, attended)
+                value = hidden_key if key is value else zero_unattended(value, attended)
+                key = hidden_key
         else:
             mask = self._compute_attention_mask(
                 query,
@@ -363,6 +379,15 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 attention_mask=attention_mask,
                 use_causal_mask=use_causal_mask,
             )
+        with _without_keras_masks(key, value):
+            if cache is None:
+                projected_key = self._key_dense(key)
+                projected_value = self._value_dense(value)
+            else:
+                projected_key, projected_value, cache = self._use_cache(
+                    cache, cache_update_index, key, value
+                )
+
         extra = {"use_causal_mask": True} if causal_in_op else {}
         output, scores = self._compute_attention(
             projected_query,
@@ -520,7 +545,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             query, key, attention_mask, use_causal_mask, self._inverse_sqrt_key_dim
         )
         kept = self._dropout_layer(weights, training=training)
-        return apply_attention_weights(kept, value), weights
+        output = apply_attention_weights(kept, value, attention_mask, use_causal_mask)
+        return output, weights
 
     def _compute_multi_axis_attention(
         self, query, key, value, attention_mask, training, use_causal_mask

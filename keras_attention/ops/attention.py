@@ -12,7 +12,12 @@ from keras_attention._checks import (
     static_shape,
 )
 from keras_attention.ops.chunked import chunked_attention
-from keras_attention.ops.masks import causal_mask, merge_masks
+from keras_attention.ops.masks import (
+    attended_keys,
+    causal_mask,
+    merge_masks,
+    zero_unattended,
+)
 from keras_attention.ops.softmax import masked_softmax
 
 
@@ -50,7 +55,10 @@ def dot_product_attention(
 
     Same layout and semantics as `keras.ops.dot_product_attention`, plus
     attention weights on request and padding masks that are safe for fully
-    masked rows (they give zeros, never NaN).
+    masked rows (they give zeros, never NaN). Keys and values at positions
+    that no query may attend to (padding, keys past the last query of a
+    causal mask) are never read: NaN or inf there reaches no output and no
+    gradient.
 
     Args:
         query: `(batch, T, num_heads, head_dim)`.
@@ -89,18 +97,41 @@ def dot_product_attention(
     check_positive_int("chunk_size", chunk_size, allow_none=True)
     if scale is None:
         scale = 1.0 / math.sqrt(q_shape[-1])
+    if chunk_size is not None and return_weights:
+        raise ValueError(
+            "`return_weights=True` cannot be combined with `chunk_size`: the "
+            "chunked path never materializes the (T, S) weights."
+        )
+    attended = _attended_keys(mask, is_causal, _length(query, 1), _length(key, 1))
+    key = zero_unattended(key, attended)
+    value = zero_unattended(value, attended)
     if chunk_size is not None:
-        if return_weights:
-            raise ValueError(
-                "`return_weights=True` cannot be combined with `chunk_size`: the "
-                "chunked path never materializes the (T, S) weights."
-            )
         return chunked_attention(query, key, value, mask, is_causal, scale, chunk_size)
     weights = _weights(query, key, mask, is_causal, scale)
     outputs = apply_attention_weights(weights, value)
     if return_weights:
         return outputs, weights
     return outputs
+
+
+def _length(x, axis):
+    static = x.shape[axis]
+    return static if isinstance(static, int) else ops.shape(x)[axis]
+
+
+def _attended_keys(mask, is_causal, query_length, key_length):
+    """Broadcastable to `(B, S, N)`, the layout of the keys: True at the keys
+    that some query of the head may attend to; None when every key is."""
+    if mask is not None:
+        mask = ops.cast(mask, "bool")
+        while len(mask.shape) < 4:
+            mask = ops.expand_dims(mask, 0)
+    attended = attended_keys(mask, query_length, key_length, is_causal)
+    if attended is None:
+        return None
+    if mask is None:  # the causal reach alone, (S,)
+        return attended[:, None]
+    return ops.transpose(attended, (0, 2, 1))
 
 
 def _weights(query, key, mask, is_causal, scale):
@@ -115,16 +146,31 @@ def _weights(query, key, mask, is_causal, scale):
 def attention_weights(query, key, mask=None, is_causal=False, scale=None):
     """The weights `softmax(scale * Q K^T)` `(B, N, T, S)` of
     `dot_product_attention` (same arguments), for code that transforms them,
-    e.g. dropout, before `apply_attention_weights`."""
+    e.g. dropout, before `apply_attention_weights`. Keys at positions no query
+    may attend to are never read."""
     query, key = ops.convert_to_tensor(query), ops.convert_to_tensor(key)
     if mask is not None:
         mask = ops.convert_to_tensor(mask)
     q_shape, _ = _check_inputs(query, key, key, mask)
     if scale is None:
         scale = 1.0 / math.sqrt(q_shape[-1])
+    attended = _attended_keys(mask, is_causal, _length(query, 1), _length(key, 1))
+    key = zero_unattended(key, attended)
     return _weights(query, key, mask, is_causal, scale)
 
 
-def apply_attention_weights(weights, value):
-    """`sum_s weights[b, n, t, s] * value[b, s, n, :]` -> `(B, T, N, H)`."""
+def apply_attention_weights(weights, value, mask=None, is_causal=False):
+    """`sum_s weights[b, n, t, s] * value[b, s, n, :]` -> `(B, T, N, H)`.
+
+    Pass the `mask` and `is_causal` that made the weights, and the values at
+    positions no query may attend to are never read: a zero weight alone does
+    not hide a NaN or inf there (`0 * NaN` is NaN).
+    """
+    if mask is not None or is_causal:
+        if mask is not None:
+            mask = ops.convert_to_tensor(mask)
+        attended = _attended_keys(
+            mask, is_causal, _length(weights, 2), _length(value, 1)
+        )
+        value = zero_unattended(value, attended)
     return ops.einsum("bnts,bsnh->btnh", weights, ops.cast(value, weights.dtype))

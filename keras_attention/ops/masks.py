@@ -71,3 +71,53 @@ def merge_masks(*masks):
         mask = ops.cast(mask, "bool")
         merged = mask if merged is None else ops.logical_and(merged, mask)
     return merged
+
+
+def attended_keys(mask, query_length, key_length, is_causal=False):
+    """The key positions that at least one query may attend to.
+
+    Args:
+        mask: boolean tensor broadcastable to `(..., T, S)`, True = attend, or
+            None.
+        query_length: T.
+        key_length: S.
+        is_causal: also apply the causal mask (query `i` sees keys `j <= i`).
+
+    Returns:
+        Boolean `(..., S)`, the mask's leading axes with T reduced; None when
+        nothing hides a key from every query.
+    """
+    if mask is not None:
+        mask = ops.cast(mask, "bool")
+        while len(mask.shape) < 2:
+            mask = ops.expand_dims(mask, 0)
+    if is_causal:
+        if mask is not None and mask.shape[-2] != 1:
+            mask = merge_masks(mask, causal_mask(query_length, key_length))
+        elif not (
+            isinstance(query_length, int)
+            and isinstance(key_length, int)
+            and key_length <= query_length
+        ):
+            # A mask that is the same for every query hides no more keys once
+            # causal: key `j` stays seen by query `j`, and only the keys past
+            # the last query are seen by none. This keeps the chunked path
+            # from materializing a (T, S) mask.
+            reach = ops.less(ops.arange(key_length), query_length)[None]
+            mask = merge_masks(mask, reach)
+    if mask is None:
+        return None
+    return ops.any(mask, axis=-2)
+
+
+def zero_unattended(x, attended):
+    """`x` `(..., S, D)` with zeros where `attended` (broadcastable to
+    `(..., S)`) is False; `x` itself when `attended` is None.
+
+    A masked position gets a weight of exactly 0, but `0 * NaN` is NaN: the
+    NaN or inf of a padding buffer holding garbage would reach every output,
+    and every gradient. Zeroed before anything reads it, it reaches none.
+    """
+    if attended is None:
+        return x
+    return ops.where(ops.expand_dims(attended, -1), x, 0.0)
