@@ -1,4 +1,9 @@
+import argparse
 import json
+import os
+import subprocess
+import sys
+import zipfile
 
 import keras
 import numpy as np
@@ -7,21 +12,315 @@ import pytest
 from keras_attention import cli
 from keras_attention.data.synthetic import reversal_task
 from keras_attention.tasks.demo import run_demo
+from tests.models.model_cases import tiny_sagan, tiny_transformer
+
+SUBCOMMANDS = ("demo", "translate", "classify", "caption", "gan", "bench")
 
 
 def test_help_lists_subcommands(capsys):
-    try:
+    with pytest.raises(SystemExit) as exit_:
         cli.main(["--help"])
-    except SystemExit as exit_:
-        assert exit_.code == 0
+    assert exit_.value.code == 0
     out = capsys.readouterr().out
-    for command in ("demo", "translate", "classify", "caption", "gan", "bench"):
+    for command in SUBCOMMANDS:
         assert command in out
 
 
 def test_no_subcommand_prints_help(capsys):
     assert cli.main([]) == 0
     assert "usage: keras-attention" in capsys.readouterr().out
+
+
+def _subcommand_parsers():
+    parser = cli.build_parser()
+    commands = next(
+        a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+    )
+    return commands.choices
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_every_option_has_help_and_its_default(command):
+    parser = _subcommand_parsers()[command]
+    # Without white space, which the help's line wrapping adds.
+    text = "".join(parser.format_help().split())
+    for action in parser._actions:
+        assert action.help, f"{command} {action.option_strings} has no help"
+        shown = action.default not in (None, False, argparse.SUPPRESS)
+        if action.option_strings and shown and action.dest != "help":
+            assert "(default" in action.help or f"(default:{action.default})" in text
+
+
+def test_the_command_lists_match_the_tasks():
+    from keras_attention.bench import SUITES
+    from keras_attention.tasks import caption, classify, distribute, translate
+
+    assert cli.TRANSLATION_MODELS == translate.MODELS
+    assert cli.CLASSIFICATION_MODELS == classify.MODELS
+    assert cli.CAPTION_MODELS == tuple(caption.MODELS)
+    assert cli.BENCH_SUITES == SUITES
+    assert cli.STRATEGIES == distribute.STRATEGIES
+
+
+def test_help_and_argument_errors_load_no_framework(tmp_path):
+    # The entry point the console script runs: `--help` and a refused
+    # argument answer without importing Keras or TensorFlow.
+    script = (
+        "import sys, keras_attention_cli\n"
+        "for argv in (['translate', '--help'], ['translate', '--epochs', '0'],"
+        " ['--help']):\n"
+        "    sys.argv = ['keras-attention', *argv]\n"
+        "    try:\n"
+        "        keras_attention_cli.main()\n"
+        "    except SystemExit as exit_:\n"
+        "        print('exit', exit_.code)\n"
+        "print(sorted(m for m in ('keras', 'tensorflow', 'jax', 'torch') "
+        "if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[-1] == "[]"
+    assert [line for line in lines if line.startswith("exit")] == [
+        "exit 0",
+        "exit 2",
+        "exit 0",
+    ]
+    assert result.stderr.strip() == (
+        "keras-attention translate: error: argument --epochs: expected a "
+        "positive integer; got '0'"
+    )
+
+
+def _error(argv, capsys):
+    """The exit status and the one line of stderr of a refused command."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return exit_.value.code, lines[0]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["translate", "--model", "transformer,foo"],
+            "argument --model: unknown model 'foo'; expected one of transformer, "
+            "transformer-base, rnn,",
+        ),
+        (["translate", "--model", "rnn,rnn"], "a model is listed twice in 'rnn,rnn'"),
+        (["translate", "--epochs", "0"], "expected a positive integer; got '0'"),
+        (["translate", "--epochs", "-1"], "expected a positive integer; got '-1'"),
+        (["translate", "--num-train", "-10"], "--num-train: expected a positive"),
+        (["translate", "--batch-size", "x"], "--batch-size: expected a positive"),
+        (["translate", "--beam", "0"], "--beam: expected a positive integer"),
+        (["translate", "--time-budget", "0"], "--time-budget: expected a positive"),
+        (["translate", "--seed", "-1"], "--seed: expected an integer >= 0"),
+        (["translate", "--min-confidence", "nan"], "--min-confidence: expected"),
+        (
+            ["translate", "--data", "missing.tsv"],
+            "'missing.tsv' is neither a built-in dataset (dates, de-en) nor an "
+            "existing file",
+        ),
+        (["classify", "--model", "svm"], "unknown model 'svm'"),
+        (["classify", "--seeds", "0"], "--seeds: expected a positive integer"),
+        (["caption", "--model", "attention,none"], "unknown model 'none'"),
+        (["caption", "--doubly-stochastic", "-1"], "expected a number >= 0"),
+        (["caption", "--data", "no_folder"], "nor an existing folder"),
+        (["gan", "--ema", "1.5"], "--ema: expected a number between 0 and 1"),
+        (["gan", "--fid-samples", "1"], "expected an integer >= 2; got '1'"),
+        (["gan", "--steps-per-epoch", "0"], "--steps-per-epoch: expected a positive"),
+        (["gan", "--image-size", "4"], "expected an integer >= 8; got '4'"),
+        (["bench", "--suite", "nope"], "argument --suite: invalid choice: 'nope'"),
+        (["translate", "--strategy", "gpu"], "argument --strategy: invalid choice"),
+        (["translate", "--nope"], "unrecognized arguments: --nope"),
+        (
+            ["translate", "some sentence"],
+            "sentences to translate need --load DIR/model.keras",
+        ),
+        (["classify", "some text"], "texts to classify need --load DIR/model.keras"),
+    ],
+)
+def test_bad_arguments_are_refused_in_one_line(argv, message, capsys, tmp_path):
+    status, line = _error([*argv, "--out", str(tmp_path / "run")], capsys)
+    assert status == 2
+    assert line.startswith(f"keras-attention {argv[0]}: error: ")
+    assert message in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_out_must_be_a_folder_that_can_be_written(tmp_path, capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    status, line = _error(["translate", "--out", str(a_file)], capsys)
+    assert (status, line) == (
+        2,
+        f"keras-attention translate: error: --out '{a_file}' exists and is not "
+        "a folder",
+    )
+    status, line = _error(["translate", "--out", str(a_file / "run")], capsys)
+    assert status == 2
+    assert line.endswith(f"cannot be created: '{a_file}' is not a folder")
+    # /proc refuses new files, even to root.
+    status, line = _error(["translate", "--out", "/proc/run"], capsys)
+    assert status == 2
+    assert line.startswith("keras-attention translate: error: --out '/proc/run' ")
+    assert "cannot be written" in line
+
+
+def test_the_output_check_leaves_no_trace(tmp_path):
+    cli.check_output_folder(str(tmp_path / "a" / "b"))
+    assert list(tmp_path.iterdir()) == []
+    cli.check_output_folder(str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def saved_transformer(tmp_path_factory):
+    path = tmp_path_factory.mktemp("saved") / "model.keras"
+    tiny_transformer().save(path)
+    return path
+
+
+def _load_error(command, path, capsys):
+    images = ["x.png"] if command == "caption" else []
+    status, line = _error([command, "--load", str(path), *images], capsys)
+    prefix = f"keras-attention {command}: error: --load '{path}'"
+    assert line.startswith(prefix), line
+    return status, line[len(prefix) :]
+
+
+def test_load_tells_each_kind_of_bad_file_apart(tmp_path, saved_transformer, capsys):
+    assert _load_error("translate", tmp_path / "none.keras", capsys) == (
+        2,
+        ": no such file",
+    )
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "model.keras").write_bytes(saved_transformer.read_bytes())
+    assert _load_error("translate", run, capsys) == (
+        2,
+        f" is a folder, not a .keras file; did you mean '{run / 'model.keras'}'?",
+    )
+
+    text = tmp_path / "notes.keras"
+    text.write_text("garbage")
+    status, message = _load_error("translate", text, capsys)
+    assert status == 1
+    assert message == " is not a .keras archive (a zip file); it starts with b'garbage'"
+
+    weights = tmp_path / "model.weights.h5"
+    tiny_transformer().save_weights(weights)
+    status, message = _load_error("translate", weights, capsys)
+    assert status == 1
+    assert message.startswith(" is an HDF5 file (weights only")
+
+    data = saved_transformer.read_bytes()
+    truncated = tmp_path / "truncated.keras"
+    truncated.write_bytes(data[: len(data) // 2])
+    status, message = _load_error("translate", truncated, capsys)
+    assert status == 1
+    assert message.startswith(" is a corrupt .keras archive (truncated or damaged")
+
+    damaged = tmp_path / "damaged.keras"
+    with zipfile.ZipFile(saved_transformer) as archive:
+        info = archive.getinfo("model.weights.h5")
+        middle = info.header_offset + len(info.filename) + 30 + info.file_size // 2
+    flipped = bytes([data[middle] ^ 0xFF])
+    damaged.write_bytes(data[:middle] + flipped + data[middle + 1 :])
+    status, message = _load_error("translate", damaged, capsys)
+    assert status == 1
+    assert message == (
+        " is a corrupt .keras archive: model.weights.h5 fails its checksum"
+    )
+
+    not_keras = tmp_path / "other.keras"
+    with zipfile.ZipFile(not_keras, "w") as archive:
+        archive.writestr("readme.txt", "hello")
+    status, message = _load_error("translate", not_keras, capsys)
+    assert status == 1
+    assert message == " is a zip file without config.json, not a .keras archive"
+
+    assert _load_error("caption", saved_transformer, capsys) == (
+        2,
+        " holds a Transformer model; `keras-attention caption` reads ShowAttendTell",
+    )
+    sequential = tmp_path / "sequential.keras"
+    keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]).save(sequential)
+    status, message = _load_error("gan", sequential, capsys)
+    assert status == 2
+    assert message.startswith(" holds a Sequential model; `keras-attention gan` reads")
+
+
+def test_load_reports_an_unreadable_file(saved_transformer, monkeypatch, capsys):
+    real_open = open
+
+    def refuse(path, *args, **kwargs):
+        if os.fspath(path) == str(saved_transformer):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", refuse)
+    assert _load_error("translate", saved_transformer, capsys) == (
+        1,
+        " cannot be read: Permission denied",
+    )
+
+
+def test_load_accepts_a_model_of_the_command(saved_transformer, tmp_path):
+    cli.check_saved_model(str(saved_transformer), "translate")
+    generator = tmp_path / "model.keras"
+    tiny_sagan(ema_decay=0.9).sampler.save(generator)
+    cli.check_saved_model(str(generator), "gan")
+    with pytest.raises(cli.CommandError, match="reads TransformerClassifier, "):
+        cli.check_saved_model(str(saved_transformer), "classify")
+
+
+def test_a_failure_is_one_line_and_debug_shows_the_traceback(
+    tmp_path, monkeypatch, capsys
+):
+    def fail(args):
+        raise RuntimeError("the data vanished\nsecond line")
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(cli, "_translate", fail)
+    status, line = _error(["translate", "--out", str(out)], capsys)
+    assert (status, line) == (
+        1,
+        "keras-attention translate: error: RuntimeError: the data vanished",
+    )
+    assert not out.exists()  # the run created it; it failed empty
+
+    with pytest.raises(SystemExit):
+        cli.main(["translate", "--out", str(out), "--debug"])
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err
+    assert err.strip().splitlines()[-1] == line
+
+
+def test_lines_from_standard_input(monkeypatch):
+    class Terminal:
+        lines = iter(["a date\n", "\n", "another\n", ""])
+
+        def isatty(self):
+            return True
+
+        def readline(self):
+            return next(self.lines)
+
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    # At a terminal, each line is answered before the next is read.
+    assert list(cli._inputs([], "sentences")) == [["a date"], ["another"]]
+    assert list(cli._inputs(["given"], "sentences")) == [["given"]]
 
 
 @pytest.mark.slow

@@ -63,9 +63,9 @@ def test_core_install_uses_the_library_without_the_applications(tmp_path):
     )
     assert cli.returncode == 1
     assert cli.stderr.strip().splitlines() == [
-        "keras-attention translate needs tensorflow, keras_hub, sacrebleu, "
-        "matplotlib, which the applications' extra installs: pip install "
-        "'keras-attention[apps]'"
+        "keras-attention translate: error: needs tensorflow, keras_hub, "
+        "sacrebleu, matplotlib, which the applications' extra installs: pip "
+        "install 'keras-attention[apps]'"
     ]
 
 

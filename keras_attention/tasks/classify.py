@@ -23,7 +23,7 @@ from keras_attention.models import (
     TransformerClassifier,
 )
 from keras_attention.tasks import distribute
-from keras_attention.tasks.common import cached_word_piece, phase
+from keras_attention.tasks.common import cached_word_piece, check_training_size, phase
 from keras_attention.tasks.runner import (
     compile_with_adam,
     finish_run,
@@ -178,6 +178,13 @@ def run_classify(
     splits = load_classification_data(data, seed=seed)
     train = splits.train
     train_texts = train.texts[:num_train] if num_train else train.texts
+    check_training_size(
+        batch_size,
+        len(train_texts),
+        "texts",
+        num_train=num_train,
+        available=len(train.texts),
+    )
     train_labels = train.labels[: len(train_texts)]
     tokenizer = cached_word_piece(
         os.path.join(out_dir, "vocabulary.txt"),

@@ -13,6 +13,39 @@ from keras_attention.data.tokenization import train_word_piece, word_piece_token
 from keras_attention.utils.progress import phase  # noqa: F401 (tasks import it here)
 
 
+class ArgumentError(ValueError):
+    """An argument that does not fit the data, found once the data is loaded
+    and before any training (the command line exits with status 2)."""
+
+    exit_status = 2
+
+
+def check_training_size(batch_size, num_examples, what, num_train=None, available=None):
+    """Raises `ArgumentError` unless a training split of `num_examples`
+    `what` fills at least one batch of `batch_size`, and `num_train` (when
+    given) does not ask for more than the `available` examples."""
+    if num_train is not None and available is not None and num_train > available:
+        raise ArgumentError(
+            f"num_train {num_train:,} is more than the {available:,} {what} of "
+            "the training split"
+        )
+    if batch_size > num_examples:
+        raise ArgumentError(
+            f"batch size {batch_size:,} is larger than the training split "
+            f"({num_examples:,} {what}): no full batch to train on"
+        )
+
+
+def write_json(path, record, **kwargs):
+    """Writes `record` as JSON to a temporary file renamed to `path`: the
+    file exists only complete, whenever the run is killed."""
+    partial = f"{path}.partial"
+    with open(partial, "w") as f:
+        json.dump(record, f, **kwargs)
+    os.replace(partial, path)
+    return path
+
+
 def prepare_output(out_dir):
     os.makedirs(out_dir, exist_ok=True)
     return out_dir
@@ -27,12 +60,11 @@ def write_metrics(out_dir, metrics):
         "machine",
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
     )
-    path = os.path.join(out_dir, "metrics.json")
     # Top-level keys sorted; nested ones (such as length buckets) keep their
     # order.
-    with open(path, "w") as f:
-        json.dump(dict(sorted(record.items())), f, indent=2)
-    return path
+    return write_json(
+        os.path.join(out_dir, "metrics.json"), dict(sorted(record.items())), indent=2
+    )
 
 
 def cached_word_piece(path, texts, vocabulary_size, lowercase=False):

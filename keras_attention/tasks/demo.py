@@ -14,6 +14,7 @@ from keras_attention.data.synthetic import (
 )
 from keras_attention.layers import AdditiveAttention
 from keras_attention.tasks.common import phase, prepare_output, write_metrics
+from keras_attention.tasks.runner import save_model
 from keras_attention.viz import plot_attention
 
 
@@ -118,7 +119,7 @@ def run_demo(out_dir, epochs=6, num_train=8000, num_test=500, seed=0, verbose=1)
         title="Bahdanau attention, digit reversal",
     )
     model_path = os.path.join(out_dir, "model.keras")
-    model.save(model_path)
+    save_model(model, model_path)
     metrics = {
         "model": "bigru-gru-bahdanau",
         "data": "generated digit reversal (lengths 4-12)",

@@ -18,8 +18,8 @@ from keras_attention.models.sagan import (
     to_unit_range,
 )
 from keras_attention.tasks import distribute
-from keras_attention.tasks.common import phase, prepare_output
-from keras_attention.tasks.runner import finish_run, train_or_load
+from keras_attention.tasks.common import check_training_size, phase, prepare_output
+from keras_attention.tasks.runner import finish_run, save_model, train_or_load
 from keras_attention.viz import (
     plot_curves,
     plot_gan_history,
@@ -194,6 +194,13 @@ def run_gan(
     strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, task)
     phase(f"loading {data}")
     images = load_image_set(data, image_size, channels)
+    check_training_size(
+        batch_size,
+        min(num_train or len(images.images), len(images.images)),
+        "images",
+        num_train=num_train,
+        available=len(images.images),
+    )
     if num_train is not None:
         images = images._replace(
             images=images.images[:num_train],
@@ -277,7 +284,9 @@ def run_gan(
         time_budget_minutes,
         callbacks,
         model_file="gan.keras",
-        export=lambda gan: gan.sampler.save(os.path.join(out_dir, "model.keras")),
+        export=lambda gan: save_model(
+            gan.sampler, os.path.join(out_dir, "model.keras")
+        ),
         announce=announce,
     )
 

@@ -12,7 +12,12 @@ import os
 import keras
 
 from keras_attention.tasks import distribute
-from keras_attention.tasks.common import fit_resumable, phase, write_metrics
+from keras_attention.tasks.common import (
+    fit_resumable,
+    phase,
+    write_json,
+    write_metrics,
+)
 
 HISTORY_FILE = "history.json"
 
@@ -36,9 +41,12 @@ def train_or_load(
     """The model and history of a finished run in `out_dir`, or else a model
     built, trained (resuming an interrupted training) and saved there.
 
-    A finished run is one whose `model_file` and `history.json` both exist;
-    the model is written whole under another name and then renamed, so that a
-    kill while saving never leaves a file that looks finished.
+    A run's training is finished when `history.json` exists: it is written
+    last, after `model_file` and the exports, each written whole under
+    another name and then renamed, so a kill at any moment leaves either a
+    finished run or one that resumes. A training that ran no epoch (the
+    time budget spent before the first ended, say) raises `RuntimeError` and
+    saves nothing, so that the next run trains.
 
     Args:
         out_dir: the run's folder (of this worker, under a strategy).
@@ -67,7 +75,7 @@ def train_or_load(
     """
     model_path = os.path.join(out_dir, model_file)
     history_path = os.path.join(out_dir, HISTORY_FILE)
-    if os.path.exists(model_path) and os.path.exists(history_path):
+    if os.path.exists(history_path) and os.path.exists(model_path):
         phase(f"{model_path} is already trained; evaluating it again")
         with open(history_path) as f:
             return keras.saving.load_model(model_path), json.load(f)
@@ -91,14 +99,26 @@ def train_or_load(
         shuffle=False,
         **arguments,
     )
-    partial = os.path.join(out_dir, f"partial.{model_file}")
-    model.save(partial)
-    os.replace(partial, model_path)
+    if not history["epochs"]:
+        raise RuntimeError(
+            f"training {name} ran no epoch (nothing saved); check the "
+            "batch size against the data and the time budget"
+        )
+    save_model(model, model_path)
     if export is not None:
         export(model)
-    with open(history_path, "w") as f:
-        json.dump(history, f)
+    write_json(history_path, history)
     return model, history
+
+
+def save_model(model, path):
+    """`model.save(path)` through a temporary file renamed to `path`, so that
+    the file exists only complete."""
+    folder, name = os.path.split(path)
+    partial = os.path.join(folder, f"partial.{name}")
+    model.save(partial)
+    os.replace(partial, path)
+    return path
 
 
 def compile_with_adam(model, jit_compile, from_logits=True, weighted_accuracy=True):
