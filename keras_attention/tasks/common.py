@@ -176,6 +176,10 @@ def fit_resumable(
     lines of epochs after the backup: a kill between the two repeats that
     epoch once, and the log keeps one line per epoch.
 
+    A training in which an epoch had no full batch raises `RuntimeError`
+    instead of saving final weights; when no epoch trained at all, the
+    checkpoints go too, so that the next run starts afresh.
+
     Args:
         model: a compiled model.
         train_data: training data for `fit`.
@@ -244,6 +248,17 @@ def fit_resumable(
         verbose=verbose,
         **fit_kwargs,
     )
+    logged = read_epoch_log(log_path)
+    empty = [row["epoch"] + 1 for row in logged if "loss" not in row]
+    if empty:
+        if len(empty) == len(logged):
+            # Nothing was trained: what is saved would make the next run, with
+            # sane arguments, resume from an untrained model.
+            shutil.rmtree(folder, ignore_errors=True)
+        raise RuntimeError(
+            f"training ran out of data: epoch {empty[0]} had no full batch "
+            "(is the batch size larger than the training split?); nothing saved"
+        )
     if patience and os.path.exists(best_path):
         model.load_weights(best_path)
     # Written whole, then renamed: the file exists only complete.
@@ -251,7 +266,7 @@ def fit_resumable(
     model.save_weights(partial)
     os.replace(partial, final_path)
     shutil.rmtree(backup, ignore_errors=True)
-    return _history(read_epoch_log(log_path), patience)
+    return _history(logged, patience)
 
 
 def _backed_up_epochs(backup):

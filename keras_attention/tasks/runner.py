@@ -44,9 +44,7 @@ def train_or_load(
     A run's training is finished when `history.json` exists: it is written
     last, after `model_file` and the exports, each written whole under
     another name and then renamed, so a kill at any moment leaves either a
-    finished run or one that resumes. A training that ran no epoch (the
-    time budget spent before the first ended, say) raises `RuntimeError` and
-    saves nothing, so that the next run trains.
+    finished run or one that resumes.
 
     Args:
         out_dir: the run's folder (of this worker, under a strategy).
@@ -99,11 +97,6 @@ def train_or_load(
         shuffle=False,
         **arguments,
     )
-    if not history["epochs"]:
-        raise RuntimeError(
-            f"training {name} ran no epoch (nothing saved); check the "
-            "batch size against the data and the time budget"
-        )
     save_model(model, model_path)
     if export is not None:
         export(model)

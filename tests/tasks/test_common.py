@@ -2,7 +2,12 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attention.tasks.common import fit_resumable, read_epoch_log
+from keras_attention.tasks.common import (
+    ArgumentError,
+    check_training_size,
+    fit_resumable,
+    read_epoch_log,
+)
 from tests.tasks.callbacks import Record, StopAt
 
 
@@ -70,3 +75,17 @@ def test_log_lines_beyond_the_backup_are_dropped_on_resume(tmp_path):
     assert record.epochs == [2, 3]
     assert [row["epoch"] for row in read_epoch_log(log)] == [0, 1, 2, 3]
     assert history["epochs"] == 4 and len(history["loss"]) == 4
+
+
+def test_training_sizes_are_checked_against_the_data():
+    check_training_size(64, 64, "pairs")
+    check_training_size(8, 100, "texts", num_train=100, available=100)
+    with pytest.raises(ArgumentError) as error:
+        check_training_size(100_000, 19_990, "pairs")
+    assert str(error.value) == (
+        "batch size 100,000 is larger than the training split (19,990 pairs): "
+        "no full batch to train on"
+    )
+    assert error.value.exit_status == 2
+    with pytest.raises(ArgumentError, match="num_train 5,000 is more than the "):
+        check_training_size(8, 1_000, "images", num_train=5_000, available=1_000)

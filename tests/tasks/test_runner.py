@@ -93,3 +93,40 @@ def test_finish_run_writes_the_metrics_and_prints_the_summary(tmp_path, capsys):
     assert written["accuracy"] == pytest.approx(0.5)
     assert written["backend"] == keras.backend.backend()
     assert f"tiny: accuracy 0.5; wrote {tmp_path}" in capsys.readouterr().out
+
+
+def test_a_training_without_a_step_saves_nothing_and_the_next_run_trains(tmp_path):
+    import tensorflow as tf
+
+    def no_full_batch(model):
+        x, y = np.ones((8, 3), "float32"), np.ones((8, 1), "float32")
+        data = tf.data.Dataset.from_tensor_slices((x, y))
+        batches = data.batch(100, drop_remainder=True)
+        return {"train_data": batches, "validation_data": None}
+
+    with pytest.raises(RuntimeError, match="epoch 1 had no full batch"):
+        train_or_load(
+            str(tmp_path), "tiny", None, tiny_build, no_full_batch, 3, 0, verbose=0
+        )
+    assert list(tmp_path.iterdir()) == []
+
+    _, history = train_or_load(
+        str(tmp_path), "tiny", None, tiny_build, tiny_fit_arguments, 2, 0, verbose=0
+    )
+    assert history["epochs"] == 2 and len(history["loss"]) == 2
+    assert (tmp_path / "model.keras").exists()
+
+
+def test_a_kill_while_writing_keeps_the_previous_metrics(tmp_path, monkeypatch):
+    finish_run(str(tmp_path), {"accuracy": 0.5}, "first")
+
+    def killed(record, f, **kwargs):
+        f.write('{"accur')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(json, "dump", killed)
+    with pytest.raises(KeyboardInterrupt):
+        finish_run(str(tmp_path), {"accuracy": 0.9}, "second")
+    monkeypatch.undo()
+    written = json.loads((tmp_path / "metrics.json").read_text())
+    assert written["accuracy"] == pytest.approx(0.5)
