@@ -339,3 +339,24 @@ def test_demo_learns_reversal_and_writes_outputs(tmp_path):
     predicted = np.argmax(model.predict(inputs, verbose=0), -1)
     real = test["decoder_targets"] != 0
     assert (predicted == test["decoder_targets"])[real].mean() > 0.9
+
+
+@pytest.mark.slow
+def test_a_run_starts_quietly_and_fails_in_one_line(saved_transformer, tmp_path):
+    # TensorFlow loads (the model is read) without its start-up logs, and the
+    # model's missing tokenizers are reported in one line.
+    command = "import sys, keras_attention_cli; sys.exit(keras_attention_cli.main())"
+    result = subprocess.run(
+        [sys.executable, "-c", command, "translate", "--load", saved_transformer, "x"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
+    )
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "keras-attention translate: error: This model has no tokenizers; train "
+        "it with `keras-attention translate`, or pass "
+        "`source_tokenizer`/`target_tokenizer`."
+    ]
