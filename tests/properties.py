@@ -3,8 +3,12 @@
 import os
 import re
 
+import keras
+import numpy as np
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
+
+from keras_attention.utils.backend import value_and_grad
 
 # Examples per property; `HYPOTHESIS_EXAMPLES=500 pytest ...` searches harder.
 NUM_EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "40"))
@@ -60,3 +64,46 @@ def half_tolerance(dtype):
         "float16": {"rtol": 2e-2, "atol": 2e-2},
         "bfloat16": {"rtol": 6e-2, "atol": 6e-2},
     }[dtype]
+
+
+# What a padding buffer may hold: never read, it must not matter.
+GARBAGE = st.sampled_from([np.nan, np.inf, -np.inf, 1e30])
+
+
+def with_garbage(x, hidden, fill):
+    """A copy of `x` `(..., S, D)` holding `fill` at the positions where
+    `hidden` (broadcastable to `(..., S)`) is True."""
+    x = np.array(x, copy=True)
+    x[np.broadcast_to(hidden, x.shape[:-1])] = fill
+    return x
+
+
+def to_numpy(x):
+    # Through float32: NumPy has no bfloat16, and torch tensors that require
+    # grad must be detached.
+    return keras.ops.convert_to_numpy(keras.ops.cast(x, "float32"))
+
+
+def gradients(loss_fn, tensors, variables=()):
+    """The gradients of the scalar `loss_fn(*tensors)` with respect to each of
+    `tensors` and then each of `variables` (read by `loss_fn`), as NumPy."""
+    variables = list(variables)
+
+    def loss_of(values, *tensors):
+        mapping = list(zip(variables, values, strict=True))
+        with keras.StatelessScope(state_mapping=mapping):
+            return loss_fn(*tensors)
+
+    values = [keras.ops.convert_to_tensor(v.value) for v in variables]
+    tensors = [keras.ops.convert_to_tensor(t) for t in tensors]
+    _, (variable_grads, *tensor_grads) = value_and_grad(loss_of)(values, *tensors)
+    return [to_numpy(g) for g in (*tensor_grads, *variable_grads)]
+
+
+def assert_same_and_finite(got, want):
+    """`got` equals `want` exactly (the garbage was never read, so nothing
+    differs) and is finite."""
+    for g, w in zip(got, want, strict=True):
+        g, w = to_numpy(g), to_numpy(w)
+        assert np.all(np.isfinite(g)), "non-finite result"
+        np.testing.assert_array_equal(g, w)

@@ -12,10 +12,14 @@ from tests import numpy_reference as ref
 from tests.properties import (
     CLEAR_ERRORS,
     EXAMPLES,
+    GARBAGE,
+    assert_same_and_finite,
     dims,
+    gradients,
     half_tolerance,
     outcome,
     shapes,
+    with_garbage,
 )
 
 
@@ -164,3 +168,138 @@ def test_padding_mask_is_right_or_a_clear_error(shape, pad_id):
         return
     expected = token_ids != (0 if pad_id is None else pad_id)
     np.testing.assert_array_equal(as_numpy(result).reshape(expected.shape), expected)
+
+
+def unattended_keys(inputs):
+    """`(B, S, N)`, True at the keys that no query of the head may attend to
+    under the mask and the causal flag of `inputs`: the positions that are
+    never read."""
+    batch, queries, heads, _ = inputs["query"].shape
+    keys = inputs["key"].shape[1]
+    mask = np.ones((1, 1, 1, 1), bool) if inputs["mask"] is None else inputs["mask"]
+    mask = np.broadcast_to(mask, (batch, heads, queries, keys))
+    if inputs["is_causal"]:
+        mask = mask & np.tril(np.ones((queries, keys), bool))
+    return ~mask.any(axis=2).transpose(0, 2, 1)
+
+
+@st.composite
+def padded_attention_inputs(draw):
+    """`attention_inputs` whose mask may also pad keys of each example, so
+    that some keys are seen by no query."""
+    inputs = draw(attention_inputs())
+    if draw(st.booleans()):
+        batch, keys = inputs["key"].shape[:2]
+        lengths = draw(st.lists(st.integers(0, keys), min_size=batch, max_size=batch))
+        padding = (np.arange(keys) < np.array(lengths)[:, None])[:, None, None, :]
+        mask = inputs["mask"]
+        inputs["mask"] = padding if mask is None else mask & padding
+    return inputs
+
+
+@EXAMPLES
+@given(padded_attention_inputs(), GARBAGE, st.booleans())
+def test_dot_product_attention_never_reads_masked_keys(inputs, garbage, weights):
+    """NaN, inf or 1e30 at the keys and values no query may attend to gives
+    the result of zeros there, finite, in the output, the weights and the
+    gradients of query, key and value (standard and chunked paths)."""
+    hidden = unattended_keys(inputs)
+    dtype = inputs["dtype"]
+    weights = weights and inputs["chunk_size"] is None
+
+    def run(fill):
+        query, key, value = (
+            keras.ops.cast(with_garbage(inputs[k], hidden, fill), dtype)
+            if k != "query"
+            else keras.ops.cast(inputs[k], dtype)
+            for k in ("query", "key", "value")
+        )
+
+        def attend(query, key, value):
+            return ops.dot_product_attention(
+                query,
+                key,
+                value,
+                mask=inputs["mask"],
+                is_causal=inputs["is_causal"],
+                chunk_size=inputs["chunk_size"],
+                return_weights=weights,
+            )
+
+        def loss(query, key, value):
+            result = attend(query, key, value)
+            output = result[0] if weights else result
+            return keras.ops.sum(keras.ops.cast(output, "float32"))
+
+        result = attend(query, key, value)
+        result = list(result) if weights else [result]
+        return result + gradients(loss, (query, key, value))
+
+    assert_same_and_finite(run(garbage), run(0.0))
+
+
+@EXAMPLES
+@given(padded_attention_inputs(), GARBAGE)
+def test_attention_weights_and_their_application_never_read_masked_keys(
+    inputs, garbage
+):
+    hidden = unattended_keys(inputs)
+    options = {"mask": inputs["mask"], "is_causal": inputs["is_causal"]}
+
+    def run(fill):
+        key = with_garbage(inputs["key"], hidden, fill)
+        value = with_garbage(inputs["value"], hidden, fill)
+        weights = ops.attention_weights(inputs["query"], key, **options)
+        return [weights, ops.apply_attention_weights(weights, value, **options)]
+
+    assert_same_and_finite(run(garbage), run(0.0))
+
+
+@EXAMPLES
+@given(shapes(min_rank=1, max_rank=4), GARBAGE, FLOAT_DTYPES)
+def test_masked_softmax_never_reads_masked_scores(shape, garbage, dtype):
+    rng = np.random.default_rng(len(shape))
+    scores = rng.normal(size=shape).astype("float32")
+    mask = rng.random(shape) < 0.6
+
+    def run(fill):
+        return ops.masked_softmax(
+            keras.ops.cast(np.where(mask, scores, fill), dtype), mask
+        )
+
+    assert_same_and_finite([run(garbage)], [run(0.0)])
+
+
+@EXAMPLES
+@given(
+    # The location score does not read the keys.
+    st.sampled_from(sorted(set(ops.SCORE_FUNCTIONS) - {"location"})),
+    dims(1, 3),
+    dims(1, 4),
+    dims(1, 4),
+    GARBAGE,
+    st.integers(0, 2**16),
+)
+def test_scores_of_masked_keys_do_not_reach_the_weights(
+    name, batch, queries, keys, garbage, seed
+):
+    """A key touches only its own column of scores, which the masked softmax
+    replaces: garbage at masked keys leaves the weights unchanged."""
+    rng = np.random.default_rng(seed)
+    depth = 3
+    query = rng.normal(size=(batch, queries, depth)).astype("float32")
+    key = rng.normal(size=(batch, keys, depth)).astype("float32")
+    padding = rng.random((batch, keys)) < 0.6
+    arguments = {
+        "general": lambda: (rng.normal(size=(depth, depth)).astype("float32"),),
+        "additive": lambda: tuple(
+            rng.normal(size=s).astype("float32") for s in ((depth, 4), (depth, 4), (4,))
+        ),
+    }.get(name, tuple)()
+    score = ops.get_score_function(name)
+
+    def run(fill):
+        scores = score(query, with_garbage(key, ~padding, fill), *arguments)
+        return [ops.masked_softmax(scores, padding[:, None, :])]
+
+    assert_same_and_finite(run(garbage), run(0.0))
