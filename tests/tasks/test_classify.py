@@ -149,8 +149,3 @@ def test_malformed_csv_is_reported_with_its_line(tmp_path):
 def test_unknown_model_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="transformer.*han.*bilstm.*bag"):
         run_classify(tmp_path, model="svm")
-
-
-def test_texts_without_a_model_are_refused():
-    with pytest.raises(SystemExit, match="--load"):
-        cli.main(["classify", "some text"])
