@@ -847,10 +847,9 @@ def main(argv=None):
         with _quiet_start(args.verbose):
             args.run(args)
     except KeyboardInterrupt:
-        print(
-            f"{prog}: interrupted; the same command resumes the training",
-            file=sys.stderr,
-        )
+        trains = args.command not in ("bench", "demo") and not args.load
+        resume = "; the same command resumes the training" if trains else ""
+        print(f"{prog}: interrupted{resume}", file=sys.stderr)
         raise SystemExit(130) from None
     except Exception as error:  # noqa: BLE001 (reported in one line)
         if args.debug:

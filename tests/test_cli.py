@@ -360,3 +360,32 @@ def test_a_run_starts_quietly_and_fails_in_one_line(saved_transformer, tmp_path)
         "it with `keras-attention translate`, or pass "
         "`source_tokenizer`/`target_tokenizer`."
     ]
+
+
+def test_an_interrupted_training_says_how_to_resume(tmp_path, monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_translate", interrupted)
+    status, line = _error(["translate", "--out", str(tmp_path)], capsys)
+    assert (status, line) == (
+        130,
+        "keras-attention translate: interrupted; the same command resumes the training",
+    )
+
+
+@pytest.mark.slow
+def test_a_refused_batch_size_leaves_nothing_and_a_sane_run_finishes(tmp_path, capsys):
+    out = tmp_path / "run"
+    small = ["translate", "--num-train", "600", "--beam", "1", "--out", str(out)]
+    status, line = _error([*small, "--batch-size", "100000"], capsys)
+    assert (status, line) == (
+        2,
+        "keras-attention translate: error: batch size 100,000 is larger than the "
+        "training split (600 pairs): no full batch to train on",
+    )
+    assert not out.exists()
+    assert cli.main([*small, "--batch-size", "32", "--epochs", "1"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["epochs"] == 1 and metrics["train_pairs"] > 500
+    assert (out / "history.json").exists() and (out / "model.keras").exists()
