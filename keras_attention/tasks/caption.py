@@ -9,6 +9,7 @@ from keras_attention.data.captioning import load_caption_data, load_image
 from keras_attention.data.fashion_mnist import FASHION_MNIST_CLASSES
 from keras_attention.data.pipeline import caption_dataset, encode_captions
 from keras_attention.data.tokenization import END_ID
+from keras_attention.decoding import mean_log_probs
 from keras_attention.models import ShowAttendTell
 from keras_attention.tasks import distribute
 from keras_attention.tasks.common import cached_word_piece, phase
@@ -89,6 +90,37 @@ def caption_images(model, images, beam_width=1, length_penalty=0.6):
         outputs.append(np.asarray(tokens)[:rows])
     token_ids = np.concatenate(outputs)
     return [words_of(model.tokenizer, row) for row in token_ids], token_ids
+
+
+def caption_with_confidence(model, images, beam_width=1, length_penalty=0.6):
+    """Captions images and scores each caption by the model's mean token
+    log-probability (see `keras_attention.decoding.mean_log_probs`): images
+    unlike the training data still get a caption, but a lower score.
+
+    Args:
+        model: a trained `ShowAttendTell` with a `tokenizer`.
+        images: `(N, H, W, C)` in [0, 1], of the model's `image_shape`.
+        beam_width: 1 for greedy search, more for beam search.
+        length_penalty: alpha of the beam-search length penalty.
+
+    Returns:
+        A list of `(caption, mean_log_prob)`, one per image: the caption
+        `caption_images` gives, and the mean over its tokens (its `[END]`
+        included) of `log p(token | image, previous tokens)`, a float <= 0.
+    """
+    captions, token_ids = caption_images(model, images, beam_width, length_penalty)
+    scores = caption_log_probs(model, images, token_ids)
+    return [
+        (caption, float(score)) for caption, score in zip(captions, scores, strict=True)
+    ]
+
+
+def caption_log_probs(model, images, token_ids):
+    """The mean token log-probability of captions `token_ids` (int `(N, T)`,
+    as `caption_images` returns them) of `images` under the model: float32
+    `(N,)`."""
+    images = np.asarray(images, "float32")
+    return mean_log_probs(model, {"images": images}, token_ids, EVAL_BATCH_SIZE)
 
 
 def words_of(tokenizer, token_ids):
@@ -478,11 +510,33 @@ def caption_files(model, paths, out_dir=None, beam_width=1):
     Returns:
         The captions, one per path.
     """
-    height, width, channels = model.image_shape
-    images = np.stack([load_image(p, (height, width), channels) for p in paths])
+    images = _read_images(model, paths)
     captions, _ = caption_images(model, images, beam_width)
-    if out_dir is not None and model.attention:
-        for path, image in zip(paths, images, strict=True):
-            name = os.path.splitext(os.path.basename(path))[0]
-            plot_overlay(model, image, os.path.join(out_dir, f"{name}_attention.png"))
+    _write_overlays(model, paths, images, out_dir)
     return captions
+
+
+def caption_files_with_confidence(model, paths, out_dir=None, beam_width=1):
+    """`caption_files`, with each caption's score.
+
+    Returns:
+        A list of `(caption, mean_log_prob)`, one per path (see
+        `caption_with_confidence`).
+    """
+    images = _read_images(model, paths)
+    captions = caption_with_confidence(model, images, beam_width)
+    _write_overlays(model, paths, images, out_dir)
+    return captions
+
+
+def _read_images(model, paths):
+    height, width, channels = model.image_shape
+    return np.stack([load_image(p, (height, width), channels) for p in paths])
+
+
+def _write_overlays(model, paths, images, out_dir):
+    if out_dir is None or not model.attention:
+        return
+    for path, image in zip(paths, images, strict=True):
+        name = os.path.splitext(os.path.basename(path))[0]
+        plot_overlay(model, image, os.path.join(out_dir, f"{name}_attention.png"))

@@ -6,7 +6,11 @@ import pytest
 
 from keras_attention import cli
 from keras_attention.tasks.common import TimeBudget, read_epoch_log, write_metrics
-from keras_attention.tasks.translate import run_translate, translate_texts
+from keras_attention.tasks.translate import (
+    run_translate,
+    translate_texts,
+    translate_with_confidence,
+)
 from tests.tasks.callbacks import Record, StopAt
 from tests.tasks.outputs import assert_keras_archive, assert_picture
 from tests.tasks.processes import kill_during_epoch, run_cli
@@ -78,6 +82,36 @@ def test_loaded_model_translates_text(trained_dir, capsys):
     assert len(lines) == 2
     model = keras.saving.load_model(trained_dir / "model.keras")
     assert translate_texts(model, ["3 March 2021", "tue 04/05/99"]) == lines[-2:]
+
+
+@pytest.fixture(scope="module")
+def learned_dates_model(tmp_path_factory):
+    """A Transformer that has learned the dates (about 0.9 exact match; the
+    one-epoch `trained_dir` run has not), loaded from its `.keras` file."""
+    out = tmp_path_factory.mktemp("learned_dates")
+    run_translate(
+        out,
+        data="dates",
+        num_train=4000,
+        epochs=4,
+        batch_size=64,
+        beam_width=1,
+        verbose=0,
+    )
+    return keras.saving.load_model(out / "model.keras")
+
+
+@pytest.mark.slow
+def test_nonsense_scores_lower_than_real_dates(learned_dates_model):
+    model = learned_dates_model
+    dates = ["3 March 2021", "tue 04/05/99", "May 2001, 10th"]
+    nonsense = ["garbage text !!", "zzzz qqqq", "hello world"]
+    results = translate_with_confidence(model, dates + nonsense)
+    scores = np.array([score for _, score in results])
+    assert np.all(scores <= 0)
+    real, junk = scores[: len(dates)], scores[len(dates) :]
+    assert real.min() > junk.max() + 0.05, scores
+    assert real.mean() > junk.mean() + 0.2, scores
 
 
 @pytest.mark.slow
