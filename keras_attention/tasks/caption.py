@@ -12,7 +12,11 @@ from keras_attention.data.tokenization import END_ID
 from keras_attention.decoding import mean_log_probs
 from keras_attention.models import ShowAttendTell
 from keras_attention.tasks import distribute
-from keras_attention.tasks.common import cached_word_piece, phase
+from keras_attention.tasks.common import (
+    cached_word_piece,
+    check_training_size,
+    phase,
+)
 from keras_attention.tasks.runner import (
     compile_with_adam,
     finish_run,
@@ -313,6 +317,7 @@ def run_caption(
 
     phase(f"loading {data}")
     splits = load_caption_data(data, seed=seed, num_train=num_train)
+    check_training_size(batch_size, len(splits["train"]), "images")
     texts = [c for captions in splits["train"].captions for c in captions]
     tokenizer = cached_word_piece(
         os.path.join(out_dir, "vocabulary.txt"),

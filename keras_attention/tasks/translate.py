@@ -11,7 +11,11 @@ from keras_attention.data.translation import load_translation_pairs
 from keras_attention.decoding import mean_log_probs
 from keras_attention.models import RNNSeq2Seq, Transformer
 from keras_attention.tasks import distribute
-from keras_attention.tasks.common import cached_word_piece, phase
+from keras_attention.tasks.common import (
+    cached_word_piece,
+    check_training_size,
+    phase,
+)
 from keras_attention.tasks.runner import (
     compile_with_adam,
     finish_run,
@@ -180,6 +184,13 @@ def run_translate(
     phase(f"loading {data}")
     splits = load_translation_pairs(data, seed=seed)
     train_pairs = splits["train"][:num_train] if num_train else splits["train"]
+    check_training_size(
+        batch_size,
+        len(train_pairs),
+        "pairs",
+        num_train=num_train,
+        available=len(splits["train"]),
+    )
     test_pairs = splits["test"]
     source_tokenizer, target_tokenizer = _tokenizers(out_dir, train_pairs, settings)
     phase(
@@ -201,6 +212,7 @@ def run_translate(
     train_data, num_kept = translation_dataset(
         train_pairs, shuffle=True, seed=seed, drop_remainder=True, **dataset_args
     )
+    check_training_size(batch_size, num_kept, "pairs within the length limits")
     valid_data, _ = translation_dataset(splits["valid"], **dataset_args)
 
     def build(jit_compile):
