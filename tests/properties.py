@@ -19,6 +19,8 @@ EXAMPLES = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     database=None,
 )
+# For properties of whole blocks, built of parts tested with EXAMPLES.
+FEW_EXAMPLES = settings(EXAMPLES, max_examples=max(2, NUM_EXAMPLES // 4))
 CLEAR_ERRORS = (ValueError, TypeError)
 # A clear error says what was wrong: what it received or expected.
 CLEAR_WORDS = re.compile(r"must|expected|received|got|not ", re.IGNORECASE)

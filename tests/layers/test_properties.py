@@ -7,17 +7,24 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from keras.src.backend import set_keras_mask
 
 from keras_attention import layers
 from tests.layers.attention_cases import FACTORIES, MAX_LENGTH
 from tests.properties import (
     CLEAR_ERRORS,
     EXAMPLES,
+    FEW_EXAMPLES,
+    GARBAGE,
+    assert_same_and_finite,
     choices,
     dims,
+    gradients,
     half_tolerance,
     outcome,
     shapes,
+    to_numpy,
+    with_garbage,
 )
 
 
@@ -275,3 +282,281 @@ def test_self_attention_2d_is_right_or_a_clear_error(
         x,
         **half_tolerance(_compute(layer)),
     )
+
+
+# -- masked keys and values are never read -------------------------------------
+#
+# NaN, inf, -inf or 1e30 at the key/value positions that no query may attend
+# to must give exactly the result of zeros there, and a finite one: outputs,
+# weights, and the gradients with respect to the inputs and the weights.
+# Batches of 2 (each example padded its own way) and few lengths, since on
+# JAX every new shape compiles every op again; more keys than queries lets a
+# causal mask hide keys.
+QUERY_LENGTHS = st.sampled_from([1, 3])
+KEY_LENGTHS = st.sampled_from([2, 4])
+
+
+def padding(draw, batch, length):
+    """`(batch, length)` boolean, True at real positions: a random number of
+    them (none included) at the front of each example."""
+    lengths = draw(st.lists(st.integers(0, length), min_size=batch, max_size=batch))
+    return np.arange(length) < np.array(lengths)[:, None]
+
+
+def tensor_with_mask(x, mask):
+    """`x` as a tensor carrying `mask` as its Keras mask, as a masking layer
+    upstream (an `Embedding(mask_zero=True)`, say) would leave it."""
+    x = keras.ops.convert_to_tensor(x)
+    set_keras_mask(x, keras.ops.convert_to_tensor(mask))
+    return x
+
+
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+@EXAMPLES
+@given(data=st.data())
+def test_score_layers_never_read_masked_values(name, data):
+    draw = data.draw
+    batch, queries, values, depth = 2, draw(QUERY_LENGTHS), draw(KEY_LENGTHS), 3
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    step = draw(st.booleans())
+    causal = not step and draw(st.booleans())
+    query = rng.normal(size=(batch, depth) if step else (batch, queries, depth))
+    value = rng.normal(size=(batch, values, depth)).astype("float32")
+    key = rng.normal(size=(batch, values, depth)) if draw(st.booleans()) else None
+    value_mask = padding(draw, batch, values)
+    hidden = ~value_mask
+    if causal:
+        hidden |= np.arange(values) >= queries  # past the last query
+    garbage = draw(GARBAGE)
+    layer = FACTORIES[name](dtype=draw(POLICIES))
+    keras_mask = draw(st.booleans())
+
+    def run(fill):
+        inputs = [
+            query.astype("float32"),
+            with_garbage(value, hidden, fill).astype("float32"),
+        ]
+        if key is not None:
+            inputs.append(with_garbage(key, hidden, fill).astype("float32"))
+        options = {"use_causal_mask": causal}
+
+        def attend(query, value, **kwargs):
+            given = [query, value, *inputs[2:]]
+            if keras_mask:
+                given[1] = tensor_with_mask(value, value_mask)
+                return layer(given, **options, **kwargs)
+            return layer(given, mask=[None, value_mask], **options, **kwargs)
+
+        def loss(query, value):
+            return keras.ops.sum(keras.ops.cast(attend(query, value), "float32"))
+
+        outputs = attend(*inputs[:2], return_attention_scores=True)
+        return [*outputs, *gradients(loss, inputs[:2], layer.trainable_variables)]
+
+    assert_same_and_finite(run(garbage), run(0.0))
+
+
+@st.composite
+def multi_head_masked_cases(draw):
+    batch, queries, keys = 2, draw(QUERY_LENGTHS), draw(KEY_LENGTHS)
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    attention_mask = None
+    if draw(st.booleans()):
+        attention_mask = rng.random((batch, queries, keys)) < 0.7
+    return {
+        "batch": batch,
+        "queries": queries,
+        "keys": keys,
+        "query": rng.normal(size=(batch, queries, 4)).astype("float32"),
+        "value": rng.normal(size=(batch, keys, 3)).astype("float32"),
+        "key": rng.normal(size=(batch, keys, 5)).astype("float32")
+        if draw(st.booleans())
+        else None,
+        "value_mask": padding(draw, batch, keys),
+        "keras_mask": draw(st.booleans()),
+        "attention_mask": attention_mask,
+        "use_causal_mask": draw(st.booleans()),
+        "chunk_size": draw(st.sampled_from([None, 2])),
+        "policy": draw(POLICIES),
+        "garbage": draw(GARBAGE),
+    }
+
+
+@EXAMPLES
+@given(multi_head_masked_cases())
+def test_multi_head_attention_never_reads_masked_values(case):
+    """Padding from `value_mask`, a Keras mask or columns of `attention_mask`
+    that hide a key from every query, and keys past the last query of a
+    causal mask; standard and chunked paths."""
+    batch, queries, keys = case["batch"], case["queries"], case["keys"]
+    seen = np.broadcast_to(case["value_mask"][:, None, :], (batch, queries, keys))
+    if case["attention_mask"] is not None:
+        seen = seen & case["attention_mask"]
+    if case["use_causal_mask"]:
+        seen = seen & np.tril(np.ones((queries, keys), bool))
+    hidden = ~seen.any(axis=1)
+    layer = layers.MultiHeadAttention(
+        num_heads=2, key_dim=3, chunk_size=case["chunk_size"], dtype=case["policy"]
+    )
+    weights = case["chunk_size"] is None
+
+    def run(fill):
+        value = with_garbage(case["value"], hidden, fill)
+        key = case["key"]
+        if key is not None:
+            key = with_garbage(key, hidden, fill)
+
+        def attend(query, value, **kwargs):
+            options = {
+                "key": key,
+                "attention_mask": case["attention_mask"],
+                "use_causal_mask": case["use_causal_mask"],
+            }
+            if case["keras_mask"]:
+                value = tensor_with_mask(value, case["value_mask"])
+                if key is not None:
+                    options["key"] = tensor_with_mask(key, case["value_mask"])
+            else:
+                options["value_mask"] = case["value_mask"]
+            return layer(query, value, **options, **kwargs)
+
+        def loss(query, value):
+            return keras.ops.sum(keras.ops.cast(attend(query, value), "float32"))
+
+        outputs = attend(case["query"], value, return_attention_scores=weights)
+        outputs = list(outputs) if weights else [outputs]
+        grads = gradients(loss, (case["query"], value), layer.trainable_variables)
+        return outputs + grads
+
+    assert_same_and_finite(run(case["garbage"]), run(0.0))
+
+
+@EXAMPLES
+@given(KEY_LENGTHS, dims(0, 3), GARBAGE, st.integers(0, 2**16))
+def test_multi_head_attention_never_reads_unused_cache_slots(
+    slots, index, garbage, seed
+):
+    """Incremental decoding: the cache slots after the current step, and the
+    slots that `attention_mask` pads, may hold anything."""
+    batch, index = 2, min(index, slots - 1)
+    rng = np.random.default_rng(seed)
+    layer = layers.MultiHeadAttention(num_heads=2, key_dim=3)
+    step = rng.normal(size=(batch, 1, 4)).astype("float32")
+    cache = rng.normal(size=(batch, 2, slots, 2, 3)).astype("float32")
+    slot_mask = rng.random((batch, slots)) < 0.7
+    slot_mask[:, index] = True  # the new step sees itself
+    hidden = ~slot_mask | (np.arange(slots) > index)
+
+    def run(fill):
+        filled = cache.copy()
+        filled.transpose(0, 2, 1, 3, 4)[hidden] = fill
+        outputs, new_cache = layer(
+            step,
+            step,
+            attention_mask=slot_mask[:, None, :],
+            use_causal_mask=True,
+            cache=filled,
+            cache_update_index=index,
+        )
+        # The new step's keys and values are written where they belong.
+        written = to_numpy(new_cache)[:, :, index]
+        return [outputs, written]
+
+    assert_same_and_finite(run(garbage), run(0.0))
+
+
+@EXAMPLES
+@given(KEY_LENGTHS, GARBAGE, st.booleans(), st.integers(0, 2**16))
+def test_attention_pooling_never_reads_masked_positions(
+    length, garbage, keras_mask, seed
+):
+    batch, rng = 2, np.random.default_rng(seed)
+    inputs = rng.normal(size=(batch, length, 4)).astype("float32")
+    mask = rng.random((batch, length)) < 0.6
+    layer = layers.AttentionPooling(units=3)
+
+    def run(fill):
+        def pool(x, **kwargs):
+            if keras_mask:
+                return layer(tensor_with_mask(x, mask), **kwargs)
+            return layer(x, mask=mask, **kwargs)
+
+        def loss(x):
+            return keras.ops.sum(pool(x))
+
+        x = with_garbage(inputs, ~mask, fill)
+        pooled = pool(x, return_attention_scores=True)
+        return [*pooled, *gradients(loss, (x,), layer.trainable_variables)]
+
+    assert_same_and_finite(run(garbage), run(0.0))
+
+
+@FEW_EXAMPLES
+@given(KEY_LENGTHS, QUERY_LENGTHS, GARBAGE, st.booleans(), st.data())
+def test_transformer_blocks_never_read_padding(
+    length, source_length, garbage, keras_mask, data
+):
+    """Padding of the encoder's input, and of the decoder's input and its
+    encoder sequence, reaches none of the real positions' outputs; the
+    gradients stay finite with garbage in the encoder sequence's padding (the
+    decoder's own padded positions are queries too, whose outputs are not
+    guaranteed)."""
+    batch, rng = 2, np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    x = rng.normal(size=(batch, length, 8)).astype("float32")
+    source = rng.normal(size=(batch, source_length, 8)).astype("float32")
+    pad = padding(data.draw, batch, length)
+    source_pad = padding(data.draw, batch, source_length)
+    encoder = layers.TransformerEncoderBlock(8, num_heads=2)
+    decoder = layers.TransformerDecoderBlock(8, num_heads=2)
+    real = pad[..., None]
+
+    def masked(x, mask, name):
+        if keras_mask:
+            return {name: tensor_with_mask(x, mask)}
+        return {name: x, f"{name.split('_')[0]}_padding_mask": mask}
+
+    def run(fill):
+        noisy = with_garbage(x, ~pad, fill)
+        noisy_source = with_garbage(source, ~source_pad, fill)
+        if keras_mask:
+            encoded = encoder(tensor_with_mask(noisy, pad))
+        else:
+            encoded = encoder(noisy, padding_mask=pad)
+        decoded = decoder(
+            **masked(noisy, pad, "decoder_sequence"),
+            **masked(noisy_source, source_pad, "encoder_sequence"),
+        )
+
+        def loss(y, source):
+            kwargs = masked(source, source_pad, "encoder_sequence")
+            return keras.ops.sum(decoder(y, decoder_padding_mask=pad, **kwargs))
+
+        grads = gradients(loss, (x, noisy_source), decoder.trainable_variables)
+        real_outputs = [np.where(real, to_numpy(y), 0) for y in (encoded, decoded)]
+        return real_outputs + grads
+
+    assert_same_and_finite(run(garbage), run(0.0))
+
+
+@FEW_EXAMPLES
+@given(KEY_LENGTHS, dims(0, 3), GARBAGE, st.integers(0, 2**16))
+def test_transformer_decoder_never_reads_unused_cache_slots(
+    slots, index, garbage, seed
+):
+    batch, index = 2, min(index, slots - 1)
+    rng = np.random.default_rng(seed)
+    decoder = layers.TransformerDecoderBlock(8, num_heads=2)
+    step = rng.normal(size=(batch, 1, 8)).astype("float32")
+    decoder(step)
+    cache = rng.normal(size=(batch, 2, slots, 2, 4)).astype("float32")
+    hidden = np.arange(slots) > index
+
+    def run(fill):
+        filled = cache.copy()
+        filled[:, :, hidden] = fill
+        outputs, _ = decoder(
+            step, self_attention_cache=filled, self_attention_cache_update_index=index
+        )
+        return [outputs]
+
+    assert_same_and_finite(run(garbage), run(0.0))
