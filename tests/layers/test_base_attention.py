@@ -69,6 +69,31 @@ def test_padded_values_get_zero_weight_and_do_not_matter(name):
 
 
 @names
+def test_nan_in_padded_values_reaches_no_decoder_step_nor_batch_row(name):
+    # The paths around `call`'s own: a decoder step over keys prepared once,
+    # and extra leading (batch) axes.
+    layer = FACTORIES[name]()
+    layer([QUERY, VALUE])  # builds the kernels that prepare the keys
+    results = []
+    for fill in (np.nan, 0.0):
+        value = VALUE.copy()
+        value[~VALUE_MASK] = fill
+        results.append(
+            [
+                *layer.attend_prepared(
+                    QUERY[:, 0], value, layer.prepare_keys(value), VALUE_MASK
+                ),
+                layer(
+                    [QUERY[:, None], value[:, None]], mask=[None, VALUE_MASK[:, None]]
+                ),
+            ]
+        )
+    for got, want in zip(*results, strict=True):
+        assert np.all(np.isfinite(np_(got)))
+        np.testing.assert_array_equal(np_(got), np_(want))
+
+
+@names
 def test_padded_queries_give_zero_output_and_mask_propagates(name):
     layer = FACTORIES[name]()
     query_mask = np.array([[True] * T, [True, True, False, False]])
