@@ -687,7 +687,7 @@ def _add_confidence_option(parser):
     parser.add_argument(
         "--min-confidence",
         type=finite_float,
-        default=-1.0,
+        default=-0.1,
         metavar="LOG_PROB",
         help="with --load: each output is printed with the model's mean token "
         f"log-probability, and marked {LOW_CONFIDENCE} below this",
