@@ -100,8 +100,10 @@ def test_loaded_model_captions_an_image_file(caption_dir, tmp_path, capsys):
         ]
     )
     line = capsys.readouterr().out.strip().splitlines()[-1]
-    caption, path = line.split("\t")
+    # caption <TAB> mean log-prob <TAB> path [<TAB> (low confidence)]
+    caption, score, path, *flag = line.split("\t")
     assert path.endswith("mine.png")
+    assert float(score) <= 0 and flag in ([], ["(low confidence)"])
     vocabulary = set(" ".join(captions).split()) | {"bar", "block", "left", "right"}
     assert set(caption.split()) <= vocabulary
     assert_picture(tmp_path / "mine_attention.png")

@@ -80,8 +80,14 @@ def test_loaded_model_translates_text(trained_dir, capsys):
     )
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2
+    texts = ["3 March 2021", "tue 04/05/99"]
     model = keras.saving.load_model(trained_dir / "model.keras")
-    assert translate_texts(model, ["3 March 2021", "tue 04/05/99"]) == lines[-2:]
+    # translation <TAB> mean log-prob <TAB> input [<TAB> (low confidence)]
+    columns = [line.split("\t") for line in lines]
+    assert [c[0] for c in columns] == translate_texts(model, texts)
+    assert [c[2] for c in columns] == texts
+    scores = [score for _, score in translate_with_confidence(model, texts)]
+    assert [c[1] for c in columns] == [f"{score:.2f}" for score in scores]
 
 
 @pytest.fixture(scope="module")
