@@ -42,7 +42,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
             `(B, max_length)` (the Keras mask of the input is not used then).
         decoder_attention_mask: boolean `(B, T, T)`.
         encoder_padding_mask: boolean `(B, S)`; Keras mask of the encoder
-            sequence if None.
+            sequence if None. Padded positions (of either sequence, and the
+            cache slots past the current step) are never read as keys or
+            values: NaN there reaches no real token's output.
         encoder_attention_mask: boolean `(B, T, S)`.
         self_attention_cache: `(B, 2, max_length, N, H)` keys/values of the
             tokens decoded so far (see `MultiHeadAttention.initial_cache`).

@@ -33,7 +33,8 @@ class TransformerEncoderBlock(TransformerBlockBase):
     Call arguments:
         inputs: `(B, T, hidden_dim)`.
         padding_mask: boolean `(B, T)`, True at real tokens; taken from the
-            Keras mask of `inputs` when not given.
+            Keras mask of `inputs` when not given. Padded positions are never
+            read as keys or values: NaN there reaches no real token's output.
         attention_mask: boolean `(B, T, T)`.
         training: whether dropout is active.
         return_attention_scores: also return the weights `(B, N, T, T)`.

@@ -15,8 +15,10 @@ def masked_softmax(scores, mask=None, axis=-1):
 
     The softmax is computed in float32 when `scores` is float16 or bfloat16 (the
     usual mixed-precision practice) and the result is cast back. Masked
-    positions get a weight of exactly 0; a row whose every position is masked
-    (for example a padding query attending to nothing) gives all zeros, never NaN.
+    positions get a weight of exactly 0 and their scores are never read (they
+    are replaced, not added to, so NaN or inf there changes nothing); a row
+    whose every position is masked (for example a padding query attending to
+    nothing) gives all zeros, never NaN.
 
     Args:
         scores: float tensor of attention logits, e.g. `(batch, heads, T, S)`.
