@@ -193,7 +193,9 @@ def check_output_folder(path):
 def check_saved_model(path, command):
     """Raises `CommandError` unless `path` is a readable `.keras` archive
     holding a model that `command` trains; reads only the archive's index
-    and config (no TensorFlow)."""
+    and config (no TensorFlow). The wrong file (missing, a folder, not a
+    `.keras` archive, another kind of model) is a bad argument (exit status
+    2); the right kind of file that cannot be read whole is a failure (1)."""
     expected = LOADABLE_MODELS[command]
     if not os.path.exists(path):
         raise CommandError(f"--load {path!r}: no such file", 2)
@@ -211,12 +213,14 @@ def check_saved_model(path, command):
     if start.startswith(b"\x89HDF"):
         raise CommandError(
             f"--load {path!r} is an HDF5 file (weights only, or a legacy .h5 "
-            "model), not a .keras archive of a whole model (model.save(...keras))"
+            "model), not a .keras archive of a whole model (model.save(...keras))",
+            2,
         )
     if not start.startswith(b"PK"):
         raise CommandError(
             f"--load {path!r} is not a .keras archive (a zip file); it starts "
-            f"with {start!r}"
+            f"with {start!r}",
+            2,
         )
     try:
         with zipfile.ZipFile(path) as archive:
@@ -224,7 +228,8 @@ def check_saved_model(path, command):
             if "config.json" not in names:
                 raise CommandError(
                     f"--load {path!r} is a zip file without config.json, not a "
-                    ".keras archive"
+                    ".keras archive",
+                    2,
                 )
             if "model.weights.h5" not in names:
                 raise CommandError(

@@ -215,13 +215,13 @@ def test_load_tells_each_kind_of_bad_file_apart(tmp_path, saved_transformer, cap
     text = tmp_path / "notes.keras"
     text.write_text("garbage")
     status, message = _load_error("translate", text, capsys)
-    assert status == 1
+    assert status == 2
     assert message == " is not a .keras archive (a zip file); it starts with b'garbage'"
 
     weights = tmp_path / "model.weights.h5"
     tiny_transformer().save_weights(weights)
     status, message = _load_error("translate", weights, capsys)
-    assert status == 1
+    assert status == 2
     assert message.startswith(" is an HDF5 file (weights only")
 
     data = saved_transformer.read_bytes()
@@ -247,7 +247,7 @@ def test_load_tells_each_kind_of_bad_file_apart(tmp_path, saved_transformer, cap
     with zipfile.ZipFile(not_keras, "w") as archive:
         archive.writestr("readme.txt", "hello")
     status, message = _load_error("translate", not_keras, capsys)
-    assert status == 1
+    assert status == 2
     assert message == " is a zip file without config.json, not a .keras archive"
 
     assert _load_error("caption", saved_transformer, capsys) == (
