@@ -253,9 +253,17 @@ def check_saved_model(path, command):
         raise CommandError(
             f"--load {path!r} holds a {kind.split('>')[-1]} model; "
             f"`keras-attention {command}` "
-            f"reads {', '.join(name.split('>')[-1] for name in expected)}",
+            f"reads {_LOADABLE_DESCRIPTIONS.get(command) or _names(expected)}",
             2,
         )
+
+
+# Where the registered class names do not say it.
+_LOADABLE_DESCRIPTIONS = {"gan": "the generator a run saves as OUT/model.keras"}
+
+
+def _names(registered_names):
+    return ", ".join(name.split(">")[-1] for name in registered_names)
 
 
 def _model_kind(config):
