@@ -113,6 +113,26 @@ class EpochSeconds(keras.callbacks.Callback):
             logs["seconds"] = time.perf_counter() - self.started
 
 
+class _EmptyEpochs(keras.callbacks.Callback):
+    """Records the epochs (1-based) in which no batch was trained: a batch
+    size larger than the data gives epochs that `fit` ends at once, with logs
+    that hold no loss under any name."""
+
+    def __init__(self):
+        super().__init__()
+        self.epochs = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.batches = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches += 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not self.batches:
+            self.epochs.append(epoch + 1)
+
+
 def read_epoch_log(path):
     """The rows of a `CSVLogger` file as dicts of floats (epoch as int),
     without the columns it could not fill."""
@@ -216,7 +236,9 @@ def fit_resumable(
     )
     if logged:
         phase(f"resuming after epoch {logged[-1]['epoch'] + 1} (from {folder})")
+    empty_epochs = _EmptyEpochs()
     callbacks = [
+        empty_epochs,
         EpochSeconds(),
         *(epoch_metrics or []),
         keras.callbacks.CSVLogger(log_path, append=True),
@@ -248,10 +270,11 @@ def fit_resumable(
         verbose=verbose,
         **fit_kwargs,
     )
+    trained_before = len(logged)
     logged = read_epoch_log(log_path)
-    empty = [row["epoch"] + 1 for row in logged if "loss" not in row]
+    empty = empty_epochs.epochs
     if empty:
-        if len(empty) == len(logged):
+        if not trained_before and len(empty) == len(logged):
             # Nothing was trained: what is saved would make the next run, with
             # sane arguments, resume from an untrained model.
             shutil.rmtree(folder, ignore_errors=True)

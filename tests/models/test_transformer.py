@@ -12,8 +12,11 @@ from tests.models.seq2seq_cases import exact_match, reversal_pairs
 def test_transformer_learns_to_reverse():
     inputs, target, weight = reversal_pairs(2000)
     model = tiny(hidden_dim=64, intermediate_dim=128, num_heads=4)
+    # Decayed to zero: at a constant 2e-3 a late loss spike can leave the
+    # model a few updates short of exact, depending on float rounding alone.
+    decay = keras.optimizers.schedules.CosineDecay(2e-3, 12 * (2000 // 64))
     model.compile(
-        keras.optimizers.Adam(2e-3),
+        keras.optimizers.Adam(decay),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         weighted_metrics=["accuracy"],
         jit_compile=True,

@@ -138,7 +138,9 @@ def test_folder_without_classes_trains_unmeasured_and_refuses_conditional(tmp_pa
             folder / f"{i}.png"
         )
     with pytest.raises(ValueError, match="one subfolder per class"):
-        run_gan(str(tmp_path / "out"), data=str(folder), conditional=True)
+        run_gan(
+            str(tmp_path / "out"), data=str(folder), conditional=True, batch_size=16
+        )
     metrics = run_gan(
         str(tmp_path / "out"),
         data=str(folder),
