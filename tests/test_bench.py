@@ -10,7 +10,7 @@ import pytest
 
 from keras_attention import cli
 from keras_attention.bench import SUITES
-from keras_attention.bench.common import fit_exponent
+from keras_attention.bench.common import fit_exponent, time_alternating
 from keras_attention.bench.seq2seq import MODELS, crossover_length
 
 TIMING_FIELDS = {"median_s", "min_s", "max_s", "repeats"}
@@ -29,6 +29,16 @@ def run_suite(suite, tmp_path):
 def check_timing(timing):
     assert TIMING_FIELDS <= set(timing), timing
     assert 0 < timing["min_s"] <= timing["median_s"] <= timing["max_s"]
+
+
+def test_time_alternating_times_each_function_in_turn():
+    order = []
+    calls = {name: (order.append, (name,)) for name in ("ours", "peer")}
+    timings = time_alternating(calls, repeats=3, warmup=1)
+    assert order == ["ours", "peer"] * 4  # one warm-up, then three turns
+    for name in calls:
+        check_timing(timings[name])
+        assert timings[name]["repeats"] == 3
 
 
 def test_suites_are_all_on_the_command_line():
@@ -58,6 +68,16 @@ def test_attention_suite_quick(tmp_path):
         check_timing(case)
         assert {"gflops", "peak_memory_bytes"} <= set(case)
     assert "mha_time_ratio_T128" in results["ratios"]
+    for mask in ("full", "causal"):
+        case = results["cases"][f"grid/{mask}/w256/float32/T128"]
+        check_timing(case["ours"])
+        check_timing(case["keras"])
+        assert case["time_ratio"] == pytest.approx(
+            case["ours"]["median_s"] / case["keras"]["median_s"]
+        )
+        assert 0 < case["ours"]["matmul_fraction"] and case["matmul_gflops"] > 0
+        assert f"mha_grid_time_ratio_{mask}_w256_float32_T128" in results["ratios"]
+    assert "| causal | 256 | float32 | 128 |" in (tmp_path / "attention.md").read_text()
     assert "decode_cache_speedup" in results["ratios"]
     assert "| ratio | value |" in (tmp_path / "attention.md").read_text()
 

@@ -5,6 +5,11 @@
 - `mha`: `keras_attention.layers.MultiHeadAttention` against
   `keras.layers.MultiHeadAttention`, width 512, 8 heads, 4096 tokens per batch
   (weights and input gradients).
+- `grid`: `MultiHeadAttention` against Keras' on the cases users train,
+  causal and not, widths 256 and 512 (8 heads), T from 128 to 8192 (4096
+  tokens per batch, at least one sequence), float32 and mixed bfloat16. Each
+  case is one process that times ours, Keras' and a 2048^3 matmul in turn
+  (`time_alternating`), so that its ratios come from the same minutes.
 - `matmul`: a 2048^3 float32 matmul in the same run, the yardstick for the
   fraction of this machine's GFLOP/s that attention reaches.
 - `decode`: 128 tokens from a 2-block Transformer decoder, with the KV cache
@@ -20,6 +25,20 @@ from keras_attention.bench.common import describe
 
 FULL_LENGTHS = (128, 512, 2048, 4096, 8192, 16384)
 QUICK_LENGTHS = (128, 256)
+GRID = {
+    "lengths": (128, 256, 512, 1024, 2048, 4096, 8192),
+    "widths": (256, 512),
+    "causal": (False, True),
+    "dtypes": ("float32", "bfloat16"),
+}
+QUICK_GRID = {
+    "lengths": (128,),
+    "widths": (256,),
+    "causal": (False, True),
+    "dtypes": ("float32",),
+}
+GRID_TOKENS = 4096
+MATMUL_SIZE = 2048
 HEADS, HEAD_DIM, WIDTH = 8, 64, 512
 CHUNK = 512
 # The standard path keeps B*N*T*S float32 scores (and their gradient) alive:
@@ -105,6 +124,72 @@ def _case_mha(case):
         "gflops": 3 * forward / timing["median_s"] / 1e9,
         "peak_memory_bytes": peak_memory_growth(baseline),
     }
+
+
+def mha_flops(batch, length, width):
+    """Forward + backward FLOPs of self-attention over `(batch, length,
+    width)`: four `width x width` projections and the two `(T, S)` products,
+    the backward pass twice the forward. Causal cases count the full square,
+    as both layers compute it."""
+    tokens = batch * length
+    forward = 8 * tokens * width * width + 4 * batch * length * length * width
+    return 3 * forward
+
+
+def _case_grid(case):
+    import keras
+
+    from keras_attention.bench.common import (
+        jit,
+        layer_value_and_grad,
+        time_alternating,
+    )
+    from keras_attention.layers import MultiHeadAttention
+
+    length, width, causal = case["length"], case["width"], case["causal"]
+    batch = max(1, GRID_TOKENS // length)
+    policy = "mixed_bfloat16" if case["dtype"] == "bfloat16" else None
+    rng = np.random.default_rng(0)
+    x = keras.ops.convert_to_tensor(
+        rng.normal(size=(batch, length, width)).astype("float32")
+    )
+    calls = {}
+    for name, cls in (("ours", MultiHeadAttention), ("keras", None)):
+        cls = cls or keras.layers.MultiHeadAttention
+        layer = cls(num_heads=HEADS, key_dim=width // HEADS, dtype=policy)
+        layer(x, x)
+
+        def forward(x, layer=layer):
+            return layer(x, x, use_causal_mask=causal)
+
+        step = jit(layer_value_and_grad(layer, forward))
+        calls[name] = (step, ([v.value for v in layer.trainable_variables], x))
+    compute_dtype = "bfloat16" if policy else "float32"
+    a, b = (
+        keras.ops.convert_to_tensor(
+            rng.normal(size=(MATMUL_SIZE, MATMUL_SIZE)).astype("float32"),
+            compute_dtype,
+        )
+        for _ in range(2)
+    )
+    calls["matmul"] = (jit(keras.ops.matmul), (a, b))
+    timings = time_alternating(calls, repeats=case["repeats"])
+    matmul_gflops = 2 * MATMUL_SIZE**3 / timings["matmul"]["median_s"] / 1e9
+    flops = mha_flops(batch, length, width)
+    result = {"batch": batch, "matmul_gflops": matmul_gflops}
+    for name in ("ours", "keras"):
+        gflops = flops / timings[name]["median_s"] / 1e9
+        result[name] = {
+            **timings[name],
+            "gflops": gflops,
+            "matmul_fraction": gflops / matmul_gflops,
+        }
+    result["time_ratio"] = timings["ours"]["median_s"] / timings["keras"]["median_s"]
+    return result
+
+
+def grid_key(causal, width, dtype, length):
+    return f"grid/{'causal' if causal else 'full'}/w{width}/{dtype}/T{length}"
 
 
 def _case_matmul(case):
@@ -248,6 +333,7 @@ def _case_decode(case):
 CASES = {
     "ops": _case_ops,
     "mha": _case_mha,
+    "grid": _case_grid,
     "matmul": _case_matmul,
     "torch_sdpa": _case_torch_sdpa,
     "decode": _case_decode,
@@ -321,6 +407,28 @@ def run(quick=False, out="runs/bench", timeout=900):
                     )
                 rows.append((kind, impl, length, result))
 
+    grid = QUICK_GRID if quick else GRID
+    for dtype_ in grid["dtypes"]:
+        for width in grid["widths"]:
+            for causal in grid["causal"]:
+                for length in grid["lengths"]:
+                    label = "causal" if causal else "not causal"
+                    phase(
+                        f"MultiHeadAttention ours vs keras, {label}, width {width}, "
+                        f"{dtype_}, T={length}"
+                    )
+                    measure(
+                        grid_key(causal, width, dtype_, length),
+                        {
+                            "kind": "grid",
+                            "length": length,
+                            "width": width,
+                            "causal": causal,
+                            "dtype": dtype_,
+                            "repeats": 3 if length >= 4096 else repeats,
+                        },
+                    )
+
     phase("incremental decoding, cache vs no cache")
     measure("decode", {"kind": "decode", "steps": 16 if quick else 128})
     _summarize(results, lengths)
@@ -328,8 +436,8 @@ def run(quick=False, out="runs/bench", timeout=900):
         results,
         out,
         "attention",
-        _markdown(results, rows),
-        lambda results, path: _plot(results, lengths, path),
+        _markdown(results, rows) + _grid_markdown(results, grid),
+        lambda results, path: _plot(results, lengths, grid, path),
     )
     return results
 
@@ -371,6 +479,11 @@ def _summarize(results, lengths):
         memory = _get(results, f"ops/ours_chunked/{length}", "peak_memory_bytes")
         if memory is not None:
             ratios[f"chunked_peak_memory_GiB_T{length}"] = memory / 2**30
+    for key, case in results["cases"].items():
+        if key.startswith("grid/") and "time_ratio" in case:
+            name = key[len("grid/") :].replace("/", "_")
+            ratios[f"mha_grid_time_ratio_{name}"] = case["time_ratio"]
+            ratios[f"mha_grid_matmul_fraction_{name}"] = case["ours"]["matmul_fraction"]
     decode = results["cases"].get("decode", {})
     if "speedup" in decode:
         ratios["decode_cache_speedup"] = decode["speedup"]
@@ -413,11 +526,67 @@ def _markdown(results, rows):
     return "\n".join(lines) + "\n"
 
 
-def _plot(results, lengths, path):
+def _grid_markdown(results, grid):
+    lines = [
+        "",
+        "`MultiHeadAttention`, ours and Keras' timed in turn in one process, "
+        f"forward + backward, {HEADS} heads, {GRID_TOKENS} tokens per batch:",
+        "",
+        "| mask | width | dtype | T | ours ms | keras ms | ours / keras "
+        "| ours % of matmul | keras % of matmul |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for dtype in grid["dtypes"]:
+        for width in grid["widths"]:
+            for causal in grid["causal"]:
+                for length in grid["lengths"]:
+                    r = results["cases"].get(grid_key(causal, width, dtype, length))
+                    mask = "causal" if causal else "none"
+                    if not r or "skipped" in r:
+                        reason = (r or {}).get("skipped", "not run")
+                        lines.append(
+                            f"| {mask} | {width} | {dtype} | {length} | "
+                            f"{reason} | | | | |"
+                        )
+                        continue
+                    ours, peer = r["ours"], r["keras"]
+                    lines.append(
+                        f"| {mask} | {width} | {dtype} | {length} | "
+                        f"{1e3 * ours['median_s']:.1f} | "
+                        f"{1e3 * peer['median_s']:.1f} | {r['time_ratio']:.2f} | "
+                        f"{100 * ours['matmul_fraction']:.0f}% | "
+                        f"{100 * peer['matmul_fraction']:.0f}% |"
+                    )
+    return "\n".join(lines) + "\n"
+
+
+def _plot(results, lengths, grid, path):
     from keras_attention.viz import pyplot, save_figure
 
     plt = pyplot()
-    fig, (time_ax, mem_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (time_ax, mem_ax, grid_ax) = plt.subplots(1, 3, figsize=(16, 4))
+    for dtype in grid["dtypes"]:
+        for width in grid["widths"]:
+            for causal in grid["causal"]:
+                xs, ys = [], []
+                for length in grid["lengths"]:
+                    r = results["cases"].get(grid_key(causal, width, dtype, length))
+                    if r and "time_ratio" in r:
+                        xs.append(length)
+                        ys.append(r["time_ratio"])
+                if xs:
+                    mask = "causal" if causal else "no mask"
+                    grid_ax.plot(xs, ys, "o-", label=f"{mask}, w{width}, {dtype}")
+    if grid_ax.lines:
+        grid_ax.axhline(1.0, color="gray", lw=0.8)
+        grid_ax.set_xscale("log", base=2)
+        grid_ax.set_xlabel("sequence length T")
+        grid_ax.set_ylabel("MultiHeadAttention time, ours / keras")
+        grid_ax.grid(True, which="both", alpha=0.3)
+        grid_ax.legend(fontsize=7)
+    else:
+        grid_ax.text(0.5, 0.5, "grid not measured in this run", ha="center")
+        grid_ax.set_axis_off()
     for kind, impl, style in (
         ("ops", "keras", "o-"),
         ("ops", "ours", "s-"),

@@ -128,6 +128,31 @@ def time_call(fn, *args, repeats=5, warmup=1):
     }
 
 
+def time_alternating(calls, repeats=5, warmup=1):
+    """`time_call` for several functions at once, taking turns: each
+    repetition times every `name: (fn, args)` of `calls` once, so that a
+    change in the machine's speed (another process, the clock) weighs on all
+    of them alike and their ratios stay fair. Returns `{name: timing}`."""
+    for fn, args in calls.values():
+        for _ in range(warmup):
+            block(fn(*args))
+    times = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, (fn, args) in calls.items():
+            start = time.perf_counter()
+            block(fn(*args))
+            times[name].append(time.perf_counter() - start)
+    return {
+        name: {
+            "median_s": statistics.median(t),
+            "min_s": min(t),
+            "max_s": max(t),
+            "repeats": repeats,
+        }
+        for name, t in times.items()
+    }
+
+
 def peak_memory_bytes():
     """Peak memory of this process so far: on the accelerator where the JAX
     backend computes on one, else resident host memory (Linux reports KiB)."""

@@ -541,6 +541,16 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 chunk_size=chunk,
             )
             return output, None
+        if not (return_attention_scores or dropout_active):
+            output = dot_product_attention(
+                query,
+                key,
+                value,
+                mask=attention_mask,
+                is_causal=use_causal_mask,
+                scale=self._inverse_sqrt_key_dim,
+            )
+            return output, None
         weights = attention_weights(
             query, key, attention_mask, use_causal_mask, self._inverse_sqrt_key_dim
         )

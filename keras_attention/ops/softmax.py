@@ -6,7 +6,7 @@ from keras_attention._checks import check_mask_shape, static_shape
 
 # Applied in float32 (or float64), never in the half-precision input dtype, so it
 # cannot overflow float16 (whose largest finite value is 65504).
-_MASKED_SCORE = -1e9
+MASKED_SCORE = -1e9
 _HALF_PRECISION = ("float16", "bfloat16")
 
 
@@ -42,7 +42,7 @@ def masked_softmax(scores, mask=None, axis=-1):
     mask = ops.convert_to_tensor(mask)
     check_mask_shape("mask", static_shape(mask), static_shape(scores), "scores")
     mask = ops.cast(mask, "bool")
-    logits = ops.where(mask, logits, ops.cast(_MASKED_SCORE, compute_dtype))
+    logits = ops.where(mask, logits, ops.cast(MASKED_SCORE, compute_dtype))
     weights = ops.softmax(logits, axis=axis)
     weights = ops.where(mask, weights, ops.zeros_like(weights))
     return ops.cast(weights, dtype)

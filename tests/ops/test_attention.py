@@ -4,6 +4,7 @@ import pytest
 from keras import ops
 
 from keras_attention.ops import causal_mask, dot_product_attention
+from keras_attention.utils.backend import value_and_grad
 from tests import numpy_reference as ref
 
 rng = np.random.default_rng(0)
@@ -71,6 +72,44 @@ def test_fully_masked_query_rows_are_zero_in_half_precision(dtype):
     assert np.all(np.isfinite(out))
     assert np.all(out[:, 0] == 0.0)
     assert np.all(ops.convert_to_numpy(ops.cast(w, "float32"))[:, :, 0] == 0.0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_outputs_alone_match_the_weights_path_with_fully_masked_rows(dtype, is_causal):
+    # Without weights the outputs are normalized last (float16 excepted); the
+    # result and its gradients are those of normalizing the weights first.
+    mask = np.ones((B, 1, T, S), bool) & PAD
+    mask[:, :, 0] = False
+    q, k, v = (ops.cast(x, dtype) for x in (Q, K, V))
+
+    def run(return_weights):
+        def loss(q, k, v):
+            out = (
+                dot_product_attention(
+                    q, k, v, mask=mask, is_causal=is_causal, return_weights=True
+                )[0]
+                if return_weights
+                else dot_product_attention(q, k, v, mask=mask, is_causal=is_causal)
+            )
+            weights = ops.arange(H, dtype="float32")
+            return ops.sum(ops.cast(out, "float32") * weights)
+
+        loss_value, grads = value_and_grad(loss)(q, k, v)
+        return [
+            ops.convert_to_numpy(ops.stop_gradient(ops.cast(x, "float32")))
+            for x in (loss_value, *grads)
+        ]
+
+    outputs = ops.cast(
+        dot_product_attention(q, k, v, mask=mask, is_causal=is_causal), "float32"
+    )
+    outputs = ops.convert_to_numpy(outputs)
+    assert np.all(outputs[:, 0] == 0.0) and np.all(np.isfinite(outputs))
+    tolerance = 1e-5 if dtype == "float32" else 5e-2
+    for alone, with_weights in zip(run(False), run(True), strict=True):
+        assert np.all(np.isfinite(alone))
+        np.testing.assert_allclose(alone, with_weights, atol=tolerance, rtol=tolerance)
 
 
 def test_value_head_dim_may_differ():
