@@ -67,6 +67,11 @@ def test_attention_suite_quick(tmp_path):
         case = results["cases"][f"ops/{impl}/128"]
         check_timing(case)
         assert {"gflops", "peak_memory_bytes"} <= set(case)
+    for impl in ("keras", "ours", "ours_chunked"):
+        case = results["cases"][f"ops_causal/{impl}/128"]
+        check_timing(case)
+        assert case["case"]["causal"] is True
+    assert "chunked_causal_time_ratio_vs_standard_T128" in results["ratios"]
     assert "mha_time_ratio_T128" in results["ratios"]
     for mask in ("full", "causal"):
         case = results["cases"][f"grid/{mask}/w256/float32/T128"]

@@ -1,7 +1,9 @@
 """The `attention` suite: our attention against Keras', XLA on, forward+backward.
 
-- `ops`: `keras_attention.ops.dot_product_attention` (standard and chunked)
-  against `keras.ops.dot_product_attention`, B=1, 8 heads of 64, T = S.
+- `ops`, `ops_causal`: `keras_attention.ops.dot_product_attention` (standard
+  and chunked) against `keras.ops.dot_product_attention`, B=1, 8 heads of 64,
+  T = S up to 65,536 (the chunked path alone past 8192 on a CPU), without and
+  with a causal mask (GFLOP/s count the full square either way).
 - `mha`: `keras_attention.layers.MultiHeadAttention` against
   `keras.layers.MultiHeadAttention`, width 512, 8 heads, 4096 tokens per batch
   (weights and input gradients).
@@ -23,7 +25,7 @@ import numpy as np
 
 from keras_attention.bench.common import describe
 
-FULL_LENGTHS = (128, 512, 2048, 4096, 8192, 16384)
+FULL_LENGTHS = (128, 512, 2048, 4096, 8192, 16384, 32768, 65536)
 QUICK_LENGTHS = (128, 256)
 GRID = {
     "lengths": (128, 256, 512, 1024, 2048, 4096, 8192),
@@ -40,7 +42,7 @@ QUICK_GRID = {
 GRID_TOKENS = 4096
 MATMUL_SIZE = 2048
 HEADS, HEAD_DIM, WIDTH = 8, 64, 512
-CHUNK = 512
+CHUNK = 256
 # The standard path keeps B*N*T*S float32 scores (and their gradient) alive:
 # above this length that alone exceeds half of a 24 GiB machine.
 STANDARD_MAX_LENGTH = 8192
@@ -59,6 +61,7 @@ def _case_ops(case):
     from keras_attention.ops import dot_product_attention
 
     length, impl, dtype = case["length"], case["impl"], case["dtype"]
+    is_causal = case.get("causal", False)
     rng = np.random.default_rng(0)
     q, k, v = (
         keras.ops.convert_to_tensor(
@@ -72,10 +75,10 @@ def _case_ops(case):
 
     def loss(q, k, v):
         if impl == "keras":
-            out = keras.ops.dot_product_attention(q, k, v)
+            out = keras.ops.dot_product_attention(q, k, v, is_causal=is_causal)
         else:
             chunk = CHUNK if impl == "ours_chunked" else None
-            out = dot_product_attention(q, k, v, chunk_size=chunk)
+            out = dot_product_attention(q, k, v, is_causal=is_causal, chunk_size=chunk)
         return keras.ops.sum(keras.ops.cast(out * weights, "float32"))
 
     baseline = peak_memory_bytes()
@@ -340,7 +343,7 @@ CASES = {
 }
 
 
-def run(quick=False, out="runs/bench", timeout=900):
+def run(quick=False, out="runs/bench", timeout=3600):
     """Runs the suite, prints the ratios, writes `attention.json`,
     `attention.md` and `attention.png` under `out`; returns the results."""
     import importlib.util
@@ -377,14 +380,20 @@ def run(quick=False, out="runs/bench", timeout=900):
         ops_impls += ("torch_sdpa",)
     rows = []
     for length in lengths:
-        for kind, impls in (("ops", ops_impls), ("mha", ("keras", "ours"))):
+        for kind, impls in (
+            ("ops", ops_impls),
+            ("ops_causal", ("keras", "ours", "ours_chunked")),
+            ("mha", ("keras", "ours")),
+        ):
             if kind == "mha" and length > 4096:
+                continue
+            if kind == "ops_causal" and quick and length != lengths[0]:
                 continue
             for impl in impls:
                 if (
                     not on_accelerator
                     and impl != "ours_chunked"
-                    and kind == "ops"
+                    and kind in ("ops", "ops_causal")
                     and length > STANDARD_MAX_LENGTH
                 ):
                     result = {
@@ -395,14 +404,16 @@ def run(quick=False, out="runs/bench", timeout=900):
                     results["cases"][f"{kind}/{impl}/{length}"] = result
                 else:
                     phase(f"{kind} {impl} T={length}")
+                    case_kind = "ops" if kind == "ops_causal" else kind
                     result = measure(
                         f"{kind}/{impl}/{length}",
                         {
-                            "kind": "torch_sdpa" if impl == "torch_sdpa" else kind,
+                            "kind": "torch_sdpa" if impl == "torch_sdpa" else case_kind,
                             "impl": impl,
                             "length": length,
                             "dtype": dtype,
-                            "repeats": 2 if length >= 8192 else repeats,
+                            "causal": kind == "ops_causal",
+                            "repeats": _repeats(length, repeats),
                         },
                     )
                 rows.append((kind, impl, length, result))
@@ -442,6 +453,14 @@ def run(quick=False, out="runs/bench", timeout=900):
     return results
 
 
+def _repeats(length, repeats):
+    # Forward + backward at T = 65,536 takes minutes: one timed call after
+    # the warm-up.
+    if length >= 32768:
+        return 1
+    return 2 if length >= 8192 else repeats
+
+
 def _get(results, key, field="median_s"):
     return results["cases"].get(key, {}).get(field)
 
@@ -479,6 +498,16 @@ def _summarize(results, lengths):
         memory = _get(results, f"ops/ours_chunked/{length}", "peak_memory_bytes")
         if memory is not None:
             ratios[f"chunked_peak_memory_GiB_T{length}"] = memory / 2**30
+        causal = _get(results, f"ops_causal/ours_chunked/{length}")
+        if causal:
+            ratios[f"chunked_causal_seconds_T{length}"] = causal
+            if chunked:
+                ratios[f"chunked_causal_time_ratio_vs_not_T{length}"] = causal / chunked
+            standard_causal = _get(results, f"ops_causal/ours/{length}")
+            if standard_causal:
+                ratios[f"chunked_causal_time_ratio_vs_standard_T{length}"] = (
+                    causal / standard_causal
+                )
     for key, case in results["cases"].items():
         if key.startswith("grid/") and "time_ratio" in case:
             name = key[len("grid/") :].replace("/", "_")

@@ -24,14 +24,29 @@ def np_(x):
     return ops.convert_to_numpy(ops.cast(x, "float32"))
 
 
+def queries(length):
+    return (
+        np.random.default_rng(length).normal(size=(B, length, N, H)).astype("float32")
+    )
+
+
+def mask_for(name, query_length):
+    if name != "full":
+        return MASKS[name]
+    return np.random.default_rng(1).random((B, N, query_length, S)) > 0.3
+
+
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("mask", sorted(MASKS))
-@pytest.mark.parametrize("chunk_size", [1, 8, 64])
-def test_matches_standard_path(mask, is_causal, chunk_size):
-    q = Q if not is_causal else rng.normal(size=(B, S, N, H)).astype("float32")
-    m = MASKS[mask]
-    if mask == "full" and is_causal:
-        m = m[:, :, :1]
+@pytest.mark.parametrize(
+    ("chunk_size", "query_length"),
+    [(1, T), (8, T), (8, S), (8, 60), (64, T), (64, 60)],
+)
+def test_matches_standard_path(mask, is_causal, chunk_size, query_length):
+    # Causal tiles above the diagonal are skipped: fewer, as many and more
+    # queries than keys put the diagonal in every place.
+    q = queries(query_length)
+    m = mask_for(mask, query_length)
     want = dot_product_attention(q, K, V, mask=m, is_causal=is_causal)
     got = dot_product_attention(
         q, K, V, mask=m, is_causal=is_causal, chunk_size=chunk_size
@@ -48,11 +63,12 @@ def test_matches_keras_dot_product_attention():
 
 
 @pytest.mark.parametrize("is_causal", [False, True])
-def test_gradients_match_standard_path(is_causal):
+@pytest.mark.parametrize(("mask", "query_length"), [("padding", S), ("full", 60)])
+def test_gradients_match_standard_path(is_causal, mask, query_length):
     weights = rng.normal(size=(5,)).astype("float32")
-    q = keras.Variable(rng.normal(size=(B, S, N, H)).astype("float32"))
+    q = keras.Variable(queries(query_length))
     k, v = keras.Variable(K), keras.Variable(V)
-    mask = MASKS["padding"]
+    mask = mask_for(mask, query_length)
 
     def loss(chunk):
         def fn():
