@@ -533,11 +533,11 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             )
         if attention_mask is not None and len(attention_mask.shape) == 3:
             attention_mask = ops.expand_dims(attention_mask, 1)
-        dropout_active = bool(training) and self._dropout > 0
-        chunk = self._chunk_size_for(
-            key.shape[1], return_attention_scores or dropout_active, use_causal_mask
+        needs_weights = return_attention_scores or (
+            bool(training) and self._dropout > 0
         )
-        if chunk is not None:
+        if not needs_weights:
+            # Chunked, or normalized last: neither materializes the weights.
             output = dot_product_attention(
                 query,
                 key,
@@ -545,17 +545,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 mask=attention_mask,
                 is_causal=use_causal_mask,
                 scale=self._inverse_sqrt_key_dim,
-                chunk_size=chunk,
-            )
-            return output, None
-        if not (return_attention_scores or dropout_active):
-            output = dot_product_attention(
-                query,
-                key,
-                value,
-                mask=attention_mask,
-                is_causal=use_causal_mask,
-                scale=self._inverse_sqrt_key_dim,
+                chunk_size=self._chunk_size_for(key.shape[1], use_causal_mask),
             )
             return output, None
         weights = attention_weights(
@@ -586,9 +576,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         output = ops.einsum(self._combine_equation, kept, ops.cast(value, kept.dtype))
         return output, weights
 
-    def _chunk_size_for(self, key_length, needs_weights, is_causal=False):
-        if needs_weights:
-            return None
+    def _chunk_size_for(self, key_length, is_causal):
         if self._chunk_size is not None:
             return self._chunk_size
         if self._flash_attention:
