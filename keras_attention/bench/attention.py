@@ -14,8 +14,12 @@
   (`time_alternating`), so that its ratios come from the same minutes.
 - `matmul`: a 2048^3 float32 matmul in the same run, the yardstick for the
   fraction of this machine's GFLOP/s that attention reaches.
-- `decode`: 128 tokens from a 2-block Transformer decoder, with the KV cache
-  against re-running the decoder over the whole (padded) prefix each step.
+- `decode`: 128 tokens through 4 decoder blocks of width 256 for 16
+  sequences, the whole loop compiled: ours with its KV cache against keras-hub's
+  `TransformerDecoder` with its cache (in turn, in one process), ours without
+  a cache (the whole padded prefix re-run at every step), and the per-token
+  time that the step's multiply-adds would take at the matmul yardstick's
+  rate.
 
 Each case runs in its own process so that its peak memory is its own.
 Usage: `python -m keras_attention.bench --suite attention [--quick] [--out DIR]`.
@@ -40,6 +44,16 @@ QUICK_GRID = {
     "dtypes": ("float32",),
 }
 GRID_TOKENS = 4096
+DECODE = {
+    "kind": "decode",
+    "batch": 16,
+    "width": 256,
+    "heads": 4,
+    "blocks": 4,
+    "steps": 128,
+    "repeats": 5,
+}
+QUICK_DECODE = {**DECODE, "batch": 2, "width": 32, "blocks": 2, "steps": 8}
 MATMUL_SIZE = 2048
 HEADS, HEAD_DIM, WIDTH = 8, 64, 512
 CHUNK = 256
@@ -249,87 +263,108 @@ def _case_torch_sdpa(case):
     }
 
 
+def decode_flops(batch, width, blocks, slots):
+    """Multiply-adds x 2 of one decoding step of `blocks` decoder blocks
+    (self-attention only, feed-forward 4 x width) for `batch` sequences,
+    attending over a cache of `slots` positions."""
+    projections = 4 * width * width + 2 * width * 4 * width
+    attention = 2 * slots * width
+    return 2 * batch * blocks * (projections + attention)
+
+
 def _case_decode(case):
-    import time
-
+    """Greedy-style generation through decoder blocks with their caches, ours
+    against keras-hub's `TransformerDecoder` in turn, plus ours without a
+    cache (the whole padded prefix re-run at every step) and the matmul
+    yardstick; each generation loop is one compiled function."""
     import keras
+    import keras_hub
 
-    from keras_attention.bench.common import block, jit
+    from keras_attention.bench.common import jit, time_alternating
     from keras_attention.layers import TransformerDecoderBlock
 
-    steps, width = case["steps"], 256
-    blocks = [TransformerDecoderBlock(4 * width, 4) for _ in range(2)]
+    batch, width, steps = case["batch"], case["width"], case["steps"]
+    heads, depth = case["heads"], case["blocks"]
+    rng = np.random.default_rng(0)
     x = keras.ops.convert_to_tensor(
-        np.random.default_rng(0).normal(size=(1, steps, width)).astype("float32")
+        rng.normal(size=(batch, steps, width)).astype("float32")
     )
-    for b in blocks:
-        b(x)
+    prompt = keras.ops.concatenate([x[:, :1], keras.ops.zeros_like(x[:, 1:])], axis=1)
+    stacks = {
+        "ours": [TransformerDecoderBlock(4 * width, heads) for _ in range(depth)],
+        "keras_hub": [
+            keras_hub.layers.TransformerDecoder(4 * width, heads) for _ in range(depth)
+        ],
+    }
+    for stack in stacks.values():
+        for b in stack:
+            b(x)
 
-    def full(x):  # no cache: the whole padded prefix, causal, every step
-        for b in blocks:
-            x = b(x)
-        return x
+    def generate_with_cache(stack):
+        def generate(prompt, caches):
+            def body(t, carry):
+                sequence, caches = carry
+                token = keras.ops.slice(sequence, (0, t, 0), (batch, 1, width))
+                new_caches = []
+                for b, cache in zip(stack, caches, strict=True):
+                    token, cache = b(
+                        token,
+                        self_attention_cache=cache,
+                        self_attention_cache_update_index=t,
+                    )
+                    new_caches.append(cache)
+                sequence = keras.ops.slice_update(sequence, (0, t + 1, 0), token)
+                return sequence, new_caches
 
-    def cached(token, caches, index):
-        new = []
-        for b, cache in zip(blocks, caches, strict=True):
-            token, cache = b(
-                token,
-                self_attention_cache=cache,
-                self_attention_cache_update_index=index,
-            )
-            new.append(cache)
-        return token, new
+            return keras.ops.fori_loop(0, steps - 1, body, (prompt, caches))[0]
 
-    # Autoregressive: each step's output is the next step's input, and the
-    # whole generation loop is one compiled function, as a real decoder runs.
+        return jit(generate)
+
     def generate_without_cache(prompt):
         def body(t, sequence):
-            out = full(sequence)
-            token = keras.ops.slice(out, (0, t, 0), (1, 1, width))
+            out = sequence
+            for b in stacks["ours"]:
+                out = b(out)
+            token = keras.ops.slice(out, (0, t, 0), (batch, 1, width))
             return keras.ops.slice_update(sequence, (0, t + 1, 0), token)
 
         return keras.ops.fori_loop(0, steps - 1, body, prompt)
 
-    def generate_with_cache(prompt, caches):
-        def body(t, carry):
-            sequence, caches = carry
-            token = keras.ops.slice(sequence, (0, t, 0), (1, 1, width))
-            out, caches = cached(token, caches, t)
-            sequence = keras.ops.slice_update(sequence, (0, t + 1, 0), out)
-            return sequence, caches
-
-        return keras.ops.fori_loop(0, steps - 1, body, (prompt, caches))
-
-    without_cache, with_cache = jit(generate_without_cache), jit(generate_with_cache)
-    caches = [b.initial_self_attention_cache(1, steps) for b in blocks]
-    prompt = keras.ops.concatenate([x[:, :1], keras.ops.zeros_like(x[:, 1:])], axis=1)
-    block(without_cache(prompt))
-    block(with_cache(prompt, caches))
-    start = time.perf_counter()
-    block(without_cache(prompt))
-    no_cache_s = time.perf_counter() - start
-    start = time.perf_counter()
-    block(with_cache(prompt, caches))
-    cache_s = time.perf_counter() - start
-
-    # Per-token cost along the prefix: one compiled step, position as a tensor.
-    cached_step = jit(cached)
-    positions = [keras.ops.convert_to_tensor(t, "int32") for t in range(steps)]
-    block(cached_step(x[:, :1], caches, positions[0]))
-    per_token = []
-    for t in range(steps):
-        start = time.perf_counter()
-        _, caches = block(cached_step(x[:, t : t + 1], caches, positions[t]))
-        per_token.append(time.perf_counter() - start)
-    quarter = max(1, steps // 4)
+    cache_shape = (batch, 2, steps, heads, width // heads)
+    calls = {
+        "ours": (
+            generate_with_cache(stacks["ours"]),
+            (prompt, [keras.ops.zeros(cache_shape) for _ in range(depth)]),
+        ),
+        "keras_hub": (
+            generate_with_cache(stacks["keras_hub"]),
+            (prompt, [keras.ops.zeros(cache_shape) for _ in range(depth)]),
+        ),
+        "ours_no_cache": (jit(generate_without_cache), (prompt,)),
+    }
+    a, b = (
+        keras.ops.convert_to_tensor(
+            rng.normal(size=(MATMUL_SIZE, MATMUL_SIZE)).astype("float32")
+        )
+        for _ in range(2)
+    )
+    calls["matmul"] = (jit(keras.ops.matmul), (a, b))
+    timings = time_alternating(calls, repeats=case["repeats"])
+    matmul_gflops = 2 * MATMUL_SIZE**3 / timings["matmul"]["median_s"] / 1e9
+    tokens = steps - 1
+    per_token = {
+        name: timings[name]["median_s"] / tokens
+        for name in ("ours", "keras_hub", "ours_no_cache")
+    }
+    bound = decode_flops(batch, width, depth, steps) / (matmul_gflops * 1e9)
     return {
-        "tokens": steps,
-        "no_cache_s": no_cache_s,
-        "cache_s": cache_s,
-        "speedup": no_cache_s / cache_s,
-        "per_token_first_quarter_s": float(np.median(per_token[:quarter])),
-        "per_token_last_quarter_s": float(np.median(per_token[-quarter:])),
+        "timings": {k: v for k, v in timings.items() if k != "matmul"},
+        "matmul_gflops": matmul_gflops,
+        "per_token_s": per_token,
+        "matmul_bound_per_token_s": bound,
+        "time_ratio_vs_keras_hub": per_token["ours"] / per_token["keras_hub"],
+        "times_matmul_bound": per_token["ours"] / bound,
+        "speedup": per_token["ours_no_cache"] / per_token["ours"],
     }
 
 
@@ -440,8 +475,8 @@ def run(quick=False, out="runs/bench", timeout=3600):
                         },
                     )
 
-    phase("incremental decoding, cache vs no cache")
-    measure("decode", {"kind": "decode", "steps": 16 if quick else 128})
+    phase("incremental decoding: ours vs keras-hub, cache vs no cache")
+    measure("decode", QUICK_DECODE if quick else DECODE)
     _summarize(results, lengths)
     write_report(
         results,
@@ -516,9 +551,8 @@ def _summarize(results, lengths):
     decode = results["cases"].get("decode", {})
     if "speedup" in decode:
         ratios["decode_cache_speedup"] = decode["speedup"]
-        ratios["decode_per_token_growth"] = (
-            decode["per_token_last_quarter_s"] / decode["per_token_first_quarter_s"]
-        )
+        ratios["decode_time_ratio_vs_keras_hub"] = decode["time_ratio_vs_keras_hub"]
+        ratios["decode_times_matmul_bound"] = decode["times_matmul_bound"]
     results["ratios"] = ratios
 
 

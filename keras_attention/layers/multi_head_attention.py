@@ -486,17 +486,19 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 f"{self._num_heads}, key_dim={self._key_dim}) = {expected}; "
                 f"received {shape}."
             )
-        key_cache, value_cache = cache[:, 0], cache[:, 1]
-        if cache_update_index is None:
-            return key_cache, value_cache, cache
-        start = (0, cache_update_index, 0, 0)
-        key_cache = ops.slice_update(
-            key_cache, start, ops.cast(self._key_dense(key), key_cache.dtype)
-        )
-        value_cache = ops.slice_update(
-            value_cache, start, ops.cast(self._value_dense(value), value_cache.dtype)
-        )
-        return key_cache, value_cache, ops.stack((key_cache, value_cache), axis=1)
+        if cache_update_index is not None:
+            # One in-place write of the new positions into the stacked cache:
+            # updating the key and value halves apart and stacking them again
+            # would copy the whole buffer at every decoding step.
+            new_entries = ops.stack(
+                (self._key_dense(key), self._value_dense(value)), axis=1
+            )
+            cache = ops.slice_update(
+                cache,
+                (0, 0, cache_update_index, 0, 0),
+                ops.cast(new_entries, cache.dtype),
+            )
+        return cache[:, 0], cache[:, 1], cache
 
     def _compute_attention(
         self,

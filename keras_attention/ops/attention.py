@@ -128,7 +128,7 @@ def _attend_normalizing_last(query, key, value, mask, is_causal, scale):
     dtype = backend.standardize_dtype(query.dtype)
     compute_dtype = "float64" if dtype == "float64" else "float32"
     query = query * ops.cast(scale, query.dtype)
-    scores = ops.cast(ops.einsum("btnh,bsnh->bnts", query, key), compute_dtype)
+    scores = ops.cast(_scores(query, key), compute_dtype)
     if is_causal:
         mask = merge_masks(mask, causal_mask(ops.shape(query)[1], ops.shape(key)[1]))
     if mask is not None:
@@ -141,12 +141,44 @@ def _attend_normalizing_last(query, key, value, mask, is_causal, scale):
     # zeroed at the end, on (T, head_dim) outputs rather than (T, S) weights.
     unnormalized = ops.exp(scores - peak)
     total = ops.sum(unnormalized, axis=-1, keepdims=True)
-    outputs = ops.einsum("bnts,bsnh->btnh", ops.cast(unnormalized, value.dtype), value)
+    outputs = _weighted_sum(ops.cast(unnormalized, value.dtype), value)
     outputs = ops.cast(outputs, compute_dtype) / _heads_second(total)
     if mask is not None:
         attends = ops.greater(_heads_second(peak), MASKED_SCORE / 2)
         outputs = ops.where(attends, outputs, 0.0)
     return ops.cast(outputs, dtype)
+
+
+# A single query (one decoding step) attends by multiply-and-sum rather than
+# by matmul: the product of one query with the keys is memory-bound either
+# way, and a matmul first copies the (S, num_heads, head_dim) keys and values
+# into its own layout, which costs more than the product itself; the fused
+# multiply-and-sum reads them once, where they lie.
+
+
+def _scores(query, key):
+    """`query . key` per head: `(B, N, T, S)` in the dtype of the query."""
+    if query.shape[1] != 1:
+        return ops.einsum("btnh,bsnh->bnts", query, key)
+    compute_dtype = _accumulation_dtype(query.dtype)
+    products = ops.cast(query, compute_dtype) * ops.cast(key, compute_dtype)
+    scores = ops.transpose(ops.sum(products, axis=-1), (0, 2, 1))[:, :, None, :]
+    return ops.cast(scores, query.dtype)
+
+
+def _weighted_sum(weights, value):
+    """`sum_s weights[b, n, t, s] * value[b, s, n, :]`: `(B, T, N, H)` in the
+    dtype of the weights."""
+    if weights.shape[2] != 1:
+        return ops.einsum("bnts,bsnh->btnh", weights, value)
+    compute_dtype = _accumulation_dtype(weights.dtype)
+    per_key = ops.transpose(ops.cast(weights[:, :, 0, :], compute_dtype), (0, 2, 1))
+    products = per_key[..., None] * ops.cast(value, compute_dtype)
+    return ops.cast(ops.sum(products, axis=1, keepdims=True), weights.dtype)
+
+
+def _accumulation_dtype(dtype):
+    return "float64" if backend.standardize_dtype(dtype) == "float64" else "float32"
 
 
 def _heads_second(x):
@@ -177,7 +209,7 @@ def _attended_keys(mask, is_causal, query_length, key_length):
 def _weights(query, key, mask, is_causal, scale):
     # Scaling the queries before the matmul keeps float16 scores in range.
     query = query * ops.cast(scale, query.dtype)
-    scores = ops.einsum("btnh,bsnh->bnts", query, key)
+    scores = _scores(query, key)
     if is_causal:
         mask = merge_masks(mask, causal_mask(ops.shape(query)[1], ops.shape(key)[1]))
     return masked_softmax(scores, mask)
@@ -213,4 +245,4 @@ def apply_attention_weights(weights, value, mask=None, is_causal=False):
             mask, is_causal, _length(weights, 2), _length(value, 1)
         )
         value = zero_unattended(value, attended)
-    return ops.einsum("bnts,bsnh->btnh", weights, ops.cast(value, weights.dtype))
+    return _weighted_sum(weights, ops.cast(value, weights.dtype))

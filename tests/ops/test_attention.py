@@ -112,6 +112,48 @@ def test_outputs_alone_match_the_weights_path_with_fully_masked_rows(dtype, is_c
         np.testing.assert_allclose(alone, with_weights, atol=tolerance, rtol=tolerance)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("return_weights", [False, True])
+def test_a_single_query_matches_the_same_query_among_several(dtype, return_weights):
+    # One query (a decoding step) takes a multiply-and-sum path instead of
+    # the matmuls; its outputs, weights and gradients are those of the same
+    # query attending among others.
+    mask = np.broadcast_to(PAD, (B, 1, T, S)).copy()
+    mask[1, :, 0] = False  # a fully masked row
+
+    def attend(q, k, v):
+        result = dot_product_attention(
+            q, k, v, mask=mask[:, :, : q.shape[1]], return_weights=return_weights
+        )
+        return result if return_weights else (result,)
+
+    def first_row(q, k, v):
+        out, *weights = attend(q, k, v)
+        out = ops.cast(out[:, :1], "float32")
+        loss = ops.sum(out * ops.arange(H, dtype="float32"))
+        if weights:
+            loss = loss + ops.sum(ops.cast(weights[0][:, :, :1], "float32") * 3.0)
+        return loss
+
+    q, k, v = (ops.cast(x, dtype) for x in (Q, K, V))
+    single = attend(q[:, :1], k, v)
+    several = attend(q, k, v)
+    tolerance = 1e-5 if dtype == "float32" else 2e-2
+    for alone, among in zip(single, several, strict=True):
+        alone = ops.convert_to_numpy(ops.cast(alone, "float32"))
+        among = ops.convert_to_numpy(ops.cast(among, "float32"))
+        among = among[:, :1] if alone.shape[1] == 1 else among[:, :, :1]
+        np.testing.assert_allclose(alone, among, atol=tolerance, rtol=tolerance)
+    assert np.all(ops.convert_to_numpy(ops.cast(single[0], "float32"))[1] == 0.0)
+    _, single_grads = value_and_grad(first_row)(q[:, :1], k, v)
+    _, several_grads = value_and_grad(first_row)(q, k, v)
+    for alone, among in zip(single_grads[1:], several_grads[1:], strict=True):
+        alone = ops.convert_to_numpy(ops.cast(alone, "float32"))
+        among = ops.convert_to_numpy(ops.cast(among, "float32"))
+        assert np.all(np.isfinite(alone))
+        np.testing.assert_allclose(alone, among, atol=tolerance, rtol=tolerance)
+
+
 def test_value_head_dim_may_differ():
     v = rng.normal(size=(B, S, N, 4)).astype("float32")
     assert tuple(dot_product_attention(Q, K, v).shape) == (B, T, N, 4)
