@@ -16,6 +16,7 @@ import os
 import keras
 import numpy as np
 
+from keras_attention.layers.dropout import Dropout
 from keras_attention.utils.progress import phase
 
 FEATURE_LAYER = "features"
@@ -33,7 +34,7 @@ def feature_classifier(image_shape, num_classes):
             x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
         x = keras.layers.MaxPooling2D(2)(x)
     x = keras.layers.Flatten()(x)
-    x = keras.layers.Dropout(0.3)(x)
+    x = Dropout(0.3)(x)
     x = keras.layers.Dense(128, activation="relu", name=FEATURE_LAYER)(x)
     logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
     return keras.Model(images, logits, name="feature_classifier")

@@ -9,6 +9,7 @@ from keras_attention.layers.conditional_batch_normalization import (
 )
 from keras_attention.layers.cosine_attention import CosineAttention
 from keras_attention.layers.dot_product_attention import DotProductAttention
+from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.feed_forward import FeedForward
 from keras_attention.layers.location_attention import LocationAttention
 from keras_attention.layers.multi_head_attention import MultiHeadAttention
@@ -31,6 +32,7 @@ __all__ = [
     "ConditionalBatchNormalization",
     "CosineAttention",
     "DotProductAttention",
+    "Dropout",
     "FeedForward",
     "LocationAttention",
     "MultiHeadAttention",

@@ -15,6 +15,7 @@ from keras_attention.ops.masks import (
     merge_masks,
     zero_unattended,
 )
+from keras_attention.ops.random import dropout
 from keras_attention.ops.softmax import masked_softmax
 
 
@@ -215,9 +216,7 @@ class ScoreAttention(keras.layers.Layer):
             score_mask = merge_masks(score_mask, causal_mask(shape[1], shape[2]))
         weights = masked_softmax(scores, score_mask)
         if training and self.dropout > 0:
-            weights = keras.random.dropout(
-                weights, self.dropout, seed=self.seed_generator
-            )
+            weights = dropout(weights, self.dropout, seed=self.seed_generator)
         outputs = ops.matmul(weights, ops.cast(value, weights.dtype))
         if query_mask is not None:
             outputs = ops.where(ops.expand_dims(query_mask, -1), outputs, 0)

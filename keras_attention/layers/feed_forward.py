@@ -1,6 +1,7 @@
 import keras
 
 from keras_attention._checks import check_positive_int, check_rate
+from keras_attention.layers.dropout import Dropout
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -72,7 +73,7 @@ class FeedForward(keras.layers.Layer):
             self.output_dim or input_shape[-1], name="output_dense", **dense
         )
         self.output_dense.build((*input_shape[:-1], self.intermediate_dim))
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy)
 
     def call(self, inputs, training=None):
         hidden = self.intermediate_dense(inputs)

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_attention._checks import check_positive_int, check_rate
+from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.feed_forward import FeedForward
 from keras_attention.layers.multi_head_attention import MultiHeadAttention
 from keras_attention.utils.initializers import clone_initializer
@@ -80,7 +81,7 @@ class TransformerBlockBase(keras.layers.Layer):
         )
 
     def _dropout(self, name):
-        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
+        return Dropout(self.dropout, dtype=self.dtype_policy, name=name)
 
     def _feedforward(self):
         return FeedForward(

@@ -3,6 +3,7 @@ from keras import ops
 
 from keras_attention._checks import check_positive_int, check_rate
 from keras_attention.layers.attention_pooling import AttentionPooling
+from keras_attention.layers.dropout import Dropout
 from keras_attention.models.text_classifier import (
     FoldSentences,
     TextClassifier,
@@ -108,7 +109,7 @@ class HierarchicalAttentionNetwork(TextClassifier):
         embedding = keras.layers.Embedding(
             vocabulary_size, embedding_dim, dtype=dtype, name="word_embedding"
         )
-        embedding_dropout = keras.layers.Dropout(dropout, dtype=dtype)
+        embedding_dropout = Dropout(dropout, dtype=dtype)
         word_encoder = keras.layers.Bidirectional(
             keras.layers.GRU(word_units, return_sequences=True, dtype=dtype),
             dtype=dtype,
@@ -125,7 +126,7 @@ class HierarchicalAttentionNetwork(TextClassifier):
         sentence_attention = AttentionPooling(
             attention_units, dtype=dtype, name="sentence_attention"
         )
-        document_dropout = keras.layers.Dropout(dropout, dtype=dtype)
+        document_dropout = Dropout(dropout, dtype=dtype)
         probabilities = class_probabilities(num_classes)
 
         def attend(token_ids, training=None):

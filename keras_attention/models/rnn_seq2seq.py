@@ -5,6 +5,7 @@ from keras_attention._checks import check_choice, check_positive_int, check_rate
 from keras_attention.layers.additive_attention import AdditiveAttention
 from keras_attention.layers.attention_rnn_cell import AttentionRNNCell
 from keras_attention.layers.dot_product_attention import DotProductAttention
+from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.location_attention import LocationAttention
 from keras_attention.layers.multiplicative_attention import MultiplicativeAttention
 from keras_attention.models.seq2seq import Seq2Seq, token_id_inputs
@@ -126,7 +127,7 @@ class RNNSeq2Seq(Seq2Seq):
         target_embedding = keras.layers.Embedding(
             target_vocabulary_size, embedding_dim, dtype=dtype, name="target_embedding"
         )
-        embedding_dropout = keras.layers.Dropout(dropout, dtype=dtype)
+        embedding_dropout = Dropout(dropout, dtype=dtype)
         encoder = keras.layers.Bidirectional(
             keras.layers.GRU(units, return_sequences=True, return_state=True),
             dtype=dtype,
@@ -156,7 +157,7 @@ class RNNSeq2Seq(Seq2Seq):
         decoder = keras.layers.RNN(
             cell, return_sequences=True, dtype=dtype, name="decoder"
         )
-        output_dropout = keras.layers.Dropout(dropout, dtype=dtype)
+        output_dropout = Dropout(dropout, dtype=dtype)
         output_dense = keras.layers.Dense(
             target_vocabulary_size, dtype=dtype, name="logits"
         )

@@ -7,6 +7,7 @@ from keras_attention._checks import check_positive_int, check_rate
 from keras_attention.decoding import GenerationMixin
 from keras_attention.layers.additive_attention import AdditiveAttention
 from keras_attention.layers.attention_rnn_cell import AttentionRNNCell
+from keras_attention.layers.dropout import Dropout
 from keras_attention.models.saving import deserialize_optional, serialize_optional
 
 
@@ -152,13 +153,13 @@ class ShowAttendTell(GenerationMixin, keras.Model):
         embedding = keras.layers.Embedding(
             vocabulary_size, embedding_dim, dtype=dtype, name="embedding"
         )
-        embedding_dropout = keras.layers.Dropout(dropout, dtype=dtype)
+        embedding_dropout = Dropout(dropout, dtype=dtype)
         init_h = keras.layers.Dense(units, "tanh", dtype=dtype, name="init_h")
         init_c = keras.layers.Dense(units, "tanh", dtype=dtype, name="init_c")
         readout = keras.layers.Dense(
             embedding_dim, "tanh", dtype=dtype, name="deep_output"
         )
-        output_dropout = keras.layers.Dropout(dropout, dtype=dtype)
+        output_dropout = Dropout(dropout, dtype=dtype)
         output_dense = keras.layers.Dense(vocabulary_size, dtype=dtype, name="logits")
         if attention:
             summary = keras.layers.GlobalAveragePooling1D(dtype=dtype, name="mean")

@@ -3,6 +3,7 @@
 import keras
 
 from keras_attention._checks import check_rate
+from keras_attention.layers.dropout import Dropout
 from keras_attention.models.text_classifier import (
     MaskedAverage,
     TextClassifier,
@@ -76,9 +77,9 @@ class BiLSTMClassifier(TextClassifier):
         )
 
         inputs = keras.Input((None,), dtype="int32", name="token_ids")
-        x = keras.layers.Dropout(dropout, dtype=dtype)(embedding(inputs))
+        x = Dropout(dropout, dtype=dtype)(embedding(inputs))
         x = encoder(x, mask=padding_mask(inputs))
-        x = keras.layers.Dropout(dropout, dtype=dtype)(x)
+        x = Dropout(dropout, dtype=dtype)(x)
         super().__init__(
             inputs=inputs,
             outputs=class_probabilities(num_classes)(x),
@@ -162,7 +163,7 @@ class BagOfEmbeddingsClassifier(TextClassifier):
         x = MaskedAverage(dtype=dtype, name="mean_pooling")(
             embedding(inputs), mask=padding_mask(inputs)
         )
-        x = keras.layers.Dropout(dropout, dtype=dtype)(x)
+        x = Dropout(dropout, dtype=dtype)(x)
         super().__init__(
             inputs=inputs,
             outputs=class_probabilities(num_classes)(x),

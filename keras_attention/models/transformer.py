@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from keras_attention._checks import check_choice, check_positive_int, check_rate
+from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
@@ -190,8 +191,8 @@ class Transformer(Seq2Seq):
             TransformerDecoderBlock(**block_args, name=f"decoder_block_{i}")
             for i in range(num_decoder_layers)
         ]
-        source_dropout = keras.layers.Dropout(dropout, dtype=dtype)
-        target_dropout = keras.layers.Dropout(dropout, dtype=dtype)
+        source_dropout = Dropout(dropout, dtype=dtype)
+        target_dropout = Dropout(dropout, dtype=dtype)
         encoder_norm = decoder_norm = None
         if normalize_first:
             encoder_norm = keras.layers.LayerNormalization(

@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from keras_attention._checks import check_choice, check_rate
+from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
@@ -122,7 +123,7 @@ class TransformerClassifier(TextClassifier):
             dtype=dtype,
             name="embedding",
         )
-        embedding_dropout = keras.layers.Dropout(dropout, dtype=dtype)
+        embedding_dropout = Dropout(dropout, dtype=dtype)
         blocks = [
             TransformerEncoderBlock(
                 intermediate_dim,
@@ -134,7 +135,7 @@ class TransformerClassifier(TextClassifier):
             for i in range(num_layers)
         ]
         average = MaskedAverage(dtype=dtype, name="mean_pooling")
-        pooled_dropout = keras.layers.Dropout(dropout, dtype=dtype)
+        pooled_dropout = Dropout(dropout, dtype=dtype)
         probabilities = class_probabilities(num_classes)
 
         def forward(token_ids, training=None, return_importance=True):

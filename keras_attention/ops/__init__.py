@@ -1,4 +1,5 @@
-"""Pure functions on `keras.ops`: masks, score functions, masked softmax, attention."""
+"""Pure functions on `keras.ops`: masks, score functions, masked softmax, attention,
+dropout."""
 
 from keras_attention.ops.attention import (
     apply_attention_weights,
@@ -11,6 +12,7 @@ from keras_attention.ops.masks import (
     merge_masks,
     padding_mask,
 )
+from keras_attention.ops.random import dropout
 from keras_attention.ops.scores import (
     SCORE_FUNCTIONS,
     additive_score,
@@ -34,6 +36,7 @@ __all__ = [
     "cosine_score",
     "dot_product_attention",
     "dot_score",
+    "dropout",
     "general_score",
     "get_score_function",
     "length_mask",
