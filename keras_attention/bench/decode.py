@@ -115,6 +115,7 @@ def _case_generate(case):
         case["source_length"],
         case["vocabulary_size"],
         case.get("units"),
+        target_length=case["max_length"],
     )
     source = np.random.default_rng(0).integers(
         4, case["vocabulary_size"], (case["batch_size"], case["source_length"])

@@ -48,10 +48,21 @@ QUICK = {
 HEAD_DIM = 64
 
 
-def build_model(name, width, length, vocabulary_size, units=None, dropout=0.1):
+def build_model(
+    name,
+    width,
+    length,
+    vocabulary_size,
+    units=None,
+    dropout=0.1,
+    target_length=None,
+):
     """The benchmarked model `name` (one of `MODELS`) at width d = `width`:
     a Transformer with d_model d, heads of 64, 2 + 2 blocks and a 4d
-    feed-forward; an RNN with d-wide embeddings and `units` units."""
+    feed-forward; an RNN with d-wide embeddings and `units` units. Sources
+    have up to `length` tokens, targets up to `target_length` (default
+    `length`)."""
+    target_length = target_length or length
     from keras_attention.models import RNNSeq2Seq, Transformer
 
     if name == "transformer":
@@ -63,7 +74,7 @@ def build_model(name, width, length, vocabulary_size, units=None, dropout=0.1):
             intermediate_dim=4 * width,
             dropout=dropout,
             max_source_length=length,
-            max_target_length=length,
+            max_target_length=target_length,
         )
     return RNNSeq2Seq(
         vocabulary_size,
@@ -73,7 +84,7 @@ def build_model(name, width, length, vocabulary_size, units=None, dropout=0.1):
         attention="none" if name == "rnn" else name[len("rnn-") :],
         dropout=dropout,
         max_source_length=length,
-        max_target_length=length,
+        max_target_length=target_length,
     )
 
 

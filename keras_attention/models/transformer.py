@@ -275,6 +275,12 @@ class Transformer(Seq2Seq):
         return x if self.encoder_norm is None else self.encoder_norm(x)
 
     def initial_cache(self, encoder_token_ids, max_length):
+        if max_length > self.max_target_length:
+            raise ValueError(
+                f"`max_length` must be at most the model's max_target_length="
+                f"{self.max_target_length} (its target positions); received "
+                f"max_length={max_length}."
+            )
         encoded = self.encode(encoder_token_ids)
         batch_size = ops.shape(encoder_token_ids)[0]
         return {

@@ -273,7 +273,7 @@ def run_caption(
     time_budget_minutes=None,
     seed=0,
     num_train=None,
-    jit_compile=True,
+    jit_compile=None,
     verbose=1,
     callbacks=None,
     strategy="default",
@@ -297,7 +297,10 @@ def run_caption(
         time_budget_minutes: stop training after this many minutes.
         seed: seed of the data, the initialisation and the shuffling.
         num_train: number of training scenes (`"scenes"` only).
-        jit_compile: train with XLA.
+        jit_compile: train with XLA; None (default) compiles unless the `xla`
+            suite measured this model faster without XLA on this kind of
+            device (`tasks.distribute.jit_for`). Off under a distribution
+            strategy.
         verbose: Keras progress bar setting.
         callbacks: extra Keras callbacks for `fit`.
         strategy: `tf.distribute` strategy to train with, by name (see
@@ -368,6 +371,7 @@ def run_caption(
         time_budget_minutes,
         callbacks,
         verbose,
+        model_key=f"caption/{model}",
     )
 
     test = splits["test"]

@@ -50,11 +50,6 @@ SETTINGS = {
     "sentence_buckets": (4, 8),
     "epochs": 15,
     "patience": 3,
-    # Measured on the TensorFlow backend on CPU: every classifier trains
-    # faster without XLA (bi-LSTM 4.5x, HAN 2x, Transformer 1.4x), because
-    # XLA's CPU random-number generator makes dropout slow and the LSTM loses
-    # its fused kernel. `jit_compile=True` works; it is just slower here.
-    "jit_compile": False,
 }
 
 
@@ -158,7 +153,10 @@ def run_classify(
         seed: seed of the splits, the initialisation and the shuffling.
         num_train: use only this many training texts (quick runs, tests).
         num_explanations: test documents to explain with highlights.
-        jit_compile: train with XLA; None takes `SETTINGS["jit_compile"]`.
+        jit_compile: train with XLA; None (default) compiles unless the `xla`
+            suite measured this model faster without XLA on this kind of
+            device (`tasks.distribute.jit_for`). Off under a distribution
+            strategy.
         verbose: Keras progress bar setting.
         callbacks: extra Keras callbacks for `fit`.
         strategy: `tf.distribute` strategy to train with, by name (see
@@ -245,10 +243,11 @@ def run_classify(
         fit_arguments,
         epochs,
         seed,
-        SETTINGS["jit_compile"] if jit_compile is None else jit_compile,
+        jit_compile,
         time_budget_minutes,
         callbacks,
         verbose,
+        model_key=f"classify/{model}",
     )
 
     phase(f"classifying {len(splits.test)} test texts")

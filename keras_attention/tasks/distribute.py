@@ -109,11 +109,46 @@ def scope(strategy):
     return contextlib.nullcontext() if strategy is None else strategy.scope()
 
 
-def jit_for(strategy, jit_compile):
-    """`jit_compile`, but off under a distribution strategy: Keras compiles
-    the step of all replicas as one XLA function, which cannot hold variables
-    on several devices (TPUStrategy compiles with XLA by itself)."""
-    return bool(jit_compile) and strategy is None
+# The train steps that `keras-attention bench --suite xla` measured slower
+# with XLA than as a TensorFlow graph on a CPU (time with XLA / without, two
+# runs on a 2-core AMD EPYC, November 2026): the HAN 1.09-1.13, the captioner
+# 1.02-1.03, the SAGAN 1.19-1.31. Their GRUs, LSTM cells and convolutions run
+# TensorFlow's own CPU kernels in a graph. Every other model trains faster with
+# XLA there (1.1-2.6x), and accelerators always compile.
+SLOWER_WITH_XLA_ON_CPU = ("classify/han", "caption/attention", "gan/sagan")
+
+
+def jit_for(strategy, jit_compile, model_key=None):
+    """Whether to train with XLA, and why, as `(bool, str)`.
+
+    Args:
+        strategy: the distribution strategy or None. Under one, XLA is off:
+            Keras compiles the step of all replicas as one XLA function,
+            which cannot hold variables on several devices (TPUStrategy
+            compiles with XLA by itself).
+        jit_compile: True or False forces the choice; None takes what was
+            measured faster: off for the models of `SLOWER_WITH_XLA_ON_CPU`
+            on the TensorFlow backend with no GPU, on otherwise.
+        model_key: `"task/model"` as the `xla` suite names it.
+    """
+    if strategy is not None:
+        return False, "no XLA under a distribution strategy"
+    if jit_compile is not None:
+        return bool(jit_compile), "XLA" if jit_compile else "no XLA (--no-xla)"
+    if model_key in SLOWER_WITH_XLA_ON_CPU and _tensorflow_on_cpu_only():
+        return False, (
+            "no XLA: its train step measured faster as a TensorFlow graph on "
+            "a CPU (--xla compiles it anyway)"
+        )
+    return True, "XLA"
+
+
+def _tensorflow_on_cpu_only():
+    if keras.backend.backend() != "tensorflow":
+        return False
+    import tensorflow as tf
+
+    return not tf.config.list_logical_devices("GPU")
 
 
 def worker_output(out_dir, strategy):

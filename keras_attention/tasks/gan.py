@@ -136,7 +136,7 @@ def run_gan(
     ema_decay=None,
     fid_samples=SETTINGS["fid_samples"],
     classifier_path=None,
-    jit_compile=True,
+    jit_compile=None,
     time_budget_minutes=None,
     seed=0,
     image_size=32,
@@ -174,7 +174,10 @@ def run_gan(
         classifier_path: where the evaluation classifier is (or is to be)
             cached; default `out_dir/classifier.keras`. Runs that are compared
             must share it.
-        jit_compile: compile the train step with XLA.
+        jit_compile: train with XLA; None (default) compiles unless the `xla`
+            suite measured this model faster without XLA on this kind of
+            device (`tasks.distribute.jit_for`). Off under a distribution
+            strategy.
         time_budget_minutes: stop before an epoch that would end later.
         seed: seed of initialization, data order and latent vectors.
         image_size: side of a folder's images after resizing.
@@ -288,6 +291,7 @@ def run_gan(
             gan.sampler, os.path.join(out_dir, "model.keras")
         ),
         announce=announce,
+        model_key="gan/sagan",
     )
 
     metrics = {

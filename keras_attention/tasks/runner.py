@@ -30,13 +30,14 @@ def train_or_load(
     fit_arguments,
     epochs,
     seed,
-    jit_compile=True,
+    jit_compile=None,
     time_budget_minutes=None,
     callbacks=None,
     verbose=1,
     model_file="model.keras",
     export=None,
     announce=None,
+    model_key=None,
 ):
     """The model and history of a finished run in `out_dir`, or else a model
     built, trained (resuming an interrupted training) and saved there.
@@ -58,7 +59,8 @@ def train_or_load(
             `fit` does not.
         epochs: most training epochs.
         seed: the random seed of the initialisation.
-        jit_compile: train with XLA (off under a distribution strategy).
+        jit_compile: train with XLA; None: what was measured faster for
+            `model_key` on this device (`distribute.jit_for`).
         time_budget_minutes: no epoch starts that would end later than this.
         callbacks: extra Keras callbacks for `fit`.
         verbose: Keras progress bar setting.
@@ -67,6 +69,7 @@ def train_or_load(
             sampler, say).
         announce: `announce(model) -> str`, the line printed before training
             (default: the parameter count and epochs).
+        model_key: `"task/model"`, the model's name in the `xla` suite.
 
     Returns:
         `(model, history)`, the history as `fit_resumable` returns it.
@@ -78,9 +81,10 @@ def train_or_load(
         with open(history_path) as f:
             return keras.saving.load_model(model_path), json.load(f)
     keras.utils.set_random_seed(seed)
-    phase(f"building {name} ({distribute.describe(strategy)})")
+    jit_compile, why = distribute.jit_for(strategy, jit_compile, model_key)
+    phase(f"building {name} ({distribute.describe(strategy)}, {why})")
     with distribute.scope(strategy):
-        model = build(distribute.jit_for(strategy, jit_compile))
+        model = build(jit_compile)
     arguments = dict(fit_arguments(model))
     arguments["callbacks"] = [*arguments.get("callbacks", []), *(callbacks or [])]
     phase(

@@ -141,7 +141,7 @@ def run_translate(
     time_budget_minutes=None,
     seed=0,
     num_train=None,
-    jit_compile=True,
+    jit_compile=None,
     verbose=1,
     callbacks=None,
     strategy="default",
@@ -164,7 +164,10 @@ def run_translate(
             the running epoch), for comparisons at equal training time.
         seed: seed of the splits, the initialisation and the shuffling.
         num_train: use only this many training pairs (quick runs, tests).
-        jit_compile: train with XLA (off under a distribution strategy).
+        jit_compile: train with XLA; None (default) compiles unless the `xla`
+            suite measured this model faster without XLA on this kind of
+            device (`tasks.distribute.jit_for`). Off under a distribution
+            strategy.
         verbose: Keras progress bar setting.
         callbacks: extra Keras callbacks for `fit`.
         strategy: `tf.distribute` strategy to train with, by name (see
@@ -247,6 +250,7 @@ def run_translate(
         time_budget_minutes,
         callbacks,
         verbose,
+        model_key=f"translate/{model}",
     )
 
     phase(f"translating {len(test_pairs)} test sentences (greedy)")

@@ -108,3 +108,10 @@ def test_bad_configs_raise_clear_errors():
         Transformer.from_preset("transformer_huge", source_vocabulary_size=5)
     with pytest.raises(ValueError, match="position_encoding"):
         tiny(position_encoding="rotary")
+
+
+def test_generating_past_the_target_positions_is_refused():
+    inputs, _, _ = reversal_pairs(2)
+    model = tiny()
+    with pytest.raises(ValueError, match="max_target_length=.*received max_length="):
+        model.generate(inputs["encoder_token_ids"], model.max_target_length + 1)

@@ -23,7 +23,8 @@ def test_unknown_strategy_is_rejected():
 def test_default_strategy_is_no_distribution():
     assert distribute.make_strategy("default") is None
     assert distribute.describe(None) == "one device"
-    assert distribute.jit_for(None, True)
+    assert distribute.jit_for(None, True) == (True, "XLA")
+    assert distribute.jit_for(distribute.make_strategy("mirrored"), True)[0] is False
 
 
 @pytest.mark.parametrize(

@@ -61,6 +61,49 @@ def test_a_run_is_trained_saved_and_then_loaded_instead_of_trained(tmp_path, cap
     assert "already trained" in capsys.readouterr().out
 
 
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="a TensorFlow graph or XLA"
+)
+@pytest.mark.parametrize(
+    "model_key, jit_compile, compiled",
+    [
+        ("classify/han", None, False),  # measured faster as a graph on a CPU
+        ("classify/han", True, True),  # --xla forces it
+        ("classify/transformer", None, True),
+        ("translate/transformer", False, False),  # --no-xla
+        (None, None, True),
+    ],
+)
+def test_xla_is_what_was_measured_faster_on_a_cpu_unless_forced(
+    tmp_path, capsys, model_key, jit_compile, compiled
+):
+    built = []
+
+    def build(jit_compile):
+        built.append(jit_compile)
+        return tiny_build(jit_compile)
+
+    model, _ = train_or_load(
+        str(tmp_path),
+        "tiny",
+        None,
+        build,
+        tiny_fit_arguments,
+        epochs=1,
+        seed=0,
+        jit_compile=jit_compile,
+        verbose=0,
+        model_key=model_key,
+    )
+    assert built == [compiled] and model.jit_compile is compiled
+    line = next(
+        line for line in capsys.readouterr().out.splitlines() if "building" in line
+    )
+    assert ("no XLA" not in line) is compiled
+    if model_key == "classify/han" and jit_compile is None:
+        assert "measured faster as a TensorFlow graph" in line
+
+
 def test_the_same_seed_builds_the_same_model(tmp_path):
     first, _ = train_or_load(
         str(tmp_path / "a"),
