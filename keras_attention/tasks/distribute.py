@@ -110,9 +110,9 @@ def scope(strategy):
 
 
 # The train steps that `keras-attention bench --suite xla` measured slower
-# with XLA than as a TensorFlow graph on a CPU (time with XLA / without, two
-# runs on a 2-core AMD EPYC, November 2026): the HAN 1.09-1.13, the captioner
-# 1.02-1.03, the SAGAN 1.19-1.31. Their GRUs, LSTM cells and convolutions run
+# with XLA than as a TensorFlow graph on a CPU (time with XLA / without, three
+# runs on a 2-core AMD EPYC, November 2026): the HAN 1.01-1.13, the captioner
+# 1.02-1.03, the SAGAN 1.20-1.31. Their GRUs, LSTM cells and convolutions run
 # TensorFlow's own CPU kernels in a graph. Every other model trains faster with
 # XLA there (1.1-2.6x), and accelerators always compile.
 SLOWER_WITH_XLA_ON_CPU = ("classify/han", "caption/attention", "gan/sagan")
