@@ -72,6 +72,12 @@ def test_attention_suite_quick(tmp_path):
         check_timing(case)
         assert case["case"]["causal"] is True
     assert "chunked_causal_time_ratio_vs_standard_T128" in results["ratios"]
+    for length in (128, 256):
+        case = results["cases"][f"ops_window/ours_chunked/{length}"]
+        check_timing(case)
+        assert case["case"]["window"] == results["window"] and case["case"]["causal"]
+    assert results["ratios"]["chunked_window_time_exponent"] > 0
+    assert "chunked_window_time_ratio_vs_causal_T128" in results["ratios"]
     assert "mha_time_ratio_T128" in results["ratios"]
     for mask in ("full", "causal"):
         case = results["cases"][f"grid/{mask}/w256/float32/T128"]

@@ -57,6 +57,9 @@ QUICK_DECODE = {**DECODE, "batch": 2, "width": 32, "blocks": 2, "steps": 8}
 MATMUL_SIZE = 2048
 HEADS, HEAD_DIM, WIDTH = 8, 64, 512
 CHUNK = 256
+# The sliding window of the `ops_window` cases (causal, chunked): its time
+# should grow as T * WINDOW, against T^2 for the full causal chunked path.
+WINDOW, QUICK_WINDOW = 256, 32
 # The standard path keeps B*N*T*S float32 scores (and their gradient) alive:
 # above this length that alone exceeds half of a 24 GiB machine.
 STANDARD_MAX_LENGTH = 8192
@@ -92,7 +95,14 @@ def _case_ops(case):
             out = keras.ops.dot_product_attention(q, k, v, is_causal=is_causal)
         else:
             chunk = CHUNK if impl == "ours_chunked" else None
-            out = dot_product_attention(q, k, v, is_causal=is_causal, chunk_size=chunk)
+            out = dot_product_attention(
+                q,
+                k,
+                v,
+                is_causal=is_causal,
+                chunk_size=chunk,
+                sliding_window=case.get("window"),
+            )
         return keras.ops.sum(keras.ops.cast(out * weights, "float32"))
 
     baseline = peak_memory_bytes()
@@ -399,6 +409,7 @@ def run(quick=False, out="runs/bench", timeout=3600):
     dtype = "bfloat16" if on_accelerator else "float32"
     results = new_results("attention", quick)
     results["dtype"] = dtype
+    results["window"] = QUICK_WINDOW if quick else WINDOW
     # Every case in its own process, even in quick runs: the suite reports each
     # case's own peak memory.
     measure = case_runner("attention", CASES, results, out, timeout)
@@ -418,6 +429,7 @@ def run(quick=False, out="runs/bench", timeout=3600):
         for kind, impls in (
             ("ops", ops_impls),
             ("ops_causal", ("keras", "ours", "ours_chunked")),
+            ("ops_window", ("ours_chunked",)),
             ("mha", ("keras", "ours")),
         ):
             if kind == "mha" and length > 4096:
@@ -439,18 +451,19 @@ def run(quick=False, out="runs/bench", timeout=3600):
                     results["cases"][f"{kind}/{impl}/{length}"] = result
                 else:
                     phase(f"{kind} {impl} T={length}")
-                    case_kind = "ops" if kind == "ops_causal" else kind
-                    result = measure(
-                        f"{kind}/{impl}/{length}",
-                        {
-                            "kind": "torch_sdpa" if impl == "torch_sdpa" else case_kind,
-                            "impl": impl,
-                            "length": length,
-                            "dtype": dtype,
-                            "causal": kind == "ops_causal",
-                            "repeats": _repeats(length, repeats),
-                        },
-                    )
+                    case = {
+                        "kind": "ops" if kind.startswith("ops") else kind,
+                        "impl": impl,
+                        "length": length,
+                        "dtype": dtype,
+                        "causal": kind in ("ops_causal", "ops_window"),
+                        "repeats": _repeats(length, repeats),
+                    }
+                    if impl == "torch_sdpa":
+                        case["kind"] = "torch_sdpa"
+                    if kind == "ops_window":
+                        case["window"] = results["window"]
+                    result = measure(f"{kind}/{impl}/{length}", case)
                 rows.append((kind, impl, length, result))
 
     grid = QUICK_GRID if quick else GRID
@@ -543,6 +556,27 @@ def _summarize(results, lengths):
                 ratios[f"chunked_causal_time_ratio_vs_standard_T{length}"] = (
                     causal / standard_causal
                 )
+    for kind, name in (("ops_window", "window"), ("ops_causal", "causal")):
+        # From 4 windows on, where the window's edges no longer dominate.
+        times = {
+            length: _get(results, f"{kind}/ours_chunked/{length}")
+            for length in lengths
+            if length >= 4 * results["window"]
+        }
+        times = {length: t for length, t in times.items() if t}
+        if len(times) >= 2:
+            # The slope of log time against log T: 1 for T * w work, 2 for T^2.
+            ratios[f"chunked_{name}_time_exponent"] = float(
+                np.polyfit(np.log(list(times)), np.log(list(times.values())), 1)[0]
+            )
+        for length, t in times.items():
+            if name == "window":
+                ratios[f"chunked_window_seconds_T{length}"] = t
+                causal = _get(results, f"ops_causal/ours_chunked/{length}")
+                if causal:
+                    ratios[f"chunked_window_time_ratio_vs_causal_T{length}"] = (
+                        t / causal
+                    )
     for key, case in results["cases"].items():
         if key.startswith("grid/") and "time_ratio" in case:
             name = key[len("grid/") :].replace("/", "_")

@@ -20,6 +20,7 @@ from keras_attention.ops.masks import (
     attended_keys,
     causal_mask,
     merge_masks,
+    sliding_window_mask,
     zero_unattended,
 )
 
@@ -109,6 +110,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             axis.
         sliding_window: restrict each query to keys within
             `sliding_window - 1` positions (a symmetric band, as in Keras).
+            On the chunked path the tiles wholly outside the band are never
+            computed, so the time grows as T * sliding_window.
         flash_attention: True forces the chunked path (and, as in Keras,
             refuses attention dropout and `return_attention_scores`); False
             forbids the automatic switch; None lets the layer choose by length.
@@ -357,11 +360,18 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         # A plain causal mask is generated inside the attention op (never
         # materialized on the chunked path). A subclass that overrides
         # `_compute_attention` receives it in `attention_mask`, as in Keras.
-        causal_in_op = (
-            use_causal_mask
-            and cache is None
+        in_op = (
+            cache is None
             and standard
             and type(self)._compute_attention is MultiHeadAttention._compute_attention
+        )
+        causal_in_op = use_causal_mask and in_op
+        # So is the sliding window, where the weights are not asked for: the
+        # chunked path then skips the tiles outside it.
+        window_in_op = (
+            self._sliding_window is not None
+            and in_op
+            and not self._needs_weights(return_attention_scores, training)
         )
         if standard:
             query_length = ops.shape(query)[1]
@@ -373,6 +383,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 key_mask,
                 attention_mask,
                 use_causal_mask and not causal_in_op,
+                None if window_in_op else self._sliding_window,
                 query_length,
                 key_length,
                 offset,
@@ -408,6 +419,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 )
 
         extra = {"use_causal_mask": True} if causal_in_op else {}
+        if window_in_op:
+            extra["sliding_window"] = self._sliding_window
         output, scores = self._compute_attention(
             projected_query,
             projected_key,
@@ -435,6 +448,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         key_mask,
         attention_mask,
         use_causal_mask,
+        sliding_window,
         query_length,
         key_length,
         offset,
@@ -468,10 +482,12 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 masks.append(ops.expand_dims(ops.cast(m, "bool"), -2))
         if use_causal_mask:
             masks.append(causal_mask(query_length, key_length, offset)[None])
-        if self._sliding_window is not None:
-            rows = ops.arange(query_length)[:, None] + offset
-            cols = ops.arange(key_length)[None, :]
-            masks.append(ops.less(ops.abs(rows - cols), self._sliding_window)[None])
+        if sliding_window is not None:
+            masks.append(
+                sliding_window_mask(query_length, key_length, sliding_window, offset)[
+                    None
+                ]
+            )
         if with_heads:
             masks = [ops.expand_dims(m, 1) for m in masks]
         if attention_mask is not None:
@@ -521,6 +537,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         training=None,
         return_attention_scores=False,
         use_causal_mask=False,
+        sliding_window=None,
     ):
         """Attention of projected `query` `(B, T, N, key_dim)` over `key` and
         `value` `(B, S, N, dim)`; returns `(output (B, T, N, value_dim),
@@ -528,7 +545,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
 
         Keras' override point, with its signature: `attention_mask` is
         `(B, T, S)` (or `(T, S)`, `(B, N, T, S)`), True = attend, and
-        `use_causal_mask` adds the causal mask without materializing it.
+        `use_causal_mask` adds the causal mask without materializing it;
+        so does `sliding_window` its band, where no weights are asked for.
         """
         if self._flash_attention and return_attention_scores:
             # The first sentence is Keras' own, which code may match on.
@@ -547,10 +565,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             )
         if attention_mask is not None and len(attention_mask.shape) == 3:
             attention_mask = ops.expand_dims(attention_mask, 1)
-        needs_weights = return_attention_scores or (
-            bool(training) and self._dropout > 0
-        )
-        if not needs_weights:
+        if not self._needs_weights(return_attention_scores, training):
             # Chunked, or normalized last: neither materializes the weights.
             output = dot_product_attention(
                 query,
@@ -559,9 +574,17 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 mask=attention_mask,
                 is_causal=use_causal_mask,
                 scale=self._inverse_sqrt_key_dim,
-                chunk_size=self._chunk_size_for(key.shape[1], use_causal_mask),
+                chunk_size=self._chunk_size_for(
+                    key.shape[1], use_causal_mask or sliding_window is not None
+                ),
+                sliding_window=sliding_window,
             )
             return output, None
+        if sliding_window is not None:
+            band = sliding_window_mask(
+                ops.shape(query)[1], ops.shape(key)[1], sliding_window
+            )
+            attention_mask = merge_masks(attention_mask, band[None, None])
         weights = attention_weights(
             query, key, attention_mask, use_causal_mask, self._inverse_sqrt_key_dim
         )
@@ -590,14 +613,23 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         output = ops.einsum(self._combine_equation, kept, ops.cast(value, kept.dtype))
         return output, weights
 
-    def _chunk_size_for(self, key_length, is_causal):
+    def _needs_weights(self, return_attention_scores, training):
+        """Whether the `(T, S)` weights must exist: returned, or dropped out."""
+        return return_attention_scores or (bool(training) and self._dropout > 0)
+
+    def _chunk_size_for(self, key_length, skips_tiles):
+        """The chunk size of the no-weights path, None for the standard one.
+        `skips_tiles`: a causal mask or a sliding window lets the chunked
+        path skip tiles, which moves its crossover down."""
         if self._chunk_size is not None:
             return self._chunk_size
         if self._flash_attention:
             return AUTO_CHUNK_SIZE
         if self._flash_attention is False:
             return None
-        threshold = AUTO_CHUNK_MIN_LENGTH_CAUSAL if is_causal else AUTO_CHUNK_MIN_LENGTH
+        threshold = (
+            AUTO_CHUNK_MIN_LENGTH_CAUSAL if skips_tiles else AUTO_CHUNK_MIN_LENGTH
+        )
         if key_length is not None and key_length >= threshold:
             return AUTO_CHUNK_SIZE
         return None

@@ -11,6 +11,7 @@ from keras_attention.ops.masks import (
     length_mask,
     merge_masks,
     padding_mask,
+    sliding_window_mask,
 )
 from keras_attention.ops.random import dropout
 from keras_attention.ops.scores import (
@@ -45,4 +46,5 @@ __all__ = [
     "merge_masks",
     "padding_mask",
     "scaled_dot_score",
+    "sliding_window_mask",
 ]

@@ -16,6 +16,7 @@ from keras_attention.ops.masks import (
     attended_keys,
     causal_mask,
     merge_masks,
+    sliding_window_mask,
     zero_unattended,
 )
 from keras_attention.ops.softmax import MASKED_SCORE, masked_softmax
@@ -50,6 +51,7 @@ def dot_product_attention(
     scale=None,
     chunk_size=None,
     return_weights=False,
+    sliding_window=None,
 ):
     """Scaled dot-product attention, `softmax(Q K^T / sqrt(d_k)) V`, per head.
 
@@ -74,6 +76,11 @@ def dot_product_attention(
             (custom gradient that recomputes each block). Same result as the
             standard path to float tolerance; cannot return weights.
         return_weights: also return the weights `(batch, num_heads, T, S)`.
+        sliding_window: if set, query `i` only attends to keys `j` with
+            `|i - j| < sliding_window` (with `is_causal`, the
+            `sliding_window` most recent keys). The chunked path never
+            computes the tiles wholly outside the window: its time and
+            memory grow as T * sliding_window, not T * S.
 
     Returns:
         `(batch, T, num_heads, value_dim)`, and the weights if requested.
@@ -95,6 +102,7 @@ def dot_product_attention(
         mask = ops.convert_to_tensor(mask)
     q_shape, k_shape = _check_inputs(query, key, value, mask)
     check_positive_int("chunk_size", chunk_size, allow_none=True)
+    check_positive_int("sliding_window", sliding_window, allow_none=True)
     if scale is None:
         scale = 1.0 / math.sqrt(q_shape[-1])
     if chunk_size is not None and return_weights:
@@ -102,11 +110,21 @@ def dot_product_attention(
             "`return_weights=True` cannot be combined with `chunk_size`: the "
             "chunked path never materializes the (T, S) weights."
         )
-    attended = _attended_keys(mask, is_causal, _length(query, 1), _length(key, 1))
+    query_length, key_length = _length(query, 1), _length(key, 1)
+    if sliding_window is not None:
+        mask = merge_masks(
+            mask,
+            sliding_window_mask(query_length, key_length, sliding_window)
+            if chunk_size is None
+            else _window_reach(query_length, key_length, sliding_window),
+        )
+    attended = _attended_keys(mask, is_causal, query_length, key_length)
     key = zero_unattended(key, attended)
     value = zero_unattended(value, attended)
     if chunk_size is not None:
-        return chunked_attention(query, key, value, mask, is_causal, scale, chunk_size)
+        return chunked_attention(
+            query, key, value, mask, is_causal, scale, chunk_size, sliding_window
+        )
     if not return_weights and backend.standardize_dtype(value.dtype) != "float16":
         return _attend_normalizing_last(query, key, value, mask, is_causal, scale)
     weights = _weights(query, key, mask, is_causal, scale)
@@ -114,6 +132,21 @@ def dot_product_attention(
     if return_weights:
         return outputs, weights
     return outputs
+
+
+def _window_reach(query_length, key_length, window):
+    """`(1, S)`: the keys within `window - 1` positions of some query, or
+    None when every key is. The chunked path applies the window tile by tile
+    and never builds the `(T, S)` band; the keys no query may see go into the
+    mask so that they are zeroed before anything reads them, as for any
+    mask."""
+    if (
+        isinstance(query_length, int)
+        and isinstance(key_length, int)
+        and key_length <= query_length + window - 1
+    ):
+        return None
+    return ops.less(ops.arange(key_length), query_length + window - 1)[None, :]
 
 
 def _attend_normalizing_last(query, key, value, mask, is_causal, scale):

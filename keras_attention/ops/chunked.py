@@ -26,17 +26,22 @@ def _rank4_mask(mask):
     return mask
 
 
-def chunked_attention(query, key, value, mask, is_causal, scale, chunk_size):
+def chunked_attention(
+    query, key, value, mask, is_causal, scale, chunk_size, sliding_window=None
+):
     """Blockwise `softmax(scale * Q K^T) V` in the `(B, T, N, H)` layout.
 
-    `mask` (boolean, broadcastable to `(B, N, T, S)`) and `is_causal` behave as
-    in `dot_product_attention`. Rows with no key to attend give zeros.
+    `mask` (boolean, broadcastable to `(B, N, T, S)`), `is_causal` and
+    `sliding_window` behave as in `dot_product_attention`. Rows with no key to
+    attend give zeros.
 
     Queries and keys are both cut into blocks of `chunk_size`, so that each
     step works on a `(chunk_size, chunk_size)` tile of scores per head, small
-    enough to stay in the CPU's cache, whatever T. With `is_causal`, the tiles
-    above the diagonal (keys every query of the tile is after) are never
-    computed: half of the work at long lengths.
+    enough to stay in the CPU's cache, whatever T. Tiles that no query of
+    theirs may see are never computed: with `is_causal` those above the
+    diagonal (half of the work at long lengths), with a `sliding_window` of w
+    those wholly farther than w - 1 positions from the diagonal, so that the
+    work grows as T * w instead of T * S.
     """
     out_dtype = backend.standardize_dtype(query.dtype)
     compute_dtype = "float64" if out_dtype == "float64" else "float32"
@@ -63,16 +68,37 @@ def chunked_attention(query, key, value, mask, is_causal, scale, chunk_size):
         )
     offsets = ops.arange(chunk_size)
 
-    def key_blocks_of(query_block):
-        """The key blocks that the queries of `query_block` may see."""
-        if not is_causal:
-            return num_key_blocks
-        last_row = (query_block + 1) * chunk_size - 1
-        return ops.minimum(last_row // chunk_size + 1, num_key_blocks)
+    # How far a query may look back and ahead, in positions (None: no limit).
+    reach_back = None if sliding_window is None else sliding_window - 1
+    reach_ahead = 0 if is_causal else reach_back
 
-    def first_query_block_of(key_block):
-        """The first query block that may see `key_block`."""
-        return key_block if is_causal else 0
+    def block_range(first_row, last_row, num_blocks):
+        """The blocks `[first, stop)` holding positions first_row..last_row
+        (either None: unbounded on that side)."""
+        first = 0 if first_row is None else ops.maximum(first_row, 0) // chunk_size
+        if last_row is None:
+            return first, num_blocks
+        return first, ops.minimum(last_row // chunk_size + 1, num_blocks)
+
+    def key_blocks_of(query_block):
+        """The key blocks `[first, stop)` the queries of `query_block` may see."""
+        first_row = query_block * chunk_size
+        last_row = first_row + chunk_size - 1
+        return block_range(
+            None if reach_back is None else first_row - reach_back,
+            None if reach_ahead is None else last_row + reach_ahead,
+            num_key_blocks,
+        )
+
+    def query_blocks_of(key_block):
+        """The query blocks `[first, stop)` that may see `key_block`."""
+        first_col = key_block * chunk_size
+        last_col = first_col + chunk_size - 1
+        return block_range(
+            None if reach_ahead is None else first_col - reach_ahead,
+            None if reach_back is None else last_col + reach_back,
+            num_query_blocks,
+        )
 
     def tile(q_scaled, k, v, query_block, key_block):
         """Scores, validity and the key/value blocks of one tile."""
@@ -90,6 +116,10 @@ def chunked_attention(query, key, value, mask, is_causal, scale, chunk_size):
         valid = ops.less(cols, key_len)
         if is_causal:
             valid = ops.logical_and(valid, ops.greater_equal(rows, cols))
+        if sliding_window is not None:
+            valid = ops.logical_and(
+                valid, ops.less(ops.abs(rows - cols), sliding_window)
+            )
         valid = valid[None, None]
         if tile_mask is not None:
             shape = ops.shape(tile_mask)
@@ -125,7 +155,7 @@ def chunked_attention(query, key, value, mask, is_causal, scale, chunk_size):
                 ops.zeros((batch, heads, chunk_size), compute_dtype),
             )
             acc, running_max, normalizer = ops.fori_loop(
-                0, key_blocks_of(i), key_step, init
+                *key_blocks_of(i), key_step, init
             )
             has_keys = ops.greater(normalizer, 0.0)
             safe = ops.where(has_keys, normalizer, 1.0)
@@ -181,7 +211,7 @@ def chunked_attention(query, key, value, mask, is_causal, scale, chunk_size):
                 ops.zeros((batch, heads, chunk_size, value_depth), compute_dtype),
             )
             grad_q, grad_k_tile, grad_v_tile = ops.fori_loop(
-                first_query_block_of(j), num_query_blocks, query_step, (grad_q, *tiles)
+                *query_blocks_of(j), query_step, (grad_q, *tiles)
             )
             start = (0, 0, j * chunk_size, 0)
             grad_k = ops.slice_update(grad_k, start, grad_k_tile)

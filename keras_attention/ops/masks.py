@@ -62,6 +62,28 @@ def causal_mask(query_length, key_length=None, offset=0):
     return ops.greater_equal(rows, cols)
 
 
+def sliding_window_mask(query_length, key_length, window, offset=0):
+    """Band mask: query position `i` sees key positions `j` with
+    `|i + offset - j| < window` (the symmetric window of
+    `keras.layers.MultiHeadAttention(sliding_window=...)`; with a causal mask
+    as well, the `window` most recent keys, itself included).
+
+    Args:
+        query_length: number of queries T.
+        key_length: number of keys S.
+        window: the window size, a positive int.
+        offset: absolute position of the first query (int or scalar tensor).
+
+    Returns:
+        Boolean tensor of shape `(T, S)`.
+    """
+    check_length("query_length", query_length)
+    check_length("key_length", key_length)
+    rows = ops.arange(query_length)[:, None] + ops.cast(offset, "int32")
+    cols = ops.arange(key_length)[None, :]
+    return ops.less(ops.abs(rows - cols), window)
+
+
 def merge_masks(*masks):
     """Logical AND of the given boolean masks, skipping `None` (broadcasting)."""
     merged = None

@@ -361,6 +361,32 @@ def test_sliding_window_with_causal_mask_is_a_causal_band():
     np.testing.assert_array_equal(np_(w)[0, 0] > 0, band)
 
 
+@pytest.mark.parametrize("use_causal_mask", [False, True])
+@pytest.mark.parametrize("chunk_size", [None, 4])
+def test_sliding_window_without_weights_matches_keras(use_causal_mask, chunk_size):
+    # Without weights the window goes to the attention op, which on the
+    # chunked path skips the tiles outside it; Keras masks the band.
+    theirs = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4, sliding_window=5)
+    ours = MultiHeadAttention(
+        num_heads=2, key_dim=4, sliding_window=5, chunk_size=chunk_size
+    )
+    x = rng.normal(size=(B, 23, D)).astype("float32")
+    # The diagonal kept: a fully masked row gives zeros here, not Keras' mean.
+    mask = (rng.random((B, 23, 23)) > 0.2) | np.eye(23, dtype=bool)
+    want = theirs(x, x, attention_mask=mask, use_causal_mask=use_causal_mask)
+    ours.load_keras_weights(theirs)
+    got = ours(x, x, attention_mask=mask, use_causal_mask=use_causal_mask)
+    np.testing.assert_allclose(np_(got), np_(want), atol=1e-5)
+    with_weights, _ = ours(
+        x,
+        x,
+        attention_mask=mask,
+        use_causal_mask=use_causal_mask,
+        return_attention_scores=True,
+    )
+    np.testing.assert_allclose(np_(with_weights), np_(want), atol=1e-5)
+
+
 def test_sublayers_are_keras_own():
     layer = MultiHeadAttention(
         num_heads=2,

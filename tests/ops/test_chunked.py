@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_attention.ops import dot_product_attention
+from keras_attention.ops import dot_product_attention, sliding_window_mask
 from tests.conftest import trainable_gradients
 
 rng = np.random.default_rng(0)
@@ -128,3 +128,76 @@ def test_jit_compiled_matches_eager():
 def test_weights_cannot_be_returned():
     with pytest.raises(ValueError, match="return_weights.*chunk_size"):
         dot_product_attention(Q, K, V, chunk_size=8, return_weights=True)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("mask", ["none", "padding"])
+@pytest.mark.parametrize(
+    ("window", "chunk_size", "query_length"),
+    # Windows shorter than a tile, across several tiles, longer than the
+    # sequence; fewer and more queries than keys.
+    [(1, 8, T), (5, 8, S), (13, 4, 60), (17, 16, T), (100, 16, S)],
+)
+def test_sliding_window_matches_the_band_mask(
+    is_causal, mask, window, chunk_size, query_length
+):
+    q = queries(query_length)
+    band = ops.convert_to_numpy(sliding_window_mask(query_length, S, window))
+    m = band if MASKS[mask] is None else MASKS[mask] & band
+    want = dot_product_attention(q, K, V, mask=m, is_causal=is_causal)
+    for chunk in (None, chunk_size):
+        got = dot_product_attention(
+            q,
+            K,
+            V,
+            mask=MASKS[mask],
+            is_causal=is_causal,
+            chunk_size=chunk,
+            sliding_window=window,
+        )
+        np.testing.assert_allclose(np_(got), np_(want), atol=2e-6)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_sliding_window_gradients_match_the_band_mask(is_causal):
+    weights = rng.normal(size=(5,)).astype("float32")
+    q, k, v = keras.Variable(queries(S)), keras.Variable(K), keras.Variable(V)
+    band = ops.convert_to_numpy(sliding_window_mask(S, S, 11))
+
+    def loss(**options):
+        def fn():
+            out = dot_product_attention(q, k, v, is_causal=is_causal, **options)
+            return ops.sum(ops.multiply(out, weights))
+
+        return fn
+
+    want = trainable_gradients([q, k, v], loss(mask=band))
+    got = trainable_gradients([q, k, v], loss(chunk_size=8, sliding_window=11))
+    for a, b in zip(want, got, strict=True):
+        np.testing.assert_allclose(b, a, atol=1e-5)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_tiles_outside_the_window_are_never_computed(is_causal):
+    # A NaN value behind a zero weight poisons any tile that reads it (0 * NaN
+    # is NaN): the outputs stay finite only if the tiles of keys 0..7 are
+    # never computed for the queries 16.. (and, not causal, those of keys
+    # 32..39 for the queries ..23), which a window of 8 puts out of reach.
+    q, k, v = queries(40), K[:, :40], V[:, :40].copy()
+    v[:, :8] = np.nan
+    if not is_causal:
+        v[:, 32:] = np.nan
+    out = np_(
+        dot_product_attention(
+            q, k, v, is_causal=is_causal, chunk_size=8, sliding_window=8
+        )
+    )
+    assert np.all(np.isfinite(out[:, 16:24]))
+    full = np_(dot_product_attention(q, k, v, is_causal=is_causal, chunk_size=8))
+    assert np.all(np.isnan(full[:, 16:24]))
+
+
+@pytest.mark.parametrize("window", [0, -3, 2.5, True])
+def test_a_bad_sliding_window_is_refused(window):
+    with pytest.raises(ValueError, match="sliding_window"):
+        dot_product_attention(Q, K, V, sliding_window=window)
