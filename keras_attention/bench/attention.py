@@ -556,27 +556,26 @@ def _summarize(results, lengths):
                 ratios[f"chunked_causal_time_ratio_vs_standard_T{length}"] = (
                     causal / standard_causal
                 )
+    # From 4 windows on, where the window's edges no longer dominate.
+    fitted = {}
     for kind, name in (("ops_window", "window"), ("ops_causal", "causal")):
-        # From 4 windows on, where the window's edges no longer dominate.
         times = {
             length: _get(results, f"{kind}/ours_chunked/{length}")
             for length in lengths
             if length >= 4 * results["window"]
         }
-        times = {length: t for length, t in times.items() if t}
+        fitted[name] = times = {length: t for length, t in times.items() if t}
         if len(times) >= 2:
             # The slope of log time against log T: 1 for T * w work, 2 for T^2.
             ratios[f"chunked_{name}_time_exponent"] = float(
                 np.polyfit(np.log(list(times)), np.log(list(times.values())), 1)[0]
             )
-        for length, t in times.items():
-            if name == "window":
-                ratios[f"chunked_window_seconds_T{length}"] = t
-                causal = _get(results, f"ops_causal/ours_chunked/{length}")
-                if causal:
-                    ratios[f"chunked_window_time_ratio_vs_causal_T{length}"] = (
-                        t / causal
-                    )
+    for length, t in fitted["window"].items():
+        ratios[f"chunked_window_seconds_T{length}"] = t
+        if length in fitted["causal"]:
+            ratios[f"chunked_window_time_ratio_vs_causal_T{length}"] = (
+                t / fitted["causal"][length]
+            )
     for key, case in results["cases"].items():
         if key.startswith("grid/") and "time_ratio" in case:
             name = key[len("grid/") :].replace("/", "_")

@@ -72,33 +72,24 @@ def chunked_attention(
     reach_back = None if sliding_window is None else sliding_window - 1
     reach_ahead = 0 if is_causal else reach_back
 
-    def block_range(first_row, last_row, num_blocks):
-        """The blocks `[first, stop)` holding positions first_row..last_row
-        (either None: unbounded on that side)."""
-        first = 0 if first_row is None else ops.maximum(first_row, 0) // chunk_size
-        if last_row is None:
+    def blocks_within(block, before, after, num_blocks):
+        """The blocks `[first, stop)` of the other axis that hold the
+        positions from `before` positions ahead of `block`'s first to `after`
+        past its last (None: unbounded on that side)."""
+        start = block * chunk_size
+        first = 0 if before is None else ops.maximum(start - before, 0) // chunk_size
+        if after is None:
             return first, num_blocks
-        return first, ops.minimum(last_row // chunk_size + 1, num_blocks)
+        last = start + chunk_size - 1 + after
+        return first, ops.minimum(last // chunk_size + 1, num_blocks)
 
     def key_blocks_of(query_block):
         """The key blocks `[first, stop)` the queries of `query_block` may see."""
-        first_row = query_block * chunk_size
-        last_row = first_row + chunk_size - 1
-        return block_range(
-            None if reach_back is None else first_row - reach_back,
-            None if reach_ahead is None else last_row + reach_ahead,
-            num_key_blocks,
-        )
+        return blocks_within(query_block, reach_back, reach_ahead, num_key_blocks)
 
     def query_blocks_of(key_block):
         """The query blocks `[first, stop)` that may see `key_block`."""
-        first_col = key_block * chunk_size
-        last_col = first_col + chunk_size - 1
-        return block_range(
-            None if reach_ahead is None else first_col - reach_ahead,
-            None if reach_back is None else last_col + reach_back,
-            num_query_blocks,
-        )
+        return blocks_within(key_block, reach_ahead, reach_back, num_query_blocks)
 
     def tile(q_scaled, k, v, query_block, key_block):
         """Scores, validity and the key/value blocks of one tile."""
