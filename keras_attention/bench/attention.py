@@ -27,7 +27,7 @@ Usage: `python -m keras_attention.bench --suite attention [--quick] [--out DIR]`
 
 import numpy as np
 
-from keras_attention.bench.common import describe
+from keras_attention.bench.common import describe, fit_exponent
 
 FULL_LENGTHS = (128, 512, 2048, 4096, 8192, 16384, 32768, 65536)
 QUICK_LENGTHS = (128, 256)
@@ -565,11 +565,10 @@ def _summarize(results, lengths):
             if length >= 4 * results["window"]
         }
         fitted[name] = times = {length: t for length, t in times.items() if t}
-        if len(times) >= 2:
-            # The slope of log time against log T: 1 for T * w work, 2 for T^2.
-            ratios[f"chunked_{name}_time_exponent"] = float(
-                np.polyfit(np.log(list(times)), np.log(list(times.values())), 1)[0]
-            )
+        # The slope of log time against log T: 1 for T * w work, 2 for T^2.
+        exponent = fit_exponent(list(times), list(times.values()))
+        if exponent is not None:
+            ratios[f"chunked_{name}_time_exponent"] = exponent
     for length, t in fitted["window"].items():
         ratios[f"chunked_window_seconds_T{length}"] = t
         if length in fitted["causal"]:
