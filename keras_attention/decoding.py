@@ -1,4 +1,5 @@
-"""Greedy and beam-search decoding of encoder-decoder models.
+"""Greedy and beam-search decoding of encoder-decoder models, and sampling
+from decoder-only language models.
 
 Both searches drive a step function `step_fn(token_ids, cache, index)` that
 maps the previous tokens `(B,)` at target position `index` to next-token
@@ -10,6 +11,10 @@ a Transformer decoder). Both run as one `while` loop that XLA compiles whole.
 search. Greedy search is keras-hub's `GreedySampler`. Beam search is written here:
 keras-hub's `BeamSampler` keeps extending (and scoring) beams after they emit
 the end token and has no length penalty, both of which translation needs.
+
+`LanguageModelGenerationMixin` gives a decoder-only language model
+`generate`: prompts continued by any keras-hub sampler (greedy, top-k, top-p,
+with a temperature) through `sample`, the loop greedy search runs too.
 
 `mean_log_probs` scores what a search produced (the model's confidence in its
 own output) with one teacher-forced forward pass.
@@ -43,22 +48,48 @@ def greedy_search(step_fn, cache, batch_size, max_length, start_id, end_id, mode
     """
     check_positive_int("max_length", max_length)
     prompt = _initial_tokens(batch_size, max_length, start_id)
+    sampler = _keras_hub().samplers.GreedySampler()
+    tokens = sample(step_fn, cache, prompt, sampler, end_id=end_id, model=model)
+    return truncate_after_end(tokens[:, 1:], end_id)
+
+
+def sample(step_fn, cache, prompt, sampler, given=None, end_id=None, model=None):
+    """Fills `prompt` token by token with a keras-hub sampler.
+
+    Position `t` (from 1 on) gets the sampler's pick from the logits of the
+    token at `t - 1`, except where `given` is True: those tokens (a prompt)
+    are kept, and fed to the model in turn, so that its cache holds them
+    when the first token is picked.
+
+    Args:
+        step_fn: `(token_ids, cache, index) -> (logits, cache)`.
+        cache: initial cache (nested tensors, batch on axis 0).
+        prompt: int32 `(B, L)`: position 0 holds each row's first token.
+        sampler: a `keras_hub.samplers.Sampler` (greedy, top-k, top-p, ...).
+        given: optional bool `(B, L)`, the positions to keep.
+        end_id: optional end token; sampling stops once every row has
+            picked it.
+        model: the model whose variables `step_fn` reads (needed on JAX).
+
+    Returns:
+        int32 `(B, L)`: `prompt` with its positions filled in.
+    """
+    batch_size = ops.shape(prompt)[0]
 
     def next_logits(prompt, cache, index):
         previous = ops.squeeze(ops.slice(prompt, [0, index - 1], [batch_size, 1]), 1)
         logits, cache = step_fn(previous, cache, index - 1)
         return ops.cast(logits, "float32"), None, cache
 
-    sampler = _keras_hub().samplers.GreedySampler()
-    tokens = sampler(
+    return sampler(
         next_logits,
         prompt,
         cache=cache,
         index=1,
-        stop_token_ids=(end_id,),
+        mask=given,
+        stop_token_ids=None if end_id is None else (end_id,),
         model=model,
     )
-    return truncate_after_end(tokens[:, 1:], end_id)
 
 
 def beam_search(
@@ -152,10 +183,15 @@ def beam_search(
     return ops.take_along_axis(tokens, best[:, None, None], axis=1)[:, 0]
 
 
-def truncate_after_end(tokens, end_id):
-    """Replaces every token after the first `end_id` of a row by padding."""
+def truncate_after_end(tokens, end_id, given=None):
+    """Replaces every token after the first `end_id` of a row by padding;
+    with `given` (bool, shaped like `tokens`), an `end_id` at a given
+    position (in a prompt) does not count."""
     tokens = ops.cast(tokens, "int32")
-    is_end = ops.cast(ops.equal(tokens, end_id), "int32")
+    is_end = ops.equal(tokens, end_id)
+    if given is not None:
+        is_end = ops.logical_and(is_end, ops.logical_not(given))
+    is_end = ops.cast(is_end, "int32")
     ends_before = ops.cumsum(is_end, axis=-1) - is_end
     return ops.where(ends_before > 0, PAD_ID, tokens)
 
@@ -297,20 +333,13 @@ class GenerationMixin:
         max_length = max_length or self.max_target_length
         check_positive_int("max_length", max_length)
         check_positive_int("beam_width", beam_width)
-        if not hasattr(self, "_generate_functions"):
-            self._generate_functions = {}
+
+        def generate_step(inputs):
+            return self.search(inputs, max_length, beam_width, length_penalty)
+
         key = (max_length, beam_width, float(length_penalty), jit_compile)
-        if key not in self._generate_functions:
-
-            def generate_step(inputs):
-                return self.search(inputs, max_length, beam_width, length_penalty)
-
-            self._generate_functions[key] = compile_function(
-                generate_step,
-                [*self.trainable_variables, *self.non_trainable_variables],
-                jit_compile=jit_compile,
-            )
-        return self._generate_functions[key](self.generation_inputs(inputs))
+        function = _compiled(self, key, generate_step, jit_compile)
+        return function(self.generation_inputs(inputs))
 
     def search(self, inputs, max_length, beam_width=1, length_penalty=0.6):
         """The uncompiled search behind `generate`."""
@@ -348,4 +377,136 @@ class GenerationMixin:
     def decode_step(self, token_ids, cache, index):
         """Logits `(B, V)` of the token after `token_ids` `(B,)` (at target
         position `index`), and the updated cache."""
+        raise NotImplementedError
+
+
+def _compiled(model, key, fn, jit_compile, variables=()):
+    """`fn` compiled once per `key` for `model` (which it reads), kept on the
+    model: a model's `generate` compiles once per shape and search."""
+    if not hasattr(model, "_generate_functions"):
+        model._generate_functions = {}
+    if key not in model._generate_functions:
+        model._generate_functions[key] = compile_function(
+            fn,
+            [*model.trainable_variables, *model.non_trainable_variables, *variables],
+            jit_compile=jit_compile,
+        )
+    return model._generate_functions[key]
+
+
+def get_sampler(sampler):
+    """A keras-hub sampler from a name (`"greedy"`, `"top_k"`, `"top_p"`,
+    `"random"`, ...: `keras_hub.samplers.get`) or the sampler itself."""
+    samplers = _keras_hub().samplers
+    if isinstance(sampler, samplers.Sampler):
+        return sampler
+    if not isinstance(sampler, str):
+        raise ValueError(
+            "`sampler` must be a keras-hub sampler or its name ('greedy', "
+            f"'top_k', 'top_p', 'random'); received {sampler!r}."
+        )
+    try:
+        return samplers.get(sampler)
+    except ValueError as error:
+        raise ValueError(
+            f"Unknown `sampler`: {sampler!r}. Expected 'greedy', 'top_k', "
+            "'top_p', 'random' or a keras-hub sampler."
+        ) from error
+
+
+class LanguageModelGenerationMixin:
+    """`generate` for a decoder-only language model (`GPT`, the LSTM
+    baseline): continues prompts with a keras-hub sampler.
+
+    The model provides `max_length` (the default and the longest output;
+    None: no limit but the one given), `end_token_id` (None: no end token)
+    and implements:
+
+    - `initial_cache(batch_size, max_length)`: the cache before the first
+      token (key/value caches, recurrent states), batch on axis 0;
+    - `decode_step(token_ids, cache, index)`: the logits `(B, V)` of the
+      token after `token_ids` `(B,)` (at position `index`), and the updated
+      cache.
+    """
+
+    def generate(self, prompt_ids, max_length=None, sampler="greedy", jit_compile=True):
+        """Continues each prompt up to `max_length` tokens.
+
+        The prompt's tokens go through the model one by one, filling its
+        cache; then every new token costs one step. Generation stops when
+        every row has produced `end_token_id` (when the model has one).
+
+        Args:
+            prompt_ids: int `(B, P)`, each row's prompt, right-padded with
+                0; at least one token per row.
+            max_length: the length of the output, prompt included; defaults
+                to the model's `max_length`.
+            sampler: a keras-hub sampler (`keras_hub.samplers.TopPSampler(
+                p=0.9, temperature=0.8)`, say) or its name (`"greedy"`,
+                `"top_k"`, `"top_p"`, `"random"`). On JAX the compiled search
+                reads a random sampler's seed state but cannot advance it:
+                each call draws the same numbers.
+            jit_compile: compile the whole loop with XLA.
+
+        Returns:
+            int32 numpy-convertible `(B, max_length)`: each prompt followed by
+            the generated tokens; after a generated `end_token_id` (kept),
+            padding (0).
+        """
+        prompt_ids = np.asarray(prompt_ids)
+        if prompt_ids.ndim != 2 or not np.issubdtype(prompt_ids.dtype, np.integer):
+            raise ValueError(
+                "`prompt_ids` must be an integer array (batch, length); received "
+                f"dtype {prompt_ids.dtype} and shape {prompt_ids.shape}."
+            )
+        if not prompt_ids.shape[1] or np.any(prompt_ids[:, 0] == PAD_ID):
+            raise ValueError(
+                "Every prompt needs at least one token: `prompt_ids[:, 0]` must "
+                f"not be padding ({PAD_ID}); received shape {prompt_ids.shape}."
+            )
+        max_length = max_length or self.max_length
+        check_positive_int("max_length", max_length)
+        limit = self.max_length or max_length
+        width = prompt_ids.shape[1]
+        if not width <= max_length <= limit:
+            raise ValueError(
+                f"`max_length` must be from the prompt's length ({width}) to the "
+                f"model's max_length ({limit}); received max_length={max_length}."
+            )
+        if isinstance(sampler, str):  # one sampler per name, compiled once
+            if not hasattr(self, "_named_samplers"):
+                self._named_samplers = {}
+            if sampler not in self._named_samplers:
+                self._named_samplers[sampler] = get_sampler(sampler)
+            sampler = self._named_samplers[sampler]
+        sampler = get_sampler(sampler)
+
+        def generate_step(prompt_ids):
+            return self.sample(prompt_ids, max_length, sampler)
+
+        key = ("sample", max_length, sampler, jit_compile)
+        function = _compiled(self, key, generate_step, jit_compile, sampler.variables)
+        return function(prompt_ids.astype("int32"))
+
+    def sample(self, prompt_ids, max_length, sampler):
+        """The uncompiled loop behind `generate`."""
+        width = prompt_ids.shape[1]
+        prompt = ops.pad(prompt_ids, [[0, 0], [0, max_length - width]])
+        given = ops.not_equal(prompt, PAD_ID)
+        cache = self.initial_cache(ops.shape(prompt)[0], max_length)
+        end_id = self.end_token_id
+        tokens = sample(
+            self.decode_step, cache, prompt, sampler, given, end_id, model=self
+        )
+        if end_id is None:
+            return tokens
+        return truncate_after_end(tokens, end_id, given)
+
+    def initial_cache(self, batch_size, max_length):
+        """The cache before the first token, batch on axis 0."""
+        raise NotImplementedError
+
+    def decode_step(self, token_ids, cache, index):
+        """Logits `(B, V)` of the token after `token_ids` `(B,)` (at position
+        `index`), and the updated cache."""
         raise NotImplementedError

@@ -1,8 +1,10 @@
 """Reference models composed from `keras_attention.layers`."""
 
+from keras_attention.models.gpt import GPT
 from keras_attention.models.hierarchical_attention_network import (
     HierarchicalAttentionNetwork,
 )
+from keras_attention.models.language_model import LanguageModel
 from keras_attention.models.rnn_seq2seq import RNNSeq2Seq
 from keras_attention.models.sagan import (
     SAGAN,
@@ -17,6 +19,7 @@ from keras_attention.models.show_attend_tell import ShowAttendTell
 from keras_attention.models.text_baselines import (
     BagOfEmbeddingsClassifier,
     BiLSTMClassifier,
+    LSTMLanguageModel,
 )
 from keras_attention.models.text_classifier import TextClassifier
 from keras_attention.models.transformer import Transformer
@@ -25,7 +28,10 @@ from keras_attention.models.transformer_classifier import TransformerClassifier
 __all__ = [
     "BagOfEmbeddingsClassifier",
     "BiLSTMClassifier",
+    "GPT",
     "HierarchicalAttentionNetwork",
+    "LSTMLanguageModel",
+    "LanguageModel",
     "RNNSeq2Seq",
     "SAGAN",
     "Seq2Seq",

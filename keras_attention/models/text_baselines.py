@@ -1,9 +1,16 @@
-"""Text classifiers without attention, the baselines of the attention models."""
+"""Text classifiers and a language model without attention, the baselines
+of the attention models."""
 
 import keras
+from keras import ops
 
 from keras_attention._checks import check_rate
 from keras_attention.layers.dropout import Dropout
+from keras_attention.models.language_model import (
+    LanguageModel,
+    check_language_model_args,
+    tied_embedding,
+)
 from keras_attention.models.text_classifier import (
     MaskedAverage,
     TextClassifier,
@@ -180,4 +187,130 @@ class BagOfEmbeddingsClassifier(TextClassifier):
     def get_config(self):
         config = super().get_config()
         config.update({"embedding_dim": self.embedding_dim, "dropout": self.dropout})
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class LSTMLanguageModel(LanguageModel):
+    """A stacked LSTM language model: the recurrent baseline of `GPT`.
+
+    Token embeddings, `num_layers` LSTMs of `hidden_dim` units, and logits
+    from the transpose of the token embedding (tied as in GPT, so that a
+    parameter count matched to a GPT buys recurrent weights). Each position
+    reads the tokens before it through the recurrent state alone; `generate`
+    carries that state from step to step (the LSTM's cache).
+
+    Args:
+        vocabulary_size: number of token ids (0 is padding).
+        hidden_dim: the size of the embeddings and of every LSTM.
+        num_layers: stacked LSTMs.
+        dropout: dropout on the embeddings and between the layers.
+        max_length: `generate`'s default and longest output (inputs of any
+            length are read).
+        end_token_id: optional token at which `generate` stops.
+        tokenizer: optional keras-hub tokenizer saved with the model.
+        **kwargs: `name`, `dtype` and other model arguments.
+
+    Call arguments:
+        inputs: int token ids `(B, T)`, right-padded with 0.
+        training: whether dropout is active.
+
+    Returns:
+        Logits `(B, T, vocabulary_size)` of the next tokens.
+
+    Example:
+
+    ```python
+    model = keras_attention.models.LSTMLanguageModel(
+        vocabulary_size=50, hidden_dim=32, num_layers=2, max_length=32
+    )
+    logits = model(np.array([[5, 6, 7]]))  # (1, 3, 50)
+    tokens = model.generate(np.array([[5, 6, 7]]), max_length=10)  # (1, 10)
+    ```
+
+    References:
+        - [Hochreiter & Schmidhuber, 1997](https://doi.org/10.1162/neco.1997.9.8.1735)
+        - [Press & Wolf, 2017](https://arxiv.org/abs/1608.05859) (tied embeddings)
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        hidden_dim=256,
+        num_layers=2,
+        dropout=0.0,
+        max_length=256,
+        end_token_id=None,
+        tokenizer=None,
+        dtype=None,
+        **kwargs,
+    ):
+        check_language_model_args(
+            vocabulary_size,
+            max_length,
+            end_token_id,
+            hidden_dim=hidden_dim,
+            num_layers=num_layers,
+        )
+        check_rate("dropout", dropout)
+        token_embedding = tied_embedding(vocabulary_size, hidden_dim, dtype)
+        recurrent_layers = [
+            keras.layers.LSTM(
+                hidden_dim,
+                return_sequences=True,
+                return_state=True,
+                dtype=dtype,
+                name=f"lstm_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        dropouts = [
+            Dropout(dropout, dtype=dtype, name=f"dropout_{i}")
+            for i in range(num_layers + 1)
+        ]
+
+        token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+        x = dropouts[0](token_embedding(token_ids))
+        for layer, drop in zip(recurrent_layers, dropouts[1:], strict=True):
+            x = drop(layer(x)[0])
+        super().__init__(
+            inputs=token_ids,
+            outputs=token_embedding(x, reverse=True),
+            vocabulary_size=vocabulary_size,
+            max_length=max_length,
+            end_token_id=end_token_id,
+            tokenizer=tokenizer,
+            dtype=dtype,
+            **kwargs,
+        )
+        self.hidden_dim = hidden_dim
+        self.num_layers = num_layers
+        self.dropout = dropout
+        self.token_embedding = token_embedding
+        self.recurrent_layers = recurrent_layers
+
+    def initial_cache(self, batch_size, max_length):
+        """Zero states `(B, 2, hidden_dim)` (h and c) of every LSTM."""
+        return [
+            ops.zeros((batch_size, 2, self.hidden_dim), self.compute_dtype)
+            for _ in self.recurrent_layers
+        ]
+
+    def decode_step(self, token_ids, cache, index):
+        x = self.token_embedding(ops.expand_dims(token_ids, 1))
+        states = []
+        for layer, state in zip(self.recurrent_layers, cache, strict=True):
+            x, h, c = layer(x, initial_state=[state[:, 0], state[:, 1]])
+            states.append(ops.stack([h, c], axis=1))
+        return self.token_embedding(x[:, 0], reverse=True), states
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "hidden_dim": self.hidden_dim,
+                "num_layers": self.num_layers,
+                "dropout": self.dropout,
+            }
+        )
         return config

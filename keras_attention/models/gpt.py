@@ -1,0 +1,215 @@
+import keras
+from keras import ops
+
+from keras_attention._checks import check_rate
+from keras_attention.layers.dropout import Dropout
+from keras_attention.layers.position_encoding import PositionEmbedding
+from keras_attention.layers.transformer_decoder import TransformerDecoderBlock
+from keras_attention.models.language_model import (
+    LanguageModel,
+    check_language_model_args,
+    tied_embedding,
+)
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class GPT(LanguageModel):
+    """A GPT-style decoder-only Transformer language model (Radford et al.,
+    2018, 2019).
+
+    Token embeddings plus learned positions, `num_layers` decoder blocks
+    without cross-attention (causal self-attention and feed-forward,
+    pre-norm as in GPT-2) and a final layer normalization; the logits come
+    from the transpose of the token embedding (tied input and output
+    embeddings, `keras.layers.ReversibleEmbedding`). Weights start from
+    N(0, 0.02) as in GPT-2. `generate` continues prompts with the blocks'
+    key/value caches, each new token costing one position, and samples with
+    any keras-hub sampler (greedy, top-k, top-p, with a temperature).
+
+    Args:
+        vocabulary_size: number of token ids (0 is padding).
+        max_length: the number of positions (the longest input, and
+            `generate`'s default and longest output).
+        hidden_dim: the model width.
+        num_heads: attention heads per block.
+        num_layers: decoder blocks.
+        intermediate_dim: feed-forward hidden size.
+        dropout: dropout on the embeddings, attention weights and sub-layers.
+        activation: feed-forward activation (GPT's `"gelu"`).
+        layer_norm_epsilon: epsilon of the layer normalizations.
+        end_token_id: optional token at which `generate` stops.
+        tokenizer: optional keras-hub tokenizer saved with the model.
+        **kwargs: `name`, `dtype` and other model arguments.
+
+    Call arguments:
+        inputs: int token ids `(B, T)`, `T <= max_length`, right-padded with 0.
+        training: whether dropout is active.
+
+    Returns:
+        Logits `(B, T, vocabulary_size)` of the next tokens.
+
+    Example:
+
+    ```python
+    model = keras_attention.models.GPT(
+        vocabulary_size=50, max_length=32, hidden_dim=32, num_heads=2,
+        num_layers=2, intermediate_dim=64,
+    )
+    logits = model(np.array([[5, 6, 7]]))  # (1, 3, 50)
+    tokens = model.generate(np.array([[5, 6, 7]]), max_length=10)  # (1, 10)
+    sampled = model.generate(np.array([[5, 6, 7]]), max_length=10, sampler="top_p")
+    ```
+
+    References:
+        - [Radford et al., 2018](https://cdn.openai.com/research-covers/language-unsupervised/language_understanding_paper.pdf)
+        - [Radford et al., 2019](https://cdn.openai.com/better-language-models/language_models_are_unsupervised_multitask_learners.pdf)
+        - [Press & Wolf, 2017](https://arxiv.org/abs/1608.05859) (tied embeddings)
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        max_length=256,
+        hidden_dim=128,
+        num_heads=4,
+        num_layers=4,
+        intermediate_dim=512,
+        dropout=0.1,
+        activation="gelu",
+        layer_norm_epsilon=1e-5,
+        end_token_id=None,
+        tokenizer=None,
+        dtype=None,
+        **kwargs,
+    ):
+        check_language_model_args(
+            vocabulary_size,
+            max_length,
+            end_token_id,
+            hidden_dim=hidden_dim,
+            num_heads=num_heads,
+            num_layers=num_layers,
+            intermediate_dim=intermediate_dim,
+        )
+        check_rate("dropout", dropout)
+        if hidden_dim % num_heads:
+            raise ValueError(
+                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
+                f"({num_heads})."
+            )
+
+        # === Layers ===
+        def initializer():
+            return keras.initializers.RandomNormal(stddev=0.02)
+
+        token_embedding = tied_embedding(
+            vocabulary_size, hidden_dim, dtype, initializer()
+        )
+        position_embedding = PositionEmbedding(
+            max_length,
+            initializer=initializer(),
+            dtype=dtype,
+            name="position_embedding",
+        )
+        embedding_dropout = Dropout(dropout, dtype=dtype, name="embedding_dropout")
+        blocks = [
+            TransformerDecoderBlock(
+                intermediate_dim,
+                num_heads,
+                dropout=dropout,
+                activation=activation,
+                layer_norm_epsilon=layer_norm_epsilon,
+                kernel_initializer=initializer(),
+                normalize_first=True,
+                dtype=dtype,
+                name=f"decoder_block_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        final_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm"
+        )
+
+        # === Functional model ===
+        token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+        x = token_embedding(token_ids)
+        x = embedding_dropout(x + position_embedding(x))
+        for block in blocks:
+            x = block(x)  # no encoder sequence: causal self-attention only
+        logits = token_embedding(final_norm(x), reverse=True)
+        super().__init__(
+            inputs=token_ids,
+            outputs=logits,
+            vocabulary_size=vocabulary_size,
+            max_length=max_length,
+            end_token_id=end_token_id,
+            tokenizer=tokenizer,
+            dtype=dtype,
+            **kwargs,
+        )
+
+        # === Config and layers for decoding ===
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.num_layers = num_layers
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.activation = activation
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.token_embedding = token_embedding
+        self.position_embedding = position_embedding
+        self.blocks = blocks
+        self.final_norm = final_norm
+
+    def initial_cache(self, batch_size, max_length):
+        """Empty key/value caches of the blocks, `(B, 2, max_length, N, H)`
+        each."""
+        if max_length > self.max_length:
+            raise ValueError(
+                f"`max_length` must be at most the model's max_length="
+                f"{self.max_length} (its positions); received max_length={max_length}."
+            )
+        return [
+            block.initial_self_attention_cache(batch_size, max_length)
+            for block in self.blocks
+        ]
+
+    def call_with_cache(self, token_ids, cache, index):
+        """The logits `(B, T, V)` of `T` tokens at positions `index` to
+        `index + T - 1`, which attend to the cached tokens before them, and
+        the caches with these tokens' keys and values written in (inference:
+        no dropout)."""
+        x = self.token_embedding(token_ids)
+        x = x + self.position_embedding(x, start_index=index)
+        caches = []
+        for block, block_cache in zip(self.blocks, cache, strict=True):
+            x, block_cache = block(
+                x,
+                self_attention_cache=block_cache,
+                self_attention_cache_update_index=index,
+            )
+            caches.append(block_cache)
+        return self.token_embedding(self.final_norm(x), reverse=True), caches
+
+    def decode_step(self, token_ids, cache, index):
+        logits, cache = self.call_with_cache(
+            ops.expand_dims(token_ids, 1), cache, index
+        )
+        return logits[:, 0], cache
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "hidden_dim": self.hidden_dim,
+                "num_heads": self.num_heads,
+                "num_layers": self.num_layers,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+                "activation": keras.activations.serialize(
+                    keras.activations.get(self.activation)
+                ),
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
+        return config

@@ -1,0 +1,91 @@
+"""The shared behaviour of the decoder-only language models."""
+
+import keras
+
+from keras_attention._checks import check_positive_int
+from keras_attention.decoding import LanguageModelGenerationMixin
+from keras_attention.models.saving import deserialize_optional, serialize_optional
+
+
+class LanguageModel(LanguageModelGenerationMixin, keras.Model):
+    """Base of `GPT` and `LSTMLanguageModel`: next-token logits through
+    `call`, and prompts continued by a keras-hub sampler through `generate`
+    (`LanguageModelGenerationMixin`).
+
+    Subclasses build a functional graph from int token ids `(B, T)` to
+    next-token logits `(B, T, V)` (right padding with 0 never reaches a real
+    token: each position reads only those before it), and implement
+    `initial_cache(batch_size, max_length)` and
+    `decode_step(token_ids, cache, index)`.
+
+    The base holds what every language model shares: the vocabulary size,
+    `max_length` (the longest output of `generate`, and GPT's positions),
+    the optional `end_token_id` at which generation stops, and the optional
+    keras-hub `tokenizer`, saved inside the `.keras` file, so that a loaded
+    model can continue text.
+    """
+
+    def __init__(
+        self,
+        inputs,
+        outputs,
+        vocabulary_size,
+        max_length,
+        end_token_id=None,
+        tokenizer=None,
+        **kwargs,
+    ):
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self.vocabulary_size = vocabulary_size
+        self.max_length = max_length
+        self.end_token_id = end_token_id
+        self.tokenizer = tokenizer
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "vocabulary_size": self.vocabulary_size,
+            "max_length": self.max_length,
+            "end_token_id": self.end_token_id,
+            "tokenizer": serialize_optional(self.tokenizer),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**deserialize_optional(config, ("tokenizer",)))
+
+
+def check_language_model_args(vocabulary_size, max_length, end_token_id, **sizes):
+    """Checks the arguments every language model has, and its own positive
+    sizes (`sizes`, by name)."""
+    for name, value in {
+        "vocabulary_size": vocabulary_size,
+        "max_length": max_length,
+        **sizes,
+    }.items():
+        check_positive_int(name, value)
+    if end_token_id is not None and (
+        isinstance(end_token_id, bool)
+        or not isinstance(end_token_id, int)
+        or not 0 < end_token_id < vocabulary_size
+    ):
+        raise ValueError(
+            "`end_token_id` must be None or a token id from 1 to vocabulary_size - 1 "
+            f"({vocabulary_size - 1}); received end_token_id={end_token_id!r}."
+        )
+
+
+def tied_embedding(vocabulary_size, hidden_dim, dtype, initializer="uniform"):
+    """The token embedding whose transpose also gives the output logits
+    (`keras.layers.ReversibleEmbedding`, called with `reverse=True`): one
+    `(vocabulary_size, hidden_dim)` matrix in and out (Press & Wolf, 2017)."""
+    return keras.layers.ReversibleEmbedding(
+        vocabulary_size,
+        hidden_dim,
+        tie_weights=True,
+        embeddings_initializer=initializer,
+        dtype=dtype,
+        name="token_embedding",
+    )
