@@ -65,3 +65,30 @@ def sinusoidal(length, depth, max_wavelength=10000.0, start=0):
             if i + 1 < depth:
                 pe[pos, i + 1] = np.cos(angle)
     return pe
+
+
+def rotary(x, positions=None, max_wavelength=10000.0, scaling_factor=1.0):
+    """RoFormer's rotation (Su et al., 2021, section 3.2) of `x` `(B, T, ..., d)`,
+    the sequence on axis 1: at position m, feature i and feature i + d/2 (the
+    pairing of keras-hub and GPT-NeoX) turn by m * theta_i, with
+    theta_i = max_wavelength^(-2i/d) / scaling_factor."""
+    x = np.asarray(x, dtype="float64")
+    batch, length, depth = x.shape[0], x.shape[1], x.shape[-1]
+    half = depth // 2
+    if positions is None:
+        positions = np.arange(length)
+    positions = np.broadcast_to(np.asarray(positions, "float64"), (batch, length))
+    out = np.empty_like(x)
+    for b in range(batch):
+        for t in range(length):
+            for i in range(half):
+                theta = max_wavelength ** (-2 * i / depth) / scaling_factor
+                angle = positions[b, t] * theta
+                rotation = np.array(
+                    [[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]]
+                )
+                pair = np.stack([x[b, t, ..., i], x[b, t, ..., i + half]])
+                out[b, t, ..., i], out[b, t, ..., i + half] = np.tensordot(
+                    rotation, pair, axes=1
+                )
+    return out
