@@ -31,6 +31,8 @@ TRANSLATION_MODELS = (
 )
 CLASSIFICATION_MODELS = ("transformer", "han", "bilstm", "bag")
 CAPTION_MODELS = ("attention", "no-attention")
+LM_MODELS = ("gpt", "lstm")
+LM_SAMPLERS = ("greedy", "top_k", "top_p")
 BENCH_SUITES = ("attention", "seq2seq", "decode", "xla", "layers")
 STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
 # The model classes that each subcommand's `--load` reads, by the
@@ -46,6 +48,7 @@ LOADABLE_MODELS = {
     ),
     "caption": ("keras_attention>ShowAttendTell",),
     "gan": ("generator", "ema_generator"),
+    "lm": ("keras_attention>GPT", "keras_attention>LSTMLanguageModel"),
 }
 # What each subcommand imports beyond the library; the `apps` extra brings it.
 APPLICATION_MODULES = {
@@ -105,6 +108,10 @@ def non_negative_float(text):
 
 def open_fraction(text):
     return _number(text, float, "a number between 0 and 1", lambda x: 0 < x < 1)
+
+
+def probability(text):
+    return _number(text, float, "a number above 0, at most 1", lambda x: 0 < x <= 1)
 
 
 def finite_float(text):
@@ -423,6 +430,36 @@ def _gan(args):
         gan.run_gan(args.out, attention=args.attention, seed=args.seed, **options)
 
 
+def _lm(args):
+    from keras_attention.tasks import lm
+
+    sampling = {
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+    }
+    if args.load:
+        model = _load(args.load)
+        sampler = lm.make_sampler(args.sampler, seed=args.seed, **sampling)
+        first = True
+        for prompts in _inputs(args.prompts, "prompts"):
+            for text in lm.continue_texts(model, prompts, args.length, sampler):
+                print(text if first else f"%\n{text}", flush=True)
+                first = False
+        return
+    options = {
+        **_training_options(args),
+        **sampling,
+        "sampler": args.sampler,
+        "seed": args.seed,
+        "steps_per_epoch": args.steps_per_epoch,
+    }
+    if len(args.model) == 1:
+        lm.run_lm(args.out, model=args.model[0], **options)
+    else:
+        lm.compare(args.out, list(args.model), **options)
+
+
 def _bench(args):
     from keras_attention.bench import run_suites
 
@@ -665,6 +702,77 @@ def build_parser():
     )
     gan.set_defaults(run=_gan, inputs=None)
 
+    lm = command(
+        "lm",
+        "train a character-level language model (GPT, or an LSTM with as many "
+        "parameters) and measure its held-out perplexity, or continue text "
+        "with a trained one",
+    )
+    lm.add_argument(
+        "--data",
+        type=dataset(("fortunes",), "file"),
+        default="fortunes",
+        help="fortunes (Debian fortunes, 2.5 million characters) or a text file "
+        "of documents separated by lines holding only %% (or by blank lines)",
+    )
+    lm.add_argument(
+        "--model",
+        type=model_list(LM_MODELS),
+        default=("gpt",),
+        help="gpt or lstm; gpt,lstm trains each in OUT/<model> and compares "
+        "them (default: gpt)",
+    )
+    lm.add_argument(
+        "--steps-per-epoch",
+        type=positive_int,
+        default=100,
+        help="training batches per epoch",
+    )
+    lm.add_argument(
+        "--prompt",
+        action="append",
+        dest="prompts",
+        default=None,
+        metavar="TEXT",
+        help="with --load: text to continue (repeat for several; default: "
+        "standard input, one per line)",
+    )
+    lm.add_argument(
+        "--sampler",
+        choices=LM_SAMPLERS,
+        default="top_p",
+        help="how the next character is chosen (keras-hub samplers); a training "
+        "run writes samples.txt with greedy search and this one",
+    )
+    lm.add_argument(
+        "--temperature",
+        type=positive_float,
+        default=0.8,
+        help="divides the logits before sampling (below 1: safer choices)",
+    )
+    lm.add_argument(
+        "--top-k", type=positive_int, default=10, help="k of --sampler top_k"
+    )
+    lm.add_argument(
+        "--top-p", type=probability, default=0.9, help="p of --sampler top_p"
+    )
+    lm.add_argument(
+        "--length",
+        type=_at_least(2),
+        default=None,
+        help="with --load: characters to generate, prompt included (default: "
+        "the model's window, 256)",
+    )
+    _add_training_options(
+        lm,
+        out="runs/lm",
+        batch_size=32,
+        epochs=10,
+        num_train_help="train on this many documents only (default: all)",
+        seed_help="random seed (of the split, the training and the samples)",
+    )
+    lm.set_defaults(run=_lm, inputs="prompts")
+
     bench = command(
         "bench",
         "XLA benchmarks: attention against Keras and against RNNs, XLA on and "
@@ -743,8 +851,8 @@ def _add_training_options(
         action=argparse.BooleanOptionalAction,
         default=None,
         help="train with XLA, or with --no-xla as a TensorFlow graph (default: "
-        "XLA, except for the models the xla benchmark suite measured faster "
-        "without it on a CPU: the HAN, the captioner with attention, the SAGAN; "
+        "XLA, except for the models measured faster without it on a CPU: the "
+        "HAN, the captioner with attention, the SAGAN, the LSTM language model; "
         "the run says which it chose)",
     )
     parser.add_argument("--seed", type=non_negative_int, default=0, help=seed_help)

@@ -307,14 +307,18 @@ def _fortune_categories(directory):
 def _read_fortunes(path):
     with open(path, "rb") as file:
         text = file.read().decode("utf-8", errors="replace")
+    entries = (_SPACES.sub(" ", entry).strip() for entry in split_fortunes(text))
+    return [entry for entry in entries if entry]
+
+
+def split_fortunes(text):
+    """The entries of a fortune file's text, separated by lines holding only
+    `%`, freed of overstriking (`_\\bx` -> `x`) and of control characters
+    other than tabs and line breaks; not stripped, empty ones kept."""
     previous = None
     while previous != text:  # `____\b\b\b\bonly` takes one pass per backspace
         previous, text = text, _OVERSTRUCK.sub("", text)
-    text = _CONTROL.sub("", text)
-    entries = (
-        _SPACES.sub(" ", entry).strip() for entry in _FORTUNE_SEPARATOR.split(text)
-    )
-    return [entry for entry in entries if entry]
+    return _FORTUNE_SEPARATOR.split(_CONTROL.sub("", text))
 
 
 def load_fortunes(

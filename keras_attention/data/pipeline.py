@@ -1,4 +1,5 @@
-"""Token id arrays and `tf.data` pipelines for sequence-to-sequence training."""
+"""Token id arrays and `tf.data` pipelines for sequence-to-sequence and
+language-model training."""
 
 import numpy as np
 import tensorflow as tf
@@ -365,3 +366,62 @@ def caption_dataset(
     return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(
         tf.data.AUTOTUNE
     )
+
+
+def token_stream(texts, tokenizer):
+    """The int32 token ids of `texts`, each followed by `END_ID`, one after
+    the other: what a language model reads (as GPT-2 reads its corpus, the
+    documents separated by `<|endoftext|>`)."""
+    if not len(texts):
+        return np.zeros((0,), "int32")
+    token_ids = _tokenize(tokenizer, texts)
+    token_ids = tf.concat([token_ids, _column(token_ids.nrows(), END_ID)], axis=1)
+    return token_ids.flat_values.numpy()
+
+
+def language_model_dataset(
+    token_ids, sequence_length, batch_size, shuffle=False, seed=0, repeat=False
+):
+    """Windows of a token stream for next-token prediction.
+
+    The stream is cut into consecutive windows of `sequence_length` inputs,
+    each with the `sequence_length` tokens after them as targets (a window
+    may span documents: the end-of-text token between them is read, as in
+    GPT-2). The last window is padded with `PAD_ID`; padded targets get
+    weight 0, every other target 1.
+
+    Args:
+        token_ids: int 1-D, e.g. from `token_stream`.
+        sequence_length: tokens per window.
+        batch_size: windows per batch.
+        shuffle: shuffle the windows (again every epoch); training then
+            takes full batches only, so that every step has one shape.
+        seed: shuffling seed.
+        repeat: repeat the windows without end (for `fit` with
+            `steps_per_epoch`).
+
+    Returns:
+        `(dataset, num_windows)`: batches `(inputs, targets, weights)`,
+        `(B, sequence_length)` each.
+    """
+    check_positive_int("sequence_length", sequence_length)
+    check_positive_int("batch_size", batch_size)
+    token_ids = np.asarray(token_ids, "int32").reshape(-1)
+    if len(token_ids) < 2:
+        raise ValueError(
+            "`token_ids` must hold at least 2 tokens (an input and its target); "
+            f"received {len(token_ids)}."
+        )
+    num_windows = -(-(len(token_ids) - 1) // sequence_length)
+    padded = np.full(num_windows * sequence_length + 1, PAD_ID, "int32")
+    padded[: len(token_ids)] = token_ids
+    inputs = padded[:-1].reshape(num_windows, sequence_length)
+    targets = padded[1:].reshape(num_windows, sequence_length)
+    weights = (targets != PAD_ID).astype("float32")
+    dataset = tf.data.Dataset.from_tensor_slices((inputs, targets, weights))
+    if shuffle:
+        dataset = dataset.shuffle(num_windows, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = dataset.batch(batch_size, drop_remainder=shuffle)
+    return dataset.prefetch(tf.data.AUTOTUNE), num_windows

@@ -196,14 +196,16 @@ def load_ding(path=DING_PATH, max_words=20):
     return pairs
 
 
-def split_pairs(pairs, num_test=1000, num_valid=1000, seed=0):
-    """Splits sentence pairs into train, validation and test sets.
+def split_pairs(pairs, num_test=1000, num_valid=1000, seed=0, what="pairs"):
+    """Splits sentence pairs (or any items) into train, validation and test
+    sets.
 
     Args:
-        pairs: a sequence of `(source, target)` tuples.
+        pairs: a sequence of `(source, target)` tuples (or other items).
         num_test: number of test pairs.
         num_valid: number of validation pairs.
         seed: seed of the permutation (the split is deterministic given it).
+        what: what the items are, for the error message.
 
     Returns:
         A dict `{"train": [...], "valid": [...], "test": [...]}`: the test and
@@ -215,7 +217,7 @@ def split_pairs(pairs, num_test=1000, num_valid=1000, seed=0):
     pairs = list(pairs)
     if len(pairs) <= num_test + num_valid:
         raise ValueError(
-            f"Too few pairs to split: received {len(pairs)} pairs, expected more "
+            f"Too few {what} to split: received {len(pairs)} {what}, expected more "
             f"than num_test + num_valid = {num_test + num_valid} so that the "
             "training split is not empty."
         )
