@@ -67,6 +67,45 @@ def sinusoidal(length, depth, max_wavelength=10000.0, start=0):
     return pe
 
 
+def grouped_attention(q, k, v, bias=None, causal=False):
+    """Grouped-query attention (B, T, N, H) over (B, S, N_kv, H): each run of
+    N / N_kv query heads shares one key/value head, as if repeated."""
+    groups = q.shape[2] // k.shape[2]
+    k, v = np.repeat(k, groups, axis=2), np.repeat(v, groups, axis=2)
+    scores = np.einsum("btnh,bsnh->bnts", q, k) / np.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias
+    mask = np.tril(np.ones(scores.shape[-2:], bool)) if causal else None
+    return np.einsum("bnts,bsnh->btnh", softmax(scores, mask), v)
+
+
+def alibi(num_heads, query_length, key_length, max_bias=8.0, offset=0):
+    """-m_h |i - j| with the paper's slopes m_h = 2^(-max_bias (h+1) / n) for
+    n a power of two (Press et al. 2022, section 3)."""
+    slopes = 2.0 ** (-max_bias * np.arange(1, num_heads + 1) / num_heads)
+    rows = np.arange(query_length)[:, None] + offset
+    distance = np.abs(rows - np.arange(key_length)[None, :])
+    return -slopes[:, None, None] * distance[None]
+
+
+def t5_bucket(relative, num_buckets, max_distance, bidirectional):
+    """T5's bucket of one relative position `key - query` (Raffel et al.
+    2020, the reference implementation's rule), written with Python scalars."""
+    bucket = 0
+    if bidirectional:
+        num_buckets //= 2
+        if relative > 0:
+            bucket += num_buckets
+        distance = abs(relative)
+    else:
+        distance = max(-relative, 0)
+    exact = num_buckets // 2
+    if distance < exact:
+        return bucket + distance
+    scaled = np.log(distance / exact) / np.log(max_distance / exact)
+    return bucket + min(exact + int(scaled * (num_buckets - exact)), num_buckets - 1)
+
+
 def rotary(x, positions=None, max_wavelength=10000.0, scaling_factor=1.0):
     """RoFormer's rotation (Su et al., 2021, section 3.2) of `x` `(B, T, ..., d)`,
     the sequence on axis 1: at position m, feature i and feature i + d/2 (the

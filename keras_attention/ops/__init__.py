@@ -1,5 +1,5 @@
 """Pure functions on `keras.ops`: masks, score functions, masked softmax, attention,
-dropout."""
+positions inside attention, dropout."""
 
 from keras_attention.ops.attention import (
     apply_attention_weights,
@@ -12,6 +12,11 @@ from keras_attention.ops.masks import (
     merge_masks,
     padding_mask,
     sliding_window_mask,
+)
+from keras_attention.ops.positions import (
+    alibi_bias,
+    alibi_slopes,
+    relative_position_buckets,
 )
 from keras_attention.ops.random import dropout
 from keras_attention.ops.scores import (
@@ -29,6 +34,8 @@ from keras_attention.ops.softmax import masked_softmax
 
 __all__ = [
     "SCORE_FUNCTIONS",
+    "alibi_bias",
+    "alibi_slopes",
     "apply_attention_weights",
     "attention_weights",
     "additive_score",
@@ -45,6 +52,7 @@ __all__ = [
     "masked_softmax",
     "merge_masks",
     "padding_mask",
+    "relative_position_buckets",
     "scaled_dot_score",
     "sliding_window_mask",
 ]

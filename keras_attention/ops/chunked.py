@@ -27,13 +27,21 @@ def _rank4_mask(mask):
 
 
 def chunked_attention(
-    query, key, value, mask, is_causal, scale, chunk_size, sliding_window=None
+    query,
+    key,
+    value,
+    mask,
+    is_causal,
+    scale,
+    chunk_size,
+    sliding_window=None,
+    alibi_slopes=None,
 ):
     """Blockwise `softmax(scale * Q K^T) V` in the `(B, T, N, H)` layout.
 
-    `mask` (boolean, broadcastable to `(B, N, T, S)`), `is_causal` and
-    `sliding_window` behave as in `dot_product_attention`. Rows with no key to
-    attend give zeros.
+    `mask` (boolean, broadcastable to `(B, N, T, S)`), `is_causal`,
+    `sliding_window` and `alibi_slopes` (NumPy `(N,)`) behave as in
+    `dot_product_attention`. Rows with no key to attend give zeros.
 
     Queries and keys are both cut into blocks of `chunk_size`, so that each
     step works on a `(chunk_size, chunk_size)` tile of scores per head, small
@@ -67,6 +75,10 @@ def chunked_attention(
             constant_values=False,
         )
     offsets = ops.arange(chunk_size)
+    slopes = None
+    if alibi_slopes is not None:
+        slopes = ops.cast(ops.convert_to_tensor(alibi_slopes), compute_dtype)
+        slopes = slopes[None, :, None, None]
 
     # How far a query may look back and ahead, in positions (None: no limit).
     reach_back = None if sliding_window is None else sliding_window - 1
@@ -104,6 +116,9 @@ def chunked_attention(
         scores = ops.einsum("bnth,bnch->bntc", q_tile, k_tile)
         rows = (q_start + offsets)[:, None]
         cols = (k_start + offsets)[None, :]
+        if slopes is not None:
+            distance = ops.cast(ops.abs(rows - cols), compute_dtype)
+            scores = scores - slopes * distance[None, None]
         valid = ops.less(cols, key_len)
         if is_causal:
             valid = ops.logical_and(valid, ops.greater_equal(rows, cols))

@@ -164,7 +164,7 @@ def test_value_head_dim_may_differ():
     [
         ((B, T, H), (B, S, N, H), (B, S, N, H), r"`query` must have rank 4"),
         ((B, T, N, H), (B, S, N, H + 1), (B, S, N, H), r"head dimension.*8.*9"),
-        ((B, T, N, H), (B, S, N + 1, H), (B, S, N + 1, H), r"number of heads"),
+        ((B, T, N, H), (B, S, N + 1, H), (B, S, N + 1, H), r"heads must divide"),
         ((B, T, N, H), (B, S, N, H), (B, S + 1, N, H), r"sequence length"),
     ],
 )
