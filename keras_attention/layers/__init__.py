@@ -18,6 +18,7 @@ from keras_attention.layers.position_encoding import (
     PositionEmbedding,
     SinusoidalPositionEncoding,
 )
+from keras_attention.layers.relative_position_bias import RelativePositionBias
 from keras_attention.layers.rotary_embedding import RotaryEmbedding
 from keras_attention.layers.self_attention_2d import SelfAttention2D
 from keras_attention.layers.token_and_position_embedding import (
@@ -39,6 +40,7 @@ __all__ = [
     "MultiHeadAttention",
     "MultiplicativeAttention",
     "PositionEmbedding",
+    "RelativePositionBias",
     "RotaryEmbedding",
     "ScoreAttention",
     "SelfAttention2D",
