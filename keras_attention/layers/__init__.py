@@ -11,6 +11,7 @@ from keras_attention.layers.cosine_attention import CosineAttention
 from keras_attention.layers.dot_product_attention import DotProductAttention
 from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.feed_forward import FeedForward
+from keras_attention.layers.grouped_query_attention import GroupedQueryAttention
 from keras_attention.layers.location_attention import LocationAttention
 from keras_attention.layers.multi_head_attention import MultiHeadAttention
 from keras_attention.layers.multiplicative_attention import MultiplicativeAttention
@@ -36,6 +37,7 @@ __all__ = [
     "DotProductAttention",
     "Dropout",
     "FeedForward",
+    "GroupedQueryAttention",
     "LocationAttention",
     "MultiHeadAttention",
     "MultiplicativeAttention",

@@ -11,6 +11,7 @@ from keras_attention._checks import (
     static_shape,
 )
 from keras_attention.layers.dropout import Dropout
+from keras_attention.layers.rotary_embedding import RotaryEmbedding
 from keras_attention.ops.attention import (
     apply_attention_weights,
     attention_weights,
@@ -23,6 +24,9 @@ from keras_attention.ops.masks import (
     sliding_window_mask,
     zero_unattended,
 )
+from keras_attention.ops.positions import alibi_bias, alibi_slopes
+
+POSITION_ENCODINGS = (None, "rotary", "alibi")
 
 # From this many keys the layer switches to the chunked (memory-efficient) path
 # by itself, with tiles of AUTO_CHUNK_SIZE queries and keys; below it the
@@ -95,6 +99,17 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     - a 2-D `(T, S)` or 4-D `(B, num_heads, T, S)` `attention_mask` as well
       as Keras' `(B, T, S)`, and `query_mask`/`value_mask`/`key_mask`
       arguments that are honoured when passed explicitly.
+    - **grouped-query and multi-query attention**: with
+      `num_key_value_heads` below `num_heads`, each group of query heads
+      shares one key/value head (Ainslie et al. 2023; keras'
+      `GroupQueryAttention` with the same weights, see
+      `GroupedQueryAttention`), and the cache holds only those heads.
+    - **positions inside attention**: `position_encoding="rotary"` rotates
+      the queries and keys by their positions (RoPE, Su et al. 2021),
+      `"alibi"` subtracts `slope_h * |i - j|` from the scores of head `h`
+      (Press et al. 2022), on both paths and with the cache; an
+      `attention_bias` call argument adds any `(B, N, T, S)` bias, such as
+      T5's `RelativePositionBias`.
 
     Args:
         num_heads: number of attention heads.
@@ -127,6 +142,14 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         use_gate: gate the attention output with `sigmoid(query W^G)` before
             the output projection (as in Keras).
         seed: dropout seed.
+        num_key_value_heads: heads of the key and value projections, a divisor
+            of `num_heads` (default `num_heads`; 1 is multi-query attention).
+        position_encoding: None, `"rotary"` or `"alibi"`: relative positions
+            inside attention, over one sequence axis, counted from
+            `cache_update_index` with a cache.
+        max_wavelength: the rotary embedding's longest wavelength.
+        alibi_bias_max: ALiBi's slopes run from `2^(-alibi_bias_max / N)` to
+            `2^(-alibi_bias_max)` (keras-hub's name and default, 8).
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -141,8 +164,11 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         training: whether dropout is active.
         use_causal_mask: query `t` attends to keys `<= t` (with a cache: keys
             `<= cache_update_index + t`).
-        cache: `(B, 2, S, num_heads, key_dim)` keys and values.
+        cache: `(B, 2, S, num_key_value_heads, key_dim)` keys and values.
         cache_update_index: where the new keys/values go in the cache.
+        attention_bias: float, broadcastable to `(B, num_heads, T, S)`,
+            added to the scaled scores (e.g. `RelativePositionBias`); it keeps
+            the layer on the standard path.
 
     Returns:
         `(B, T, output_dim)`; then the weights if requested; then the updated
@@ -160,6 +186,9 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     References:
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
         - [Rabe & Staats, 2021](https://arxiv.org/abs/2112.05682)
+        - [Ainslie et al., 2023. GQA](https://arxiv.org/abs/2305.13245)
+        - [Su et al., 2021. RoFormer](https://arxiv.org/abs/2104.09864)
+        - [Press et al., 2022. ALiBi](https://arxiv.org/abs/2108.12409)
     """
 
     def __init__(
@@ -183,10 +212,26 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         bias_constraint=None,
         use_gate=False,
         seed=None,
+        num_key_value_heads=None,
+        position_encoding=None,
+        max_wavelength=10000,
+        alibi_bias_max=8,
         **kwargs,
     ):
         check_positive_int("chunk_size", chunk_size, allow_none=True)
+        check_positive_int("num_key_value_heads", num_key_value_heads, allow_none=True)
         check_rate("dropout", dropout)
+        if num_key_value_heads is not None and num_heads % num_key_value_heads:
+            raise ValueError(
+                "`num_key_value_heads` must divide `num_heads` (each group of "
+                f"query heads shares one key/value head); received num_heads="
+                f"{num_heads}, num_key_value_heads={num_key_value_heads}."
+            )
+        if position_encoding not in POSITION_ENCODINGS:
+            raise ValueError(
+                f"`position_encoding` must be one of {POSITION_ENCODINGS}; "
+                f"received {position_encoding!r}."
+            )
         if flash_attention not in (None, True, False):
             raise ValueError(
                 f"`flash_attention` must be None, True or False; received "
@@ -215,10 +260,30 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         )
         self._flash_attention_argument = flash_attention
         self._chunk_size = chunk_size
+        self._num_key_value_heads = num_key_value_heads or num_heads
+        self._position_encoding = position_encoding
+        self._max_wavelength = max_wavelength
+        self._alibi_bias_max = alibi_bias_max
+        self._rotary = None
+        if position_encoding == "rotary":
+            self._rotary = RotaryEmbedding(
+                max_wavelength=max_wavelength, dtype=self.dtype_policy, name="rotary"
+            )
+        self._alibi_slopes = None
+        if position_encoding == "alibi":
+            self._alibi_slopes = alibi_slopes(num_heads, alibi_bias_max)
 
     @property
     def chunk_size(self):
         return self._chunk_size
+
+    @property
+    def num_key_value_heads(self):
+        return self._num_key_value_heads
+
+    @property
+    def position_encoding(self):
+        return self._position_encoding
 
     # -- shapes ----------------------------------------------------------
 
@@ -265,6 +330,44 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         self._dropout_layer = Dropout(
             rate=self._dropout, dtype=self.dtype_policy, seed=self.seed
         )
+        if self._num_key_value_heads != self._num_heads:
+            self._group_key_value_projections()
+        if self._position_encoding is not None and len(self._attention_axes) != 1:
+            raise ValueError(
+                f"`position_encoding={self._position_encoding!r}` needs one "
+                f"attention axis; received attention_axes={self._attention_axes}."
+            )
+
+    def _group_key_value_projections(self):
+        """Rebuilds the key and value projections with `num_key_value_heads`.
+
+        Keras builds them with `num_heads` just before the attention (whose
+        hook this runs in); they are rebuilt, and the gate between them
+        re-tracked after the key, so that the weights keep Keras' order (that
+        of its `GroupQueryAttention` too)."""
+        if len(self._attention_axes) != 1:
+            raise ValueError(
+                "`num_key_value_heads` needs one attention axis; received "
+                f"attention_axes={self._attention_axes}."
+            )
+        gate = self._gate_dense if self._use_gate else None
+        for sublayer in (self._key_dense, gate, self._value_dense):
+            if sublayer is not None:
+                self._tracker.untrack(sublayer)
+        for name in ("_key_dense", "_gate", "_value_dense"):
+            if name == "_gate":
+                if gate is not None:
+                    self._gate_dense = gate
+                continue
+            dense = getattr(self, name)
+            config = dense.get_config()
+            output_shape = list(config["output_shape"])
+            output_shape[-2] = self._num_key_value_heads
+            grouped = keras.layers.EinsumDense.from_config(
+                {**config, "output_shape": output_shape}
+            )
+            grouped.build(_input_shape(dense))
+            setattr(self, name, grouped)
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         self._check_shapes(query_shape, value_shape, key_shape)
@@ -299,6 +402,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         use_causal_mask=False,
         cache=None,
         cache_update_index=None,
+        attention_bias=None,
     ):
         key_shape = value.shape if key is None else key.shape
         results = [
@@ -336,6 +440,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         use_causal_mask=False,
         cache=None,
         cache_update_index=None,
+        attention_bias=None,
     ):
         key = value if key is None else key
         self._check_shapes(static_shape(query), static_shape(value), static_shape(key))
@@ -352,6 +457,9 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         with _without_keras_masks(query, value, key):
             projected_query = self._query_dense(query)
             gate = self._gate_dense(query) if self._use_gate else None
+        offset = 0 if cache_update_index is None else cache_update_index
+        if self._rotary is not None:
+            projected_query = self._rotary(projected_query, start_index=offset)
         if cache is not None:
             # The masks of the new inputs do not describe the cached keys.
             value_mask = key_mask = None
@@ -373,10 +481,31 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             and in_op
             and not self._needs_weights(return_attention_scores, training)
         )
+        if attention_bias is not None and not standard:
+            raise ValueError(
+                "`attention_bias` needs (batch, length, dim) inputs attending "
+                f"over one sequence axis; received query shape "
+                f"{static_shape(query)}."
+            )
+        # ALiBi's slopes go to the op, which computes the bias tile by tile on
+        # the chunked path, where the positions start at 0 and no weights are
+        # asked for; elsewhere the bias is built whole.
+        alibi_in_op = (
+            self._alibi_slopes is not None
+            and in_op
+            and attention_bias is None
+            and not self._needs_weights(return_attention_scores, training)
+        )
         if standard:
             query_length = ops.shape(query)[1]
             key_length = ops.shape(key)[1] if cache is None else ops.shape(cache)[2]
-            offset = 0 if cache_update_index is None else cache_update_index
+            if self._alibi_slopes is not None and not alibi_in_op:
+                bias = alibi_bias(self._alibi_slopes, query_length, key_length, offset)
+                attention_bias = (
+                    bias[None]
+                    if attention_bias is None
+                    else ops.cast(attention_bias, "float32") + bias[None]
+                )
             mask = self._sequence_attention_mask(
                 query_mask,
                 value_mask,
@@ -411,7 +540,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             )
         with _without_keras_masks(key, value):
             if cache is None:
-                projected_key = self._key_dense(key)
+                projected_key = self._project_key(key)
                 projected_value = self._value_dense(value)
             else:
                 projected_key, projected_value, cache = self._use_cache(
@@ -421,14 +550,18 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         extra = {"use_causal_mask": True} if causal_in_op else {}
         if window_in_op:
             extra["sliding_window"] = self._sliding_window
-        output, scores = self._compute_attention(
+        if alibi_in_op:
+            extra["alibi_slopes"] = self._alibi_slopes
+        if attention_bias is not None:
+            extra["attention_bias"] = attention_bias
+        output, scores = self._attend(
             projected_query,
             projected_key,
             projected_value,
             mask,
             training,
             return_attention_scores,
-            **extra,
+            extra,
         )
         if gate is not None:
             output = output * ops.cast(gate, output.dtype)
@@ -440,6 +573,13 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         if cache is not None:
             results.append(cache)
         return results[0] if len(results) == 1 else tuple(results)
+
+    def _attend(self, query, key, value, mask, training, return_scores, extra):
+        """Calls `_compute_attention` the way Keras' layer calls it, for the
+        subclasses that override it."""
+        return self._compute_attention(
+            query, key, value, mask, training, return_scores, **extra
+        )
 
     def _sequence_attention_mask(
         self,
@@ -502,24 +642,29 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 f"value_dim={self._value_dim}."
             )
         shape = static_shape(cache)
-        expected = (None, 2, None, self._num_heads, self._key_dim)
+        heads = self._num_key_value_heads
+        expected = (None, 2, None, heads, self._key_dim)
         if (
             len(shape) != 5
             or shape[1] != 2
-            or shape[3] != self._num_heads
+            or shape[3] != heads
             or shape[4] != self._key_dim
         ):
             raise ValueError(
-                f"`cache` must have shape (batch, 2, max_length, num_heads="
-                f"{self._num_heads}, key_dim={self._key_dim}) = {expected}; "
-                f"received {shape}."
+                f"`cache` must have shape (batch, 2, max_length, "
+                f"num_key_value_heads={heads}, key_dim={self._key_dim}) = "
+                f"{expected}; received {shape}."
             )
         if cache_update_index is not None:
             # One in-place write of the new positions into the stacked cache:
             # updating the key and value halves apart and stacking them again
             # would copy the whole buffer at every decoding step.
             new_entries = ops.stack(
-                (self._key_dense(key), self._value_dense(value)), axis=1
+                (
+                    self._project_key(key, start_index=cache_update_index),
+                    self._value_dense(value),
+                ),
+                axis=1,
             )
             cache = ops.slice_update(
                 cache,
@@ -527,6 +672,13 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 ops.cast(new_entries, cache.dtype),
             )
         return cache[:, 0], cache[:, 1], cache
+
+    def _project_key(self, key, start_index=0):
+        """The key projection, rotated by position with a rotary encoding."""
+        projected = self._key_dense(key)
+        if self._rotary is not None:
+            projected = self._rotary(projected, start_index=start_index)
+        return projected
 
     def _compute_attention(
         self,
@@ -538,15 +690,19 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         return_attention_scores=False,
         use_causal_mask=False,
         sliding_window=None,
+        attention_bias=None,
+        alibi_slopes=None,
     ):
         """Attention of projected `query` `(B, T, N, key_dim)` over `key` and
-        `value` `(B, S, N, dim)`; returns `(output (B, T, N, value_dim),
+        `value` `(B, S, N_kv, dim)`; returns `(output (B, T, N, value_dim),
         weights (B, N, T, S) or None)`.
 
         Keras' override point, with its signature: `attention_mask` is
         `(B, T, S)` (or `(T, S)`, `(B, N, T, S)`), True = attend, and
         `use_causal_mask` adds the causal mask without materializing it;
-        so does `sliding_window` its band, where no weights are asked for.
+        so does `sliding_window` its band, where no weights are asked for,
+        and `alibi_slopes` ALiBi's bias. `attention_bias` is added to the
+        scaled scores.
         """
         if self._flash_attention and return_attention_scores:
             # The first sentence is Keras' own, which code may match on.
@@ -575,9 +731,13 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 is_causal=use_causal_mask,
                 scale=self._inverse_sqrt_key_dim,
                 chunk_size=self._chunk_size_for(
-                    key.shape[1], use_causal_mask or sliding_window is not None
+                    key.shape[1],
+                    use_causal_mask or sliding_window is not None,
+                    attention_bias is not None,
                 ),
                 sliding_window=sliding_window,
+                bias=attention_bias,
+                alibi_slopes=alibi_slopes,
             )
             return output, None
         if sliding_window is not None:
@@ -586,7 +746,13 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             )
             attention_mask = merge_masks(attention_mask, band[None, None])
         weights = attention_weights(
-            query, key, attention_mask, use_causal_mask, self._inverse_sqrt_key_dim
+            query,
+            key,
+            attention_mask,
+            use_causal_mask,
+            self._inverse_sqrt_key_dim,
+            bias=attention_bias,
+            alibi_slopes=alibi_slopes,
         )
         kept = self._dropout_layer(weights, training=training)
         output = apply_attention_weights(kept, value, attention_mask, use_causal_mask)
@@ -617,15 +783,16 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         """Whether the `(T, S)` weights must exist: returned, or dropped out."""
         return return_attention_scores or (bool(training) and self._dropout > 0)
 
-    def _chunk_size_for(self, key_length, skips_tiles):
+    def _chunk_size_for(self, key_length, skips_tiles, has_bias=False):
         """The chunk size of the no-weights path, None for the standard one.
         `skips_tiles`: a causal mask or a sliding window lets the chunked
-        path skip tiles, which moves its crossover down."""
+        path skip tiles, which moves its crossover down. A dense bias keeps
+        the standard path unless the chunked one is forced (and refuses it)."""
         if self._chunk_size is not None:
             return self._chunk_size
         if self._flash_attention:
             return AUTO_CHUNK_SIZE
-        if self._flash_attention is False:
+        if self._flash_attention is False or has_bias:
             return None
         threshold = (
             AUTO_CHUNK_MIN_LENGTH_CAUSAL if skips_tiles else AUTO_CHUNK_MIN_LENGTH
@@ -637,9 +804,10 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     # -- cache helpers ---------------------------------------------------
 
     def initial_cache(self, batch_size, max_length, dtype=None):
-        """An empty self-attention cache `(B, 2, max_length, heads, key_dim)`."""
+        """An empty self-attention cache
+        `(B, 2, max_length, num_key_value_heads, key_dim)`."""
         return ops.zeros(
-            (batch_size, 2, max_length, self._num_heads, self._key_dim),
+            (batch_size, 2, max_length, self._num_key_value_heads, self._key_dim),
             dtype=dtype or self.compute_dtype,
         )
 
@@ -647,25 +815,28 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         """Keys and values of a fixed sequence (e.g. the encoder output) as a
         cache to pass with `cache_update_index=None`."""
         key = value if key is None else key
-        return ops.stack((self._key_dense(key), self._value_dense(value)), axis=1)
+        return ops.stack((self._project_key(key), self._value_dense(value)), axis=1)
 
     # -- Keras interop ---------------------------------------------------
 
     def load_keras_weights(self, keras_layer):
-        """Copies the weights of a built `keras.layers.MultiHeadAttention`.
+        """Copies the weights of a built `keras.layers.MultiHeadAttention` or
+        `keras.layers.GroupQueryAttention`.
 
-        The two layers must agree on num_heads, key_dim, value_dim, use_bias and
-        use_gate; this layer is built to the Keras layer's input sizes if needed.
+        The two layers must agree on the heads, head sizes, use_bias and
+        use_gate; this layer is built to the Keras layer's input sizes if
+        needed.
         """
         if not keras_layer.built:
-            raise ValueError("The Keras MultiHeadAttention must be built first.")
-        theirs = keras_layer.get_config()
-        ours = self.get_config()
-        for name in ("num_heads", "key_dim", "value_dim", "use_bias", "use_gate"):
-            if theirs.get(name) != ours.get(name):
+            raise ValueError(
+                f"The Keras {type(keras_layer).__name__} must be built first."
+            )
+        theirs, ours = _attention_sizes(keras_layer), _attention_sizes(self)
+        for name, value in ours.items():
+            if theirs[name] != value:
                 raise ValueError(
                     f"Cannot load weights: the Keras layer has {name}="
-                    f"{theirs.get(name)}, this layer has {name}={ours.get(name)}."
+                    f"{theirs[name]}, this layer has {name}={value}."
                 )
         if not self.built:
             shapes = [
@@ -682,7 +853,9 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
 
     @classmethod
     def from_keras(cls, keras_layer, **kwargs):
-        """A new layer with the config and weights of a Keras MultiHeadAttention."""
+        """A new layer with the config and weights of a Keras
+        `MultiHeadAttention` (or, for `GroupedQueryAttention`, a Keras
+        `GroupQueryAttention`)."""
         config = keras_layer.get_config()
         for name in ("name", "trainable", "dtype"):
             config.pop(name, None)
@@ -695,9 +868,32 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             {
                 "flash_attention": self._flash_attention_argument,
                 "chunk_size": self._chunk_size,
+                "num_key_value_heads": self._num_key_value_heads,
+                "position_encoding": self._position_encoding,
+                "max_wavelength": self._max_wavelength,
+                "alibi_bias_max": self._alibi_bias_max,
             }
         )
         return config
+
+
+def _attention_sizes(layer):
+    """Heads, head sizes and options of a multi-head or grouped-query
+    attention layer, ours or Keras', under one set of names."""
+    if hasattr(layer, "num_query_heads"):  # Keras' GroupQueryAttention
+        heads, key_dim, value_dim = layer.num_query_heads, layer.head_dim, None
+        key_value_heads = layer.num_key_value_heads
+    else:
+        heads, key_dim, value_dim = layer.num_heads, layer.key_dim, layer.value_dim
+        key_value_heads = getattr(layer, "num_key_value_heads", heads)
+    return {
+        "num_heads": heads,
+        "num_key_value_heads": key_value_heads,
+        "key_dim": key_dim,
+        "value_dim": value_dim or key_dim,
+        "use_bias": layer.use_bias,
+        "use_gate": layer._use_gate if hasattr(layer, "_use_gate") else layer.use_gate,
+    }
 
 
 def _input_shape(einsum_dense):

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_attention.layers import MultiHeadAttention, TokenAndPositionEmbedding
+from keras_attention.layers import (
+    MultiHeadAttention,
+    RotaryEmbedding,
+    TokenAndPositionEmbedding,
+)
+from keras_attention.ops import alibi_slopes
+from tests import numpy_reference as ref
 from tests.layer_test import assert_saved_model_matches, run_layer_test
 
 rng = np.random.default_rng(0)
@@ -180,6 +186,15 @@ def test_dropout_only_in_training():
         (
             dict(num_heads=2, key_dim=8, flash_attention=True, dropout=0.1),
             "Dropout is not supported when flash attention is enabled",
+        ),
+        (
+            dict(num_heads=2, key_dim=8, position_encoding="learned"),
+            r"`position_encoding` must be one of \(None, 'rotary', 'alibi'\); "
+            "received 'learned'",
+        ),
+        (
+            dict(num_heads=4, key_dim=8, num_key_value_heads=3),
+            "`num_key_value_heads` must divide `num_heads`",
         ),
     ],
 )
@@ -457,3 +472,153 @@ def test_loads_a_model_saved_before_it_subclassed_keras():
     got = model.predict(np.ones((1, 5, 16), "float32"), verbose=0)
     want = np.load(data / "mha_saved_by_0_1_0_output.npy")  # on TensorFlow
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+# -- positions inside attention ----------------------------------------------
+
+
+def _projections(layer, x):
+    q, k, v, o = (np_(w) for w in layer.weights)
+    return (
+        np.einsum("btd,dnh->btnh", x, q),
+        np.einsum("btd,dnh->btnh", x, k),
+        np.einsum("btd,dnh->btnh", x, v),
+        o,
+    )
+
+
+def test_rotary_rotates_the_projected_queries_and_keys():
+    layer = MultiHeadAttention(
+        num_heads=2, key_dim=8, use_bias=False, position_encoding="rotary"
+    )
+    x = rng.normal(size=(B, T, D)).astype("float32")
+    got = np_(layer(x, x, use_causal_mask=True))
+    q, k, v, o = _projections(layer, x)
+    rotary = RotaryEmbedding()
+    heads = keras.ops.dot_product_attention(rotary(q), rotary(k), v, is_causal=True)
+    want = np.einsum("btnh,nhd->btd", np_(heads), o)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_alibi_subtracts_slope_times_distance():
+    layer = MultiHeadAttention(
+        num_heads=4, key_dim=4, use_bias=False, position_encoding="alibi"
+    )
+    x = rng.normal(size=(B, T, D)).astype("float32")
+    got = np_(layer(x, x, use_causal_mask=True))
+    q, k, v, o = _projections(layer, x)
+    heads = ref.grouped_attention(q, k, v, bias=ref.alibi(4, T, T), causal=True)
+    np.testing.assert_allclose(got, np.einsum("btnh,nhd->btd", heads, o), atol=1e-5)
+    np.testing.assert_allclose(layer._alibi_slopes, alibi_slopes(4))
+
+
+def test_attention_bias_is_added_to_the_scores():
+    layer = MultiHeadAttention(num_heads=2, key_dim=8, use_bias=False)
+    x = rng.normal(size=(B, T, D)).astype("float32")
+    bias = rng.normal(size=(1, 2, T, T)).astype("float32")
+    got, weights = layer(x, x, attention_bias=bias, return_attention_scores=True)
+    q, k, v, o = _projections(layer, x)
+    heads = ref.grouped_attention(q, k, v, bias=bias)
+    np.testing.assert_allclose(
+        np_(got), np.einsum("btnh,nhd->btd", heads, o), atol=1e-5
+    )
+    # The bias keeps the automatic choice on the standard path at any length.
+    np.testing.assert_allclose(
+        np_(layer(x, x, attention_bias=bias)), np_(got), atol=1e-6
+    )
+    assert np_(weights).shape == (B, 2, T, T)
+
+
+@pytest.mark.parametrize("position_encoding", ["rotary", "alibi"])
+@pytest.mark.parametrize("num_key_value_heads", [None, 1])
+def test_positions_decode_with_the_cache_like_one_causal_pass(
+    position_encoding, num_key_value_heads
+):
+    layer = MultiHeadAttention(
+        num_heads=4,
+        key_dim=4,
+        position_encoding=position_encoding,
+        num_key_value_heads=num_key_value_heads,
+    )
+    x = rng.normal(size=(B, 9, D)).astype("float32")
+    full = np_(layer(x, x, use_causal_mask=True))
+    cache = layer.initial_cache(B, 9)
+    steps = []
+    for t in range(9):
+        out, cache = layer(
+            x[:, t : t + 1],
+            x[:, t : t + 1],
+            use_causal_mask=True,
+            cache=cache,
+            cache_update_index=t,
+        )
+        steps.append(np_(out))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("position_encoding", ["rotary", "alibi"])
+@pytest.mark.parametrize("use_causal_mask", [False, True])
+def test_positions_on_the_chunked_path_and_with_weights(
+    position_encoding, use_causal_mask
+):
+    layer = MultiHeadAttention(
+        num_heads=4, key_dim=4, position_encoding=position_encoding
+    )
+    x = rng.normal(size=(B, 13, D)).astype("float32")
+    want, _ = layer(x, x, use_causal_mask=use_causal_mask, return_attention_scores=True)
+    chunked = MultiHeadAttention.from_config({**layer.get_config(), "chunk_size": 4})
+    chunked(x, x)
+    chunked.set_weights(layer.get_weights())
+    got = chunked(x, x, use_causal_mask=use_causal_mask)
+    np.testing.assert_allclose(np_(got), np_(want), atol=1e-5)
+
+
+def test_rotary_scores_depend_only_on_the_offset():
+    # The same tokens written into the cache at positions 0.. or 5.. give the
+    # same outputs: the rotated scores see only the offsets between them.
+    layer = MultiHeadAttention(num_heads=2, key_dim=8, position_encoding="rotary")
+    x = rng.normal(size=(B, T, D)).astype("float32")
+    outputs = []
+    for start in (0, 5):
+        cache = layer.initial_cache(B, start + T)
+        mask = np.zeros((B, start + T), bool)
+        mask[:, start:] = True
+        out, _ = layer(
+            x,
+            x,
+            attention_mask=mask[:, None, :]
+            & np.tril(np.ones((T, start + T), bool), k=start),
+            cache=cache,
+            cache_update_index=start,
+        )
+        outputs.append(np_(out))
+    np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"position_encoding": "rotary"},
+        {"position_encoding": "alibi", "chunk_size": 4},
+        {"position_encoding": "alibi", "num_key_value_heads": 1},
+    ],
+    ids=["rotary", "alibi-chunked", "alibi-multi-query"],
+)
+def test_positions_keep_the_layer_contract(options):
+    x = rng.normal(size=(B, T, D)).astype("float32")
+    run_layer_test(
+        MultiHeadAttention,
+        {"num_heads": 2, "key_dim": 8, **options},
+        {"query": x, "value": x},
+        {"use_causal_mask": True},
+        expected_output_shape=(B, T, D),
+    )
+
+
+def test_positions_need_one_attention_axis():
+    layer = MultiHeadAttention(
+        num_heads=2, key_dim=4, attention_axes=(1, 2), position_encoding="rotary"
+    )
+    images = rng.normal(size=(B, 3, 3, D)).astype("float32")
+    with pytest.raises(ValueError, match="needs one attention axis.*\\(1, 2\\)"):
+        layer(images, images)
