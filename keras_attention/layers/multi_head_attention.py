@@ -40,6 +40,23 @@ AUTO_CHUNK_MIN_LENGTH_CAUSAL = 512
 AUTO_CHUNK_SIZE = 256
 
 
+def check_heads_and_positions(num_heads, num_key_value_heads, position_encoding):
+    """Raises a ValueError for key/value heads that do not divide the query
+    heads, or an unknown position encoding."""
+    check_positive_int("num_key_value_heads", num_key_value_heads, allow_none=True)
+    if num_key_value_heads is not None and num_heads % num_key_value_heads:
+        raise ValueError(
+            "`num_key_value_heads` must divide `num_heads` (each group of "
+            f"query heads shares one key/value head); received num_heads="
+            f"{num_heads}, num_key_value_heads={num_key_value_heads}."
+        )
+    if position_encoding not in POSITION_ENCODINGS:
+        raise ValueError(
+            f"`position_encoding` must be one of {POSITION_ENCODINGS}; "
+            f"received {position_encoding!r}."
+        )
+
+
 @contextlib.contextmanager
 def _without_keras_masks(*tensors):
     """Hides the Keras masks of `tensors` while inside (then restores them).
@@ -219,19 +236,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         **kwargs,
     ):
         check_positive_int("chunk_size", chunk_size, allow_none=True)
-        check_positive_int("num_key_value_heads", num_key_value_heads, allow_none=True)
         check_rate("dropout", dropout)
-        if num_key_value_heads is not None and num_heads % num_key_value_heads:
-            raise ValueError(
-                "`num_key_value_heads` must divide `num_heads` (each group of "
-                f"query heads shares one key/value head); received num_heads="
-                f"{num_heads}, num_key_value_heads={num_key_value_heads}."
-            )
-        if position_encoding not in POSITION_ENCODINGS:
-            raise ValueError(
-                f"`position_encoding` must be one of {POSITION_ENCODINGS}; "
-                f"received {position_encoding!r}."
-            )
+        check_heads_and_positions(num_heads, num_key_value_heads, position_encoding)
         if flash_attention not in (None, True, False):
             raise ValueError(
                 f"`flash_attention` must be None, True or False; received "

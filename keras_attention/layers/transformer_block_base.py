@@ -6,7 +6,10 @@ from keras import ops
 from keras_attention._checks import check_positive_int, check_rate
 from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.feed_forward import FeedForward
-from keras_attention.layers.multi_head_attention import MultiHeadAttention
+from keras_attention.layers.multi_head_attention import (
+    MultiHeadAttention,
+    check_heads_and_positions,
+)
 from keras_attention.utils.initializers import clone_initializer
 
 
@@ -31,6 +34,8 @@ class TransformerBlockBase(keras.layers.Layer):
         normalize_first=False,
         key_dim=None,
         chunk_size=None,
+        num_key_value_heads=None,
+        position_encoding=None,
         **kwargs,
     ):
         if "norm_first" in kwargs:
@@ -51,6 +56,9 @@ class TransformerBlockBase(keras.layers.Layer):
         self.normalize_first = normalize_first
         self.key_dim = key_dim
         self.chunk_size = chunk_size
+        check_heads_and_positions(num_heads, num_key_value_heads, position_encoding)
+        self.num_key_value_heads = num_key_value_heads
+        self.position_encoding = position_encoding
         self.supports_masking = True
 
     def _head_size(self, hidden_dim):
@@ -63,10 +71,12 @@ class TransformerBlockBase(keras.layers.Layer):
             )
         return hidden_dim // self.num_heads
 
-    def _attention(self, name, hidden_dim):
+    def _attention(self, name, hidden_dim, position_encoding=None):
         return MultiHeadAttention(
             num_heads=self.num_heads,
             key_dim=self._head_size(hidden_dim),
+            num_key_value_heads=self.num_key_value_heads,
+            position_encoding=position_encoding,
             dropout=self.dropout,
             chunk_size=self.chunk_size,
             kernel_initializer=clone_initializer(self.kernel_initializer),
@@ -157,6 +167,8 @@ class TransformerBlockBase(keras.layers.Layer):
                 "normalize_first": self.normalize_first,
                 "key_dim": self.key_dim,
                 "chunk_size": self.chunk_size,
+                "num_key_value_heads": self.num_key_value_heads,
+                "position_encoding": self.position_encoding,
             }
         )
         return config

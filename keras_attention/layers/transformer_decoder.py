@@ -32,6 +32,10 @@ class TransformerDecoderBlock(TransformerBlockBase):
             name; `norm_first` is accepted from older configs).
         key_dim: head size (defaults to `hidden_dim // num_heads`).
         chunk_size: force the memory-efficient attention path with this block.
+        num_key_value_heads: key/value heads of the attention (grouped-query
+            attention; default `num_heads`).
+        position_encoding: None, `"rotary"` or `"alibi"`: positions inside the
+            self-attention (see `MultiHeadAttention`).
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -101,7 +105,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         self._check_inputs("decoder_sequence", decoder_sequence_shape)
         hidden_dim = decoder_sequence_shape[-1]
-        self.self_attention = self._attention("self_attention", hidden_dim)
+        self.self_attention = self._attention(
+            "self_attention", hidden_dim, self.position_encoding
+        )
         self.self_attention.build(decoder_sequence_shape, decoder_sequence_shape)
         self.self_attention_layer_norm = self._norm("self_attention_layer_norm")
         self.self_attention_layer_norm.build(decoder_sequence_shape)
@@ -250,7 +256,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
                         encoder_sequence.shape[0],
                         2,
                         encoder_sequence.shape[1],
-                        self.num_heads,
+                        self.cross_attention.num_key_value_heads,
                         self.self_attention.key_dim,
                     )
                 )

@@ -28,6 +28,10 @@ class TransformerEncoderBlock(TransformerBlockBase):
             name; `norm_first` is accepted from older configs).
         key_dim: head size (defaults to `hidden_dim // num_heads`).
         chunk_size: force the memory-efficient attention path with this block.
+        num_key_value_heads: key/value heads of the attention (grouped-query
+            attention; default `num_heads`).
+        position_encoding: None, `"rotary"` or `"alibi"`: positions inside the
+            self-attention (see `MultiHeadAttention`).
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -58,7 +62,9 @@ class TransformerEncoderBlock(TransformerBlockBase):
     def build(self, inputs_shape):
         self._check_inputs("inputs", inputs_shape)
         hidden_dim = inputs_shape[-1]
-        self.self_attention = self._attention("self_attention", hidden_dim)
+        self.self_attention = self._attention(
+            "self_attention", hidden_dim, self.position_encoding
+        )
         self.self_attention.build(inputs_shape, inputs_shape)
         self.self_attention_layer_norm = self._norm("self_attention_layer_norm")
         self.self_attention_layer_norm.build(inputs_shape)

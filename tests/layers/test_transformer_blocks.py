@@ -82,6 +82,48 @@ def test_decoder_cached_decoding_matches_one_causal_pass(normalize_first):
     np.testing.assert_allclose(np.concatenate(steps, 1), np_(full), atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"position_encoding": "rotary"},
+        {"position_encoding": "alibi", "num_key_value_heads": 2},
+    ],
+    ids=["rotary", "alibi-grouped"],
+)
+def test_positions_and_grouped_heads_decode_like_one_causal_pass(options):
+    block = TransformerDecoderBlock(32, 4, normalize_first=True, **options)
+    full = block(X, ENC, encoder_padding_mask=ENC_PAD)
+    self_cache = block.initial_self_attention_cache(B, T)
+    cross_cache = block.compute_cross_attention_cache(ENC)
+    heads = options.get("num_key_value_heads", 4)
+    assert self_cache.shape[3] == heads and cross_cache.shape[3] == heads
+    steps = []
+    for t in range(T):
+        out, self_cache, cross_cache = block(
+            X[:, t : t + 1],
+            encoder_padding_mask=ENC_PAD,
+            self_attention_cache=self_cache,
+            self_attention_cache_update_index=t,
+            cross_attention_cache=cross_cache,
+        )
+        steps.append(np_(out))
+    np.testing.assert_allclose(np.concatenate(steps, 1), np_(full), atol=1e-5)
+    # Positions go into the self-attention only: the encoder's are its own.
+    assert block.cross_attention.position_encoding is None
+    restored = TransformerDecoderBlock.from_config(block.get_config())
+    restored(X, ENC)
+    assert restored.self_attention.position_encoding == options["position_encoding"]
+
+
+def test_encoder_with_positions_keeps_the_layer_contract():
+    run_layer_test(
+        TransformerEncoderBlock,
+        {"intermediate_dim": 32, "num_heads": 2, "position_encoding": "alibi"},
+        X,
+        expected_output_shape=(B, T, D),
+    )
+
+
 def test_decoder_only_block_is_causal():
     block = TransformerDecoderBlock(32, 4)
     out = np_(block(X))
@@ -165,6 +207,10 @@ def test_bad_inputs_and_config():
         TransformerDecoderBlock(0, 4)
     with pytest.raises(ValueError, match=r"`dropout` must be in \[0, 1\)"):
         FeedForward(8, dropout=-0.1)
+    with pytest.raises(ValueError, match="`position_encoding` must be one of"):
+        TransformerDecoderBlock(32, 4, position_encoding="sinusoidal")
+    with pytest.raises(ValueError, match="num_heads=4, num_key_value_heads=3"):
+        TransformerEncoderBlock(32, 4, num_key_value_heads=3)
 
 
 @pytest.mark.parametrize(
