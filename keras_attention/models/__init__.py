@@ -23,7 +23,10 @@ from keras_attention.models.text_baselines import (
 )
 from keras_attention.models.text_classifier import TextClassifier
 from keras_attention.models.transformer import Transformer
-from keras_attention.models.transformer_classifier import TransformerClassifier
+from keras_attention.models.transformer_classifier import (
+    TransformerClassifier,
+    TransformerTextEncoder,
+)
 
 __all__ = [
     "BagOfEmbeddingsClassifier",
@@ -39,6 +42,7 @@ __all__ = [
     "TextClassifier",
     "Transformer",
     "TransformerClassifier",
+    "TransformerTextEncoder",
     "generator_attention",
     "generator_inputs",
     "sagan_discriminator",

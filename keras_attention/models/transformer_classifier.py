@@ -1,12 +1,13 @@
 import keras
 from keras import ops
 
-from keras_attention._checks import check_choice, check_rate
+from keras_attention._checks import check_choice, check_positive_int, check_rate
 from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
 from keras_attention.layers.transformer_encoder import TransformerEncoderBlock
+from keras_attention.models.saving import deserialize_optional, serialize_optional
 from keras_attention.models.text_classifier import (
     MaskedAverage,
     PrependToken,
@@ -104,36 +105,22 @@ class TransformerClassifier(TextClassifier):
             num_layers=num_layers,
             intermediate_dim=intermediate_dim,
         )
-        check_rate("dropout", dropout)
         check_choice("pooling", pooling, ("mean", "cls"))
-        check_choice("position_encoding", position_encoding, ("learned", "sinusoidal"))
-        if hidden_dim % num_heads:
-            raise ValueError(
-                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
-                f"({num_heads})."
-            )
+        _check_encoder_args(hidden_dim, num_heads, dropout, position_encoding)
 
         # === Layers ===
         prepend_cls = PrependToken(CLS_TOKEN_ID, name="prepend_cls")
-        embedding = TokenAndPositionEmbedding(
+        embedding, embedding_dropout, blocks = _encoder_layers(
             vocabulary_size,
             max_length + (pooling == "cls"),
             hidden_dim,
-            position_encoding=position_encoding,
-            dtype=dtype,
-            name="embedding",
+            num_heads,
+            num_layers,
+            intermediate_dim,
+            dropout,
+            position_encoding,
+            dtype,
         )
-        embedding_dropout = Dropout(dropout, dtype=dtype)
-        blocks = [
-            TransformerEncoderBlock(
-                intermediate_dim,
-                num_heads,
-                dropout=dropout,
-                dtype=dtype,
-                name=f"encoder_block_{i}",
-            )
-            for i in range(num_layers)
-        ]
         average = MaskedAverage(dtype=dtype, name="mean_pooling")
         pooled_dropout = Dropout(dropout, dtype=dtype)
         probabilities = class_probabilities(num_classes)
@@ -193,6 +180,86 @@ class TransformerClassifier(TextClassifier):
         self.pooling = pooling
         self.position_encoding = position_encoding
 
+    @classmethod
+    def from_pretrained_encoder(cls, encoder, num_classes, pooling="mean", **kwargs):
+        """A classifier with the sizes of `encoder` (a `TransformerTextEncoder`,
+        pretrained with masked language modelling, say), its embedding and
+        encoder blocks initialised with the encoder's weights; the pooling
+        and the output layer are new.
+
+        With `pooling="cls"` the `[CLS]` token takes one of the encoder's
+        positions, so texts may be one token shorter (`max_length` is the
+        encoder's minus one).
+
+        Args:
+            encoder: a `TransformerTextEncoder`.
+            num_classes: number of classes.
+            pooling: `"mean"` or `"cls"`.
+            **kwargs: other constructor arguments (`dropout`, `class_names`,
+                `tokenizer`, ...); `dropout` and `tokenizer` default to the
+                encoder's.
+
+        Returns:
+            A `TransformerClassifier`.
+        """
+        if not isinstance(encoder, TransformerTextEncoder):
+            raise TypeError(
+                "`encoder` must be a TransformerTextEncoder; received "
+                f"{type(encoder).__name__}."
+            )
+        max_length = encoder.max_length - (pooling == "cls")
+        if max_length < 1:
+            raise ValueError(
+                f"An encoder of max_length={encoder.max_length} leaves no room "
+                "for a text after the [CLS] token."
+            )
+        kwargs.setdefault("dropout", encoder.dropout)
+        kwargs.setdefault("tokenizer", encoder.tokenizer)
+        model = cls(
+            encoder.vocabulary_size,
+            num_classes,
+            max_length=max_length,
+            hidden_dim=encoder.hidden_dim,
+            num_heads=encoder.num_heads,
+            num_layers=encoder.num_layers,
+            intermediate_dim=encoder.intermediate_dim,
+            pooling=pooling,
+            position_encoding=encoder.position_encoding,
+            **kwargs,
+        )
+        model.load_encoder_weights(encoder)
+        return model
+
+    def load_encoder_weights(self, encoder):
+        """Copies the weights of `encoder` (a `TransformerTextEncoder` of the
+        same sizes) into this model's embedding and encoder blocks.
+
+        Raises:
+            ValueError: if a size differs (named, with both values).
+        """
+        positions = self.max_length + (self.pooling == "cls")
+        sizes = {
+            "vocabulary_size": (self.vocabulary_size, encoder.vocabulary_size),
+            "hidden_dim": (self.hidden_dim, encoder.hidden_dim),
+            "num_heads": (self.num_heads, encoder.num_heads),
+            "num_layers": (self.num_layers, encoder.num_layers),
+            "intermediate_dim": (self.intermediate_dim, encoder.intermediate_dim),
+            "position_encoding": (self.position_encoding, encoder.position_encoding),
+            "positions (max_length, plus 1 with [CLS] pooling)": (
+                positions,
+                encoder.max_length,
+            ),
+        }
+        for name, (ours, theirs) in sizes.items():
+            if ours != theirs:
+                raise ValueError(
+                    f"The encoder's {name} is {theirs!r} but this classifier's is "
+                    f"{ours!r}; build the classifier with "
+                    "`TransformerClassifier.from_pretrained_encoder`."
+                )
+        for name in encoder_layer_names(self.num_layers):
+            self.get_layer(name).set_weights(encoder.get_layer(name).get_weights())
+
     def get_config(self):
         config = super().get_config()
         config.update(
@@ -208,3 +275,181 @@ class TransformerClassifier(TextClassifier):
             }
         )
         return config
+
+
+def encoder_layer_names(num_layers):
+    """The names of the layers a `TransformerTextEncoder` shares with a
+    `TransformerClassifier`: the embedding and the encoder blocks."""
+    return ["embedding", *(f"encoder_block_{i}" for i in range(num_layers))]
+
+
+def _check_encoder_args(hidden_dim, num_heads, dropout, position_encoding):
+    check_rate("dropout", dropout)
+    check_choice("position_encoding", position_encoding, ("learned", "sinusoidal"))
+    if hidden_dim % num_heads:
+        raise ValueError(
+            f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
+            f"({num_heads})."
+        )
+
+
+def _encoder_layers(
+    vocabulary_size,
+    positions,
+    hidden_dim,
+    num_heads,
+    num_layers,
+    intermediate_dim,
+    dropout,
+    position_encoding,
+    dtype,
+):
+    """The embedding, its dropout and the encoder blocks, named as
+    `encoder_layer_names` lists them."""
+    names = encoder_layer_names(num_layers)
+    embedding = TokenAndPositionEmbedding(
+        vocabulary_size,
+        positions,
+        hidden_dim,
+        position_encoding=position_encoding,
+        dtype=dtype,
+        name=names[0],
+    )
+    blocks = [
+        TransformerEncoderBlock(
+            intermediate_dim, num_heads, dropout=dropout, dtype=dtype, name=name
+        )
+        for name in names[1:]
+    ]
+    return embedding, Dropout(dropout, dtype=dtype), blocks
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class TransformerTextEncoder(keras.Model):
+    """The embedding and encoder blocks of a `TransformerClassifier`, without
+    its pooling and output layer: token ids in, one vector per token out.
+
+    Pretrain it (with masked language modelling, as BERT is pretrained), then
+    start a classifier from its weights with
+    `TransformerClassifier.from_pretrained_encoder`. Its layers have the
+    classifier's names (`encoder_layer_names`) and shapes.
+
+    Args:
+        vocabulary_size: number of token ids (0 is padding).
+        max_length: the longest input in tokens (the learned positions).
+        hidden_dim: model width.
+        num_heads: attention heads per block.
+        num_layers: encoder blocks.
+        intermediate_dim: feed-forward hidden size.
+        dropout: dropout on embeddings, attention and sub-layers.
+        position_encoding: `"learned"` or `"sinusoidal"`.
+        tokenizer: optional keras-hub tokenizer saved with the model.
+        **kwargs: `name`, `dtype` and other model arguments.
+
+    Call arguments:
+        inputs: int token ids `(B, T)`, right-padded with 0.
+        training: whether dropout is active.
+
+    Returns:
+        The encoded tokens `(B, T, hidden_dim)`, with a padding mask.
+
+    Example:
+
+    ```python
+    encoder = keras_attention.models.TransformerTextEncoder(
+        vocabulary_size=100, max_length=16, hidden_dim=16, num_heads=2,
+        intermediate_dim=32,
+    )
+    states = encoder(np.array([[5, 9, 7, 0, 0]]))  # (1, 5, 16)
+    # ... pretrain it, then:
+    classifier = keras_attention.models.TransformerClassifier.from_pretrained_encoder(
+        encoder, num_classes=2
+    )
+    ```
+
+    References:
+        - [Devlin et al., 2019](https://arxiv.org/abs/1810.04805)
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        max_length=256,
+        hidden_dim=32,
+        num_heads=2,
+        num_layers=1,
+        intermediate_dim=64,
+        dropout=0.1,
+        position_encoding="learned",
+        tokenizer=None,
+        dtype=None,
+        **kwargs,
+    ):
+        for name, value in (
+            ("vocabulary_size", vocabulary_size),
+            ("max_length", max_length),
+            ("hidden_dim", hidden_dim),
+            ("num_heads", num_heads),
+            ("num_layers", num_layers),
+            ("intermediate_dim", intermediate_dim),
+        ):
+            check_positive_int(name, value)
+        _check_encoder_args(hidden_dim, num_heads, dropout, position_encoding)
+
+        # === Layers ===
+        embedding, embedding_dropout, blocks = _encoder_layers(
+            vocabulary_size,
+            max_length,
+            hidden_dim,
+            num_heads,
+            num_layers,
+            intermediate_dim,
+            dropout,
+            position_encoding,
+            dtype,
+        )
+
+        # === Functional model ===
+        inputs = keras.Input((None,), dtype="int32", name="token_ids")
+        mask = padding_mask(inputs)
+        x = embedding_dropout(embedding(inputs))
+        for block in blocks:
+            x = block(x, padding_mask=mask)
+        super().__init__(inputs=inputs, outputs=x, dtype=dtype, **kwargs)
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.max_length = max_length
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.num_layers = num_layers
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.position_encoding = position_encoding
+        self.tokenizer = tokenizer
+
+    @property
+    def token_embedding(self):
+        """The `keras.layers.Embedding` of the tokens (for an output layer
+        tied to it)."""
+        return self.get_layer("embedding").token_embedding
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "vocabulary_size": self.vocabulary_size,
+            "max_length": self.max_length,
+            "hidden_dim": self.hidden_dim,
+            "num_heads": self.num_heads,
+            "num_layers": self.num_layers,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+            "position_encoding": self.position_encoding,
+            "tokenizer": serialize_optional(self.tokenizer),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**deserialize_optional(config, ("tokenizer",)))
