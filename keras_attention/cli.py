@@ -33,6 +33,7 @@ CLASSIFICATION_MODELS = ("transformer", "han", "bilstm", "bag")
 CAPTION_MODELS = ("attention", "no-attention")
 LM_MODELS = ("gpt", "lstm")
 LM_SAMPLERS = ("greedy", "top_k", "top_p")
+PRETRAIN_EXTRA_TEXTS = ("fortunes",)
 BENCH_SUITES = ("attention", "seq2seq", "decode", "xla", "layers")
 STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
 # The model classes that each subcommand's `--load` reads, by the
@@ -50,6 +51,8 @@ LOADABLE_MODELS = {
     "gan": ("generator", "ema_generator"),
     "lm": ("keras_attention>GPT", "keras_attention>LSTMLanguageModel"),
 }
+# What `classify --encoder` reads: the encoder `keras-attention pretrain` writes.
+ENCODER_MODELS = ("keras_attention>TransformerTextEncoder",)
 # What each subcommand imports beyond the library; the `apps` extra brings it.
 APPLICATION_MODULES = {
     "bench": ("matplotlib",),
@@ -197,35 +200,38 @@ def check_output_folder(path):
                 os.rmdir(folder)
 
 
-def check_saved_model(path, command):
+def check_saved_model(path, command, option="--load", expected=None):
     """Raises `CommandError` unless `path` is a readable `.keras` archive
-    holding a model that `command` trains; reads only the archive's index
-    and config (no TensorFlow). The wrong file (missing, a folder, not a
-    `.keras` archive, another kind of model) is a bad argument (exit status
-    2); the right kind of file that cannot be read whole is a failure (1)."""
-    expected = LOADABLE_MODELS[command]
+    holding a model that `command` trains (or one of `expected`, registered
+    names); reads only the archive's index and config (no TensorFlow). The
+    wrong file (missing, a folder, not a `.keras` archive, another kind of
+    model) is a bad argument (exit status 2); the right kind of file that
+    cannot be read whole is a failure (1). Messages name `option`."""
+    expected = expected or LOADABLE_MODELS[command]
     if not os.path.exists(path):
-        raise CommandError(f"--load {path!r}: no such file", 2)
+        raise CommandError(f"{option} {path!r}: no such file", 2)
     if os.path.isdir(path):
-        hint = os.path.join(path, "model.keras")
+        hint = os.path.join(
+            path, "encoder.keras" if option == "--encoder" else "model.keras"
+        )
         hint = f"; did you mean {hint!r}?" if os.path.isfile(hint) else ""
-        raise CommandError(f"--load {path!r} is a folder, not a .keras file{hint}", 2)
+        raise CommandError(f"{option} {path!r} is a folder, not a .keras file{hint}", 2)
     try:
         with open(path, "rb") as f:
             start = f.read(8)
     except OSError as error:
         raise CommandError(
-            f"--load {path!r} cannot be read: {error.strerror or error}"
+            f"{option} {path!r} cannot be read: {error.strerror or error}"
         ) from error
     if start.startswith(b"\x89HDF"):
         raise CommandError(
-            f"--load {path!r} is an HDF5 file (weights only, or a legacy .h5 "
+            f"{option} {path!r} is an HDF5 file (weights only, or a legacy .h5 "
             "model), not a .keras archive of a whole model (model.save(...keras))",
             2,
         )
     if not start.startswith(b"PK"):
         raise CommandError(
-            f"--load {path!r} is not a .keras archive (a zip file); it starts "
+            f"{option} {path!r} is not a .keras archive (a zip file); it starts "
             f"with {start!r}",
             2,
         )
@@ -234,33 +240,38 @@ def check_saved_model(path, command):
             names = set(archive.namelist())
             if "config.json" not in names:
                 raise CommandError(
-                    f"--load {path!r} is a zip file without config.json, not a "
+                    f"{option} {path!r} is a zip file without config.json, not a "
                     ".keras archive",
                     2,
                 )
             if "model.weights.h5" not in names:
                 raise CommandError(
-                    f"--load {path!r} is a corrupt .keras archive: it holds no "
+                    f"{option} {path!r} is a corrupt .keras archive: it holds no "
                     "model.weights.h5"
                 )
             damaged = archive.testzip()
             if damaged is not None:
                 raise CommandError(
-                    f"--load {path!r} is a corrupt .keras archive: {damaged} fails "
+                    f"{option} {path!r} is a corrupt .keras archive: {damaged} fails "
                     "its checksum"
                 )
             config = json.loads(archive.read("config.json"))
     except (zipfile.BadZipFile, EOFError, ValueError) as error:
         raise CommandError(
-            f"--load {path!r} is a corrupt .keras archive (truncated or damaged: "
+            f"{option} {path!r} is a corrupt .keras archive (truncated or damaged: "
             f"{error})"
         ) from error
     kind = _model_kind(config)
     if kind not in expected:
+        reads = _names(expected)
+        reader = f"keras-attention {command}"
+        if option == "--load":
+            reads = _LOADABLE_DESCRIPTIONS.get(command) or reads
+        else:
+            reader += f" {option}"
         raise CommandError(
-            f"--load {path!r} holds a {kind.split('>')[-1]} model; "
-            f"`keras-attention {command}` "
-            f"reads {_LOADABLE_DESCRIPTIONS.get(command) or _names(expected)}",
+            f"{option} {path!r} holds a {kind.split('>')[-1]} model; "
+            f"`{reader}` reads {reads}",
             2,
         )
 
@@ -372,7 +383,7 @@ def _classify(args):
                     line += f"\ttop attended words: {words}"
                 print(f"{line}\t{text[:60]!r}")
         return
-    options = _training_options(args)
+    options = {**_training_options(args), "encoder": args.encoder}
     seeds = list(range(args.seed, args.seed + args.seeds))
     if len(args.model) == 1 and len(seeds) == 1:
         classify.run_classify(args.out, model=args.model[0], seed=seeds[0], **options)
@@ -458,6 +469,17 @@ def _lm(args):
         lm.run_lm(args.out, model=args.model[0], **options)
     else:
         lm.compare(args.out, list(args.model), **options)
+
+
+def _pretrain(args):
+    from keras_attention.tasks.pretrain import run_pretrain
+
+    run_pretrain(
+        args.out,
+        extra_texts=args.extra_texts,
+        seed=args.seed,
+        **_training_options(args),
+    )
 
 
 def _bench(args):
@@ -568,6 +590,13 @@ def build_parser():
         default=1,
         help="train each model with this many seeds (in OUT/<model>/seed<k>) and "
         "report the mean and spread",
+    )
+    classify.add_argument(
+        "--encoder",
+        default=None,
+        metavar="ENCODER.keras",
+        help="start the Transformer from a pretrained encoder (OUT/encoder.keras "
+        "of `keras-attention pretrain`), with its sizes and vocabulary",
     )
     _add_training_options(
         classify,
@@ -773,6 +802,41 @@ def build_parser():
     )
     lm.set_defaults(run=_lm, inputs="prompts")
 
+    pretrain = command(
+        "pretrain",
+        "pretrain the Transformer classifier's encoder as a masked language "
+        "model (BERT's 15 %% masking, keras-hub) on unlabelled text, for "
+        "`classify --encoder OUT/encoder.keras`",
+    )
+    pretrain.add_argument(
+        "--data",
+        type=dataset(("reviews", "fortunes"), "file"),
+        default="reviews",
+        help="the classification data whose training texts (labels unused) are "
+        "pretrained on and whose vocabulary is learned: reviews, fortunes or a "
+        "CSV file with text,label columns; its validation texts are held out",
+    )
+    pretrain.add_argument(
+        "--add-text",
+        dest="extra_texts",
+        action="append",
+        type=dataset(PRETRAIN_EXTRA_TEXTS, "file"),
+        default=[],
+        metavar="TEXT",
+        help="more unlabelled text: fortunes (all Debian fortunes, 16,000 texts) "
+        "or a text file of documents separated by %% lines or blank lines "
+        "(repeat for several)",
+    )
+    _add_training_options(
+        pretrain,
+        out="runs/pretrain",
+        batch_size=32,
+        epochs=30,
+        num_train_help="pretrain on this many texts of --data only (default: all)",
+        load=False,
+    )
+    pretrain.set_defaults(run=_pretrain, load=None)
+
     bench = command(
         "bench",
         "XLA benchmarks: attention against Keras and against RNNs, XLA on and "
@@ -821,6 +885,7 @@ def _add_training_options(
     seed_help="random seed",
     num_train_help="train on this many examples only (default: all)",
     load_help="a trained model.keras",
+    load=True,
 ):
     """The options every training subcommand has, defaults per subcommand."""
     parser.add_argument(
@@ -857,7 +922,8 @@ def _add_training_options(
     )
     parser.add_argument("--seed", type=non_negative_int, default=0, help=seed_help)
     parser.add_argument("--out", default=out, help=out_help)
-    parser.add_argument("--load", default=None, help=load_help)
+    if load:
+        parser.add_argument("--load", default=None, help=load_help)
     parser.add_argument(
         "--strategy",
         default="default",
@@ -900,6 +966,27 @@ def check_arguments(args):
                 raise CommandError("caption --load needs the image files to caption", 2)
     elif args.out is None:
         args.out = f"runs/{args.command}"
+    encoder = getattr(args, "encoder", None)
+    if encoder:
+        if load:
+            raise CommandError(
+                "--encoder starts a training; it cannot go with --load", 2
+            )
+        if args.model != ("transformer",):
+            raise CommandError(
+                "--encoder starts a Transformer; it needs --model transformer, "
+                f"not {','.join(args.model)}",
+                2,
+            )
+        check_saved_model(encoder, args.command, "--encoder", ENCODER_MODELS)
+    if (
+        args.command == "pretrain"
+        and args.data == "fortunes"
+        and "fortunes" in args.extra_texts
+    ):
+        raise CommandError(
+            "--add-text fortunes holds the held-out fortunes of --data fortunes", 2
+        )
     if not load or args.command in ("caption", "gan"):
         check_output_folder(args.out)
 

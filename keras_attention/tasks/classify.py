@@ -4,6 +4,7 @@ classifier."""
 import json
 import os
 
+import keras
 import numpy as np
 
 from keras_attention.data.classification import (
@@ -131,6 +132,7 @@ def run_classify(
     verbose=1,
     callbacks=None,
     strategy="default",
+    encoder=None,
     **model_kwargs,
 ):
     """Trains `model` on `data`, evaluates it on the test split and writes
@@ -162,6 +164,11 @@ def run_classify(
         strategy: `tf.distribute` strategy to train with, by name (see
             `keras_attention.tasks.distribute.make_strategy`) or object;
             `batch_size` is the global batch.
+        encoder: a pretrained `TransformerTextEncoder` (or the path of its
+            `.keras` file, as `keras-attention pretrain` writes it) that the
+            Transformer starts from (`TransformerClassifier.
+            from_pretrained_encoder`), with its sizes and its tokenizer;
+            only with `model="transformer"`.
         **model_kwargs: extra constructor arguments of the model.
 
     Returns:
@@ -169,6 +176,8 @@ def run_classify(
     """
     if model not in MODELS:
         raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
+    if encoder is not None and model != "transformer":
+        raise ValueError(f"`encoder` starts a Transformer; received model={model!r}.")
     strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, "classify")
     epochs = epochs or SETTINGS["epochs"]
 
@@ -184,12 +193,25 @@ def run_classify(
         available=len(train.texts),
     )
     train_labels = train.labels[: len(train_texts)]
-    tokenizer = cached_word_piece(
-        os.path.join(out_dir, "vocabulary.txt"),
-        train_texts,
-        SETTINGS["vocabulary_size"],
-        lowercase=SETTINGS["lowercase"],
-    )
+    encoder_path = None
+    if isinstance(encoder, (str, os.PathLike)):
+        encoder_path = os.fspath(encoder)
+        phase(f"loading the pretrained encoder {encoder_path}")
+        encoder = keras.saving.load_model(encoder_path)
+    if encoder is not None:
+        if encoder.tokenizer is None:
+            raise ValueError(
+                "The encoder has no tokenizer; pretrain it with `keras-attention "
+                "pretrain`, or give it `tokenizer=`."
+            )
+        tokenizer = encoder.tokenizer
+    else:
+        tokenizer = cached_word_piece(
+            os.path.join(out_dir, "vocabulary.txt"),
+            train_texts,
+            SETTINGS["vocabulary_size"],
+            lowercase=SETTINGS["lowercase"],
+        )
     num_classes = len(splits.class_names)
     phase(
         f"{len(train_texts)} training, {len(splits.valid)} validation and "
@@ -198,14 +220,23 @@ def run_classify(
     )
 
     def build(jit_compile):
-        net = build_model(
-            model,
-            tokenizer.vocabulary_size(),
-            num_classes,
-            class_names=splits.class_names,
-            tokenizer=tokenizer,
-            **model_kwargs,
-        )
+        if encoder is not None:
+            net = TransformerClassifier.from_pretrained_encoder(
+                encoder,
+                num_classes,
+                class_names=splits.class_names,
+                tokenizer=tokenizer,
+                **model_kwargs,
+            )
+        else:
+            net = build_model(
+                model,
+                tokenizer.vocabulary_size(),
+                num_classes,
+                class_names=splits.class_names,
+                tokenizer=tokenizer,
+                **model_kwargs,
+            )
         # The classifiers output probabilities.
         return compile_with_adam(
             net, jit_compile, from_logits=False, weighted_accuracy=False
@@ -278,6 +309,8 @@ def run_classify(
             "best_valid_accuracy": history["val_accuracy"][history["best_epoch"] - 1],
         }
     )
+    if encoder is not None:
+        metrics["encoder"] = encoder_path or encoder.name
     deletion = metrics.get("deletion")
     return finish_run(
         out_dir,

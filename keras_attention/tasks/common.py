@@ -67,16 +67,19 @@ def write_metrics(out_dir, metrics):
     )
 
 
-def cached_word_piece(path, texts, vocabulary_size, lowercase=False):
+def cached_word_piece(path, texts, vocabulary_size, lowercase=False, extra_tokens=()):
     """A WordPiece tokenizer learned from `texts` and saved to `path` (one
     token per line), or loaded from `path` when it exists, so that a resumed
-    run tokenizes exactly as the interrupted one did."""
-    if os.path.exists(path):
-        return word_piece_tokenizer(path, lowercase=lowercase)
-    tokenizer = train_word_piece(texts, vocabulary_size, lowercase=lowercase)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(tokenizer.get_vocabulary()) + "\n")
-    return tokenizer
+    run tokenizes exactly as the interrupted one did. `extra_tokens` (such as
+    `[MASK]`) are appended to the learned vocabulary."""
+    if not os.path.exists(path):
+        tokenizer = train_word_piece(texts, vocabulary_size, lowercase=lowercase)
+        vocabulary = [*tokenizer.get_vocabulary(), *extra_tokens]
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(vocabulary) + "\n")
+        if not extra_tokens:
+            return tokenizer
+    return word_piece_tokenizer(path, lowercase=lowercase)
 
 
 class TimeBudget(keras.callbacks.Callback):

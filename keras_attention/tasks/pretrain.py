@@ -1,0 +1,421 @@
+"""`keras-attention pretrain`: masked-language-model pretraining (as BERT is
+pretrained) of the `TransformerClassifier`'s embedding and encoder blocks on
+unlabelled text, whose `encoder.keras` then starts a classifier
+(`keras-attention classify --encoder DIR/encoder.keras`).
+
+keras-hub masks the tokens (`MaskedLMMaskGenerator`: 15 % of the tokens
+selected; of those, 80 % replaced by `[MASK]`, 10 % by a random token, 10 %
+left) and predicts them (`MaskedLMHead`, its output projection tied to the
+token embedding); the encoder is the library's `TransformerTextEncoder`.
+"""
+
+import math
+import os
+
+import keras
+import numpy as np
+
+from keras_attention.data.classification import load_classification_data
+from keras_attention.data.language_modeling import load_fortune_texts, read_documents
+from keras_attention.data.pipeline import classification_dataset, encode_texts
+from keras_attention.data.tokenization import PAD_ID, UNK_ID
+from keras_attention.models import TransformerTextEncoder
+from keras_attention.tasks import distribute
+from keras_attention.tasks.classify import SETTINGS as CLASSIFY_SETTINGS
+from keras_attention.tasks.common import (
+    ArgumentError,
+    cached_word_piece,
+    check_training_size,
+    phase,
+)
+from keras_attention.tasks.runner import (
+    compile_with_adam,
+    finish_run,
+    save_model,
+    train_or_load,
+)
+from keras_attention.viz import plot_curves
+
+MASK_TOKEN = "[MASK]"
+EXTRA_TEXTS = ("fortunes",)
+# The classifier's vocabulary and lengths (`tasks.classify.SETTINGS`), the
+# masking of BERT, and the pretraining budget.
+SETTINGS = {
+    "vocabulary_size": CLASSIFY_SETTINGS["vocabulary_size"],
+    "lowercase": CLASSIFY_SETTINGS["lowercase"],
+    "max_length": CLASSIFY_SETTINGS["max_length"],
+    "token_buckets": CLASSIFY_SETTINGS["token_buckets"],
+    "mask_selection_rate": 0.15,
+    "mask_token_rate": 0.8,
+    "random_token_rate": 0.1,
+    "epochs": 30,
+}
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class ReversibleTokenEmbedding(keras.layers.Layer):
+    """A view of a `keras.layers.Embedding` that `MaskedLMHead` can tie its
+    output projection to: `call(x)` embeds token ids, `call(x,
+    reverse=True)` scores vectors against every token's embedding,
+    `x @ embeddings^T`. It owns no weights."""
+
+    def __init__(self, embedding, **kwargs):
+        super().__init__(**kwargs)
+        self.embedding = embedding
+
+    @property
+    def input_dim(self):
+        return self.embedding.input_dim
+
+    @property
+    def output_dim(self):
+        return self.embedding.output_dim
+
+    def call(self, inputs, reverse=False):
+        if not reverse:
+            return self.embedding(inputs)
+        kernel = keras.ops.cast(self.embedding.embeddings, inputs.dtype)
+        return keras.ops.matmul(inputs, keras.ops.transpose(kernel))
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "embedding": keras.layers.serialize(self.embedding),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["embedding"] = keras.layers.deserialize(config["embedding"])
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="keras_attention")
+class MaskedLanguageModel(keras.Model):
+    """A `TransformerTextEncoder` with keras-hub's `MaskedLMHead` on top, its
+    output projection tied to the encoder's token embedding.
+
+    Args:
+        encoder: the `TransformerTextEncoder` to pretrain.
+        **kwargs: `name` and other model arguments.
+
+    Call arguments:
+        inputs: a dict of `token_ids` `(B, T)` (some replaced by the mask
+            token) and `mask_positions` `(B, P)`, as
+            `keras_hub.layers.MaskedLMMaskGenerator` makes them.
+
+    Returns:
+        Logits `(B, P, vocabulary_size)` of the tokens at `mask_positions`.
+    """
+
+    def __init__(self, encoder, **kwargs):
+        import keras_hub
+
+        head = keras_hub.layers.MaskedLMHead(
+            vocabulary_size=encoder.vocabulary_size,
+            token_embedding=ReversibleTokenEmbedding(encoder.token_embedding),
+            intermediate_activation="gelu",
+            name="mlm_head",
+        )
+        inputs = {
+            "token_ids": keras.Input((None,), dtype="int32", name="token_ids"),
+            "mask_positions": keras.Input(
+                (None,), dtype="int32", name="mask_positions"
+            ),
+        }
+        outputs = head(
+            encoder(inputs["token_ids"]), mask_positions=inputs["mask_positions"]
+        )
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self.encoder = encoder
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "encoder": keras.layers.serialize(self.encoder),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
+        return cls(**config)
+
+
+def mask_generator(vocabulary_size, mask_token_id, max_length):
+    """keras-hub's `MaskedLMMaskGenerator` with BERT's rates (`SETTINGS`):
+    at most 15 % of `max_length` (rounded up) positions per text, never
+    padding or `[UNK]`."""
+    import keras_hub
+
+    return keras_hub.layers.MaskedLMMaskGenerator(
+        vocabulary_size=vocabulary_size,
+        mask_selection_rate=SETTINGS["mask_selection_rate"],
+        mask_token_id=mask_token_id,
+        mask_selection_length=math.ceil(SETTINGS["mask_selection_rate"] * max_length),
+        unselectable_token_ids=[PAD_ID, UNK_ID],
+        mask_token_rate=SETTINGS["mask_token_rate"],
+        random_token_rate=SETTINGS["random_token_rate"],
+    )
+
+
+def masked_dataset(
+    token_ids,
+    generator,
+    batch_size,
+    shuffle=False,
+    seed=0,
+    bucket_boundaries=None,
+    fixed_masks=False,
+):
+    """Batches of `(inputs, mask_ids, mask_weights)` for a
+    `MaskedLanguageModel`: texts batched by length as
+    `data.pipeline.classification_dataset` batches them, then masked by
+    `generator`, anew every epoch (dynamic masking, as RoBERTa does) or, with
+    `fixed_masks`, once (held-out text: every evaluation sees the same
+    masks)."""
+    import tensorflow as tf
+
+    labels = np.zeros(len(token_ids), "int32")
+    dataset = classification_dataset(
+        token_ids,
+        labels,
+        batch_size,
+        shuffle=shuffle,
+        seed=seed,
+        bucket_boundaries=bucket_boundaries,
+        drop_remainder=shuffle,
+    )
+
+    def mask(ids, _):
+        masked = generator(ids)
+        inputs = {
+            "token_ids": masked["token_ids"],
+            "mask_positions": tf.cast(masked["mask_positions"], "int32"),
+        }
+        return inputs, masked["mask_ids"], masked["mask_weights"]
+
+    dataset = dataset.map(mask, num_parallel_calls=tf.data.AUTOTUNE)
+    if fixed_masks:
+        dataset = dataset.cache()
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def load_extra_texts(name):
+    """Unlabelled documents to pretrain on besides the classification
+    data's: `"fortunes"` (all Debian fortune files) or a text file (see
+    `data.language_modeling.read_documents`)."""
+    if name == "fortunes":
+        return load_fortune_texts()
+    if isinstance(name, (str, os.PathLike)) and os.path.isfile(name):
+        return read_documents(name)
+    raise ValueError(
+        f"Unknown extra text {name!r}: expected one of {list(EXTRA_TEXTS)} or the "
+        "path of an existing text file."
+    )
+
+
+def most_frequent_token_accuracy(train_ids, dataset):
+    """The masked-token accuracy of always guessing the training text's most
+    frequent token: the floor a pretrained model must beat."""
+    counts = np.bincount(train_ids[train_ids > UNK_ID].reshape(-1))
+    guess = int(np.argmax(counts))
+    hits = total = 0.0
+    for _, mask_ids, weights in dataset:
+        weights = np.asarray(weights)
+        hits += float(np.sum((np.asarray(mask_ids) == guess) * weights))
+        total += float(np.sum(weights))
+    return hits / max(total, 1.0)
+
+
+def run_pretrain(
+    out_dir,
+    data="reviews",
+    extra_texts=(),
+    epochs=None,
+    batch_size=32,
+    time_budget_minutes=None,
+    seed=0,
+    num_train=None,
+    jit_compile=None,
+    verbose=1,
+    callbacks=None,
+    strategy="default",
+    **encoder_kwargs,
+):
+    """Pretrains a `TransformerTextEncoder` with masked language modelling on
+    the training texts of `data` (their labels unused) and `extra_texts`, and
+    writes `metrics.json` (masked-token loss and accuracy on the held-out
+    validation texts of `data`), `loss.png`, `vocabulary.txt`, `model.keras`
+    (the `MaskedLanguageModel`) and `encoder.keras` (its encoder, with the
+    tokenizer) under `out_dir`. Re-run with the same folder, an interrupted
+    training resumes from its last finished epoch.
+
+    The vocabulary is learned from the training texts of `data`, as
+    `keras-attention classify` learns it, plus a `[MASK]` token.
+
+    Args:
+        out_dir: output folder.
+        data: `"reviews"`, `"fortunes"` or a `text,label` CSV (see
+            `data.classification.load_classification_data`); its test split
+            is never read.
+        extra_texts: more unlabelled text: names of `EXTRA_TEXTS` or text
+            files (see `load_extra_texts`).
+        epochs: most epochs (default `SETTINGS["epochs"]`), each one pass
+            over the pretraining texts; the weights of the epoch with the
+            best held-out loss are kept.
+        batch_size: texts per batch.
+        time_budget_minutes: stop before an epoch that would end later.
+        seed: seed of the split of `data`, the initialisation, the shuffling
+            and the masks.
+        num_train: use only this many training texts of `data`.
+        jit_compile: train with XLA; None: XLA (`tasks.distribute.jit_for`).
+        verbose: Keras progress bar setting.
+        callbacks: extra Keras callbacks for `fit`.
+        strategy: `tf.distribute` strategy, by name or object.
+        **encoder_kwargs: `TransformerTextEncoder` sizes (default: those of
+            `TransformerClassifier`).
+
+    Returns:
+        The metrics dict.
+    """
+    extra_texts = list(extra_texts)
+    if data == "fortunes" and "fortunes" in extra_texts:
+        raise ArgumentError(
+            "extra text 'fortunes' holds the held-out fortunes of --data fortunes"
+        )
+    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, "pretrain")
+    epochs = epochs or SETTINGS["epochs"]
+    max_length = encoder_kwargs.pop("max_length", SETTINGS["max_length"])
+
+    phase(f"loading {data}")
+    splits = load_classification_data(data, seed=seed)
+    train_texts = splits.train.texts[:num_train] if num_train else splits.train.texts
+    check_training_size(
+        1,
+        len(train_texts),
+        "texts",
+        num_train=num_train,
+        available=len(splits.train),
+    )
+    extra = []
+    for name in extra_texts:
+        phase(f"loading {name}")
+        extra += load_extra_texts(name)
+    tokenizer = cached_word_piece(
+        os.path.join(out_dir, "vocabulary.txt"),
+        train_texts,
+        SETTINGS["vocabulary_size"],
+        lowercase=SETTINGS["lowercase"],
+        extra_tokens=(MASK_TOKEN,),
+    )
+    vocabulary_size = tokenizer.vocabulary_size()
+    mask_id = tokenizer.token_to_id(MASK_TOKEN)
+    phase(f"encoding {len(train_texts) + len(extra):,} texts")
+    train_ids = encode_texts(train_texts + extra, tokenizer, max_length)
+    valid_ids = encode_texts(splits.valid.texts, tokenizer, max_length)
+    check_training_size(batch_size, len(train_ids), "texts")
+    phase(
+        f"{len(train_texts):,} training texts of {data} and {len(extra):,} extra "
+        f"texts ({int(np.sum(train_ids != PAD_ID)):,} tokens); "
+        f"{len(valid_ids):,} held-out texts; vocabulary {vocabulary_size}"
+    )
+    keras.utils.set_random_seed(seed)
+    generator = mask_generator(vocabulary_size, mask_id, max_length)
+    train_data = masked_dataset(
+        train_ids,
+        generator,
+        batch_size,
+        shuffle=True,
+        seed=seed,
+        bucket_boundaries=SETTINGS["token_buckets"],
+    )
+    valid_data = masked_dataset(valid_ids, generator, batch_size, fixed_masks=True)
+
+    def build(jit_compile):
+        encoder = TransformerTextEncoder(
+            vocabulary_size,
+            max_length=max_length,
+            tokenizer=tokenizer,
+            **encoder_kwargs,
+        )
+        # The loss is the mean over the masked tokens, not over the
+        # `mask_positions` slots, some of which are empty.
+        return compile_with_adam(
+            MaskedLanguageModel(encoder),
+            jit_compile,
+            reduction="mean_with_sample_weight",
+        )
+
+    def fit_arguments(net):
+        return {
+            "train_data": train_data,
+            "validation_data": valid_data,
+            "patience": epochs,  # keeps the best epoch, never stops early
+        }
+
+    def export(net):
+        save_model(net.encoder, os.path.join(out_dir, "encoder.keras"))
+
+    net, history = train_or_load(
+        out_dir,
+        "masked language model",
+        strategy,
+        build,
+        fit_arguments,
+        epochs,
+        seed,
+        jit_compile,
+        time_budget_minutes,
+        callbacks,
+        verbose,
+        export=export,
+        announce=lambda net: (
+            f"pretraining {net.count_params():,} parameters ("
+            f"{net.encoder.count_params():,} in the encoder) for up to {epochs} "
+            f"epochs, {SETTINGS['mask_selection_rate']:.0%} of the tokens masked"
+        ),
+        model_key="pretrain/mlm",
+    )
+
+    phase(f"masked-token accuracy on {len(valid_ids):,} held-out texts")
+    held_out = net.evaluate(valid_data, return_dict=True, verbose=0)
+    plot_curves(
+        {"training": history["loss"], "held-out": history["val_loss"]},
+        path=os.path.join(out_dir, "loss.png"),
+        ylabel="masked-token cross-entropy (nats)",
+        title=f"masked language model on {data}"
+        + (f" + {', '.join(map(os.path.basename, extra_texts))}" if extra else ""),
+    )
+    metrics = {
+        "model": "transformer-encoder",
+        "data": data,
+        "extra_texts": [os.path.basename(name) for name in extra_texts],
+        "mlm_loss": float(held_out["loss"]),
+        "mlm_accuracy": float(held_out["accuracy"]),
+        "mlm_accuracy_most_frequent_token": most_frequent_token_accuracy(
+            train_ids, valid_data
+        ),
+        "train_texts": len(train_texts),
+        "extra_train_texts": len(extra),
+        "train_tokens": int(np.sum(train_ids != PAD_ID)),
+        "held_out_texts": len(valid_ids),
+        "vocabulary_size": vocabulary_size,
+        "parameters": net.count_params(),
+        "encoder_parameters": net.encoder.count_params(),
+        "seed": seed,
+        "epochs": history["epochs"],
+        "best_epoch": history["best_epoch"],
+        "train_seconds": history["train_seconds"],
+        "mask_selection_rate": SETTINGS["mask_selection_rate"],
+    }
+    return finish_run(
+        out_dir,
+        metrics,
+        f"masked language model on {data}: held-out masked-token accuracy "
+        f"{metrics['mlm_accuracy']:.3f} (most frequent token "
+        f"{metrics['mlm_accuracy_most_frequent_token']:.3f}), loss "
+        f"{metrics['mlm_loss']:.3f}; trained {history['train_seconds']:.0f} s; "
+        f"encoder in {os.path.join(out_dir, 'encoder.keras')}",
+    )
