@@ -478,6 +478,7 @@ def _pretrain(args):
         args.out,
         extra_texts=args.extra_texts,
         seed=args.seed,
+        learning_rate=args.learning_rate,
         **_training_options(args),
     )
 
@@ -826,6 +827,9 @@ def build_parser():
         help="more unlabelled text: fortunes (all Debian fortunes, 16,000 texts) "
         "or a text file of documents separated by %% lines or blank lines "
         "(repeat for several)",
+    )
+    pretrain.add_argument(
+        "--learning-rate", type=positive_float, default=1e-3, help="Adam's"
     )
     _add_training_options(
         pretrain,

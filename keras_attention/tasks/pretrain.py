@@ -242,6 +242,7 @@ def run_pretrain(
     verbose=1,
     callbacks=None,
     strategy="default",
+    learning_rate=1e-3,
     **encoder_kwargs,
 ):
     """Pretrains a `TransformerTextEncoder` with masked language modelling on
@@ -274,6 +275,7 @@ def run_pretrain(
         verbose: Keras progress bar setting.
         callbacks: extra Keras callbacks for `fit`.
         strategy: `tf.distribute` strategy, by name or object.
+        learning_rate: Adam's learning rate.
         **encoder_kwargs: `TransformerTextEncoder` sizes (default: those of
             `TransformerClassifier`).
 
@@ -346,6 +348,7 @@ def run_pretrain(
             MaskedLanguageModel(encoder),
             jit_compile,
             reduction="mean_with_sample_weight",
+            learning_rate=learning_rate,
         )
 
     def fit_arguments(net):
@@ -409,6 +412,7 @@ def run_pretrain(
         "best_epoch": history["best_epoch"],
         "train_seconds": history["train_seconds"],
         "mask_selection_rate": SETTINGS["mask_selection_rate"],
+        "learning_rate": learning_rate,
     }
     return finish_run(
         out_dir,

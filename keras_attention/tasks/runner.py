@@ -124,15 +124,17 @@ def compile_with_adam(
     from_logits=True,
     weighted_accuracy=True,
     reduction="sum_over_batch_size",
+    learning_rate=1e-3,
 ):
     """Compiles `model` as every sequence and text model here trains: Adam at
-    1e-3 with gradients clipped at norm 1, sparse categorical cross-entropy,
-    and accuracy (weighted by the padding mask for token sequences).
+    `learning_rate` (1e-3) with gradients clipped at norm 1, sparse
+    categorical cross-entropy, and accuracy (weighted by the padding mask for
+    token sequences).
     `reduction="mean_with_sample_weight"` makes the loss the mean over the
     weighted targets (masked tokens) rather than over all of them."""
     accuracy = {"weighted_metrics" if weighted_accuracy else "metrics": ["accuracy"]}
     model.compile(
-        optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
+        optimizer=keras.optimizers.Adam(learning_rate, clipnorm=1.0),
         loss=keras.losses.SparseCategoricalCrossentropy(
             from_logits=from_logits, reduction=reduction
         ),
