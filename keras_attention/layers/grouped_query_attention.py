@@ -191,7 +191,6 @@ class GroupedQueryAttention(MultiHeadAttention):
             "use_gate": self._use_gate,
             "sliding_window": self._sliding_window,
             "dropout": self._dropout,
-            "flash_attention": self._flash_attention_argument,
             "kernel_initializer": initializers.serialize(self._kernel_initializer),
             "bias_initializer": initializers.serialize(self._bias_initializer),
             "kernel_regularizer": regularizers.serialize(self._kernel_regularizer),
@@ -201,7 +200,10 @@ class GroupedQueryAttention(MultiHeadAttention):
             "bias_constraint": constraints.serialize(self._bias_constraint),
             "seed": self.seed,
         }
-        # Our additions, only where set: Keras' config stays Keras' otherwise.
+        # Our additions (and Keras' argument it does not save), only where
+        # set: Keras' config stays Keras' otherwise.
+        if self._flash_attention_argument is not None:
+            config["flash_attention"] = self._flash_attention_argument
         if self._chunk_size is not None:
             config["chunk_size"] = self._chunk_size
         if self._position_encoding is not None:

@@ -3,7 +3,10 @@ from keras import ops
 
 from keras_attention._checks import check_rate
 from keras_attention.layers.dropout import Dropout
-from keras_attention.layers.position_encoding import PositionEmbedding
+from keras_attention.layers.position_encoding import (
+    PositionEmbedding,
+    SinusoidalPositionEncoding,
+)
 from keras_attention.layers.transformer_decoder import TransformerDecoderBlock
 from keras_attention.models.language_model import (
     LanguageModel,
@@ -11,13 +14,15 @@ from keras_attention.models.language_model import (
     tied_embedding,
 )
 
+POSITION_ENCODINGS = ("learned", "sinusoidal", "rotary", "alibi")
+
 
 @keras.saving.register_keras_serializable(package="keras_attention")
 class GPT(LanguageModel):
     """A GPT-style decoder-only Transformer language model (Radford et al.,
     2018, 2019).
 
-    Token embeddings plus learned positions, `num_layers` decoder blocks
+    Token embeddings plus positions, `num_layers` decoder blocks
     without cross-attention (causal self-attention and feed-forward,
     pre-norm as in GPT-2) and a final layer normalization; the logits come
     from the transpose of the token embedding (tied input and output
@@ -37,12 +42,21 @@ class GPT(LanguageModel):
         dropout: dropout on the embeddings, attention weights and sub-layers.
         activation: feed-forward activation (GPT's `"gelu"`).
         layer_norm_epsilon: epsilon of the layer normalizations.
+        position_encoding: how positions enter: `"learned"` (GPT's learned
+            position embeddings, added to the tokens), `"sinusoidal"` (the
+            2017 Transformer's, added), or inside the attention, `"rotary"`
+            (RoPE) or `"alibi"` (ALiBi). With the last three the model also
+            reads and generates sequences longer than `max_length`, the
+            length it is trained on (ALiBi was designed to extrapolate).
+        num_key_value_heads: key/value heads of the attention (grouped-query
+            attention: a smaller decoding cache); default `num_heads`.
         end_token_id: optional token at which `generate` stops.
         tokenizer: optional keras-hub tokenizer saved with the model.
         **kwargs: `name`, `dtype` and other model arguments.
 
     Call arguments:
-        inputs: int token ids `(B, T)`, `T <= max_length`, right-padded with 0.
+        inputs: int token ids `(B, T)`, right-padded with 0; `T <= max_length`
+            with learned positions.
         training: whether dropout is active.
 
     Returns:
@@ -64,6 +78,8 @@ class GPT(LanguageModel):
         - [Radford et al., 2018](https://cdn.openai.com/research-covers/language-unsupervised/language_understanding_paper.pdf)
         - [Radford et al., 2019](https://cdn.openai.com/better-language-models/language_models_are_unsupervised_multitask_learners.pdf)
         - [Press & Wolf, 2017](https://arxiv.org/abs/1608.05859) (tied embeddings)
+        - [Su et al., 2021](https://arxiv.org/abs/2104.09864) (RoPE)
+        - [Press et al., 2022](https://arxiv.org/abs/2108.12409) (ALiBi)
     """
 
     def __init__(
@@ -77,6 +93,8 @@ class GPT(LanguageModel):
         dropout=0.1,
         activation="gelu",
         layer_norm_epsilon=1e-5,
+        position_encoding="learned",
+        num_key_value_heads=None,
         end_token_id=None,
         tokenizer=None,
         dtype=None,
@@ -92,6 +110,11 @@ class GPT(LanguageModel):
             intermediate_dim=intermediate_dim,
         )
         check_rate("dropout", dropout)
+        if position_encoding not in POSITION_ENCODINGS:
+            raise ValueError(
+                f"`position_encoding` must be one of {POSITION_ENCODINGS}; "
+                f"received {position_encoding!r}."
+            )
         if hidden_dim % num_heads:
             raise ValueError(
                 f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
@@ -105,12 +128,19 @@ class GPT(LanguageModel):
         token_embedding = tied_embedding(
             vocabulary_size, hidden_dim, dtype, initializer()
         )
-        position_embedding = PositionEmbedding(
-            max_length,
-            initializer=initializer(),
-            dtype=dtype,
-            name="position_embedding",
-        )
+        position_embedding = None
+        if position_encoding == "learned":
+            position_embedding = PositionEmbedding(
+                max_length,
+                initializer=initializer(),
+                dtype=dtype,
+                name="position_embedding",
+            )
+        elif position_encoding == "sinusoidal":
+            position_embedding = SinusoidalPositionEncoding(
+                dtype=dtype, name="position_embedding"
+            )
+        in_attention = position_encoding in ("rotary", "alibi")
         embedding_dropout = Dropout(dropout, dtype=dtype, name="embedding_dropout")
         blocks = [
             TransformerDecoderBlock(
@@ -121,6 +151,8 @@ class GPT(LanguageModel):
                 layer_norm_epsilon=layer_norm_epsilon,
                 kernel_initializer=initializer(),
                 normalize_first=True,
+                num_key_value_heads=num_key_value_heads,
+                position_encoding=position_encoding if in_attention else None,
                 dtype=dtype,
                 name=f"decoder_block_{i}",
             )
@@ -133,7 +165,9 @@ class GPT(LanguageModel):
         # === Functional model ===
         token_ids = keras.Input((None,), dtype="int32", name="token_ids")
         x = token_embedding(token_ids)
-        x = embedding_dropout(x + position_embedding(x))
+        if position_embedding is not None:
+            x = x + position_embedding(x)
+        x = embedding_dropout(x)
         for block in blocks:
             x = block(x)  # no encoder sequence: causal self-attention only
         logits = token_embedding(final_norm(x), reverse=True)
@@ -156,15 +190,17 @@ class GPT(LanguageModel):
         self.dropout = dropout
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.position_encoding = position_encoding
+        self.num_key_value_heads = num_key_value_heads
         self.token_embedding = token_embedding
         self.position_embedding = position_embedding
         self.blocks = blocks
         self.final_norm = final_norm
 
     def initial_cache(self, batch_size, max_length):
-        """Empty key/value caches of the blocks, `(B, 2, max_length, N, H)`
-        each."""
-        if max_length > self.max_length:
+        """Empty key/value caches of the blocks,
+        `(B, 2, max_length, num_key_value_heads, H)` each."""
+        if self.position_encoding == "learned" and max_length > self.max_length:
             raise ValueError(
                 f"`max_length` must be at most the model's max_length="
                 f"{self.max_length} (its positions); received max_length={max_length}."
@@ -180,7 +216,8 @@ class GPT(LanguageModel):
         the caches with these tokens' keys and values written in (inference:
         no dropout)."""
         x = self.token_embedding(token_ids)
-        x = x + self.position_embedding(x, start_index=index)
+        if self.position_embedding is not None:
+            x = x + self.position_embedding(x, start_index=index)
         caches = []
         for block, block_cache in zip(self.blocks, cache, strict=True):
             x, block_cache = block(
@@ -210,6 +247,8 @@ class GPT(LanguageModel):
                     keras.activations.get(self.activation)
                 ),
                 "layer_norm_epsilon": self.layer_norm_epsilon,
+                "position_encoding": self.position_encoding,
+                "num_key_value_heads": self.num_key_value_heads,
             }
         )
         return config

@@ -62,12 +62,13 @@ def test_config_is_keras_config():
     theirs = keras.layers.GroupQueryAttention(**CONFIGS["grouped"], dropout=0.1)
     ours = GroupedQueryAttention(**CONFIGS["grouped"], dropout=0.1)
     got, want = ours.get_config(), theirs.get_config()
-    want["flash_attention"] = None  # Keras keeps it out of its config
     assert {k: v for k, v in got.items() if k != "name"} == {
         k: v for k, v in want.items() if k != "name"
     }
     restored = GroupedQueryAttention.from_config(got)
     assert restored.num_repeats == 2 and restored.head_dim == 4
+    forced = GroupedQueryAttention(**CONFIGS["grouped"], flash_attention=False)
+    assert forced.get_config()["flash_attention"] is False
 
 
 def test_mha_with_key_value_heads_is_the_same_layer():
