@@ -406,12 +406,15 @@ def get_sampler(sampler):
             f"'top_k', 'top_p', 'random'); received {sampler!r}."
         )
     try:
-        return samplers.get(sampler)
-    except ValueError as error:
+        resolved = samplers.get(sampler)
+    except ValueError:
+        resolved = None
+    if not isinstance(resolved, samplers.Sampler):
         raise ValueError(
             f"Unknown `sampler`: {sampler!r}. Expected 'greedy', 'top_k', "
             "'top_p', 'random' or a keras-hub sampler."
-        ) from error
+        )
+    return resolved
 
 
 class LanguageModelGenerationMixin:

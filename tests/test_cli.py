@@ -14,7 +14,7 @@ from keras_attention.data.synthetic import reversal_task
 from keras_attention.tasks.demo import run_demo
 from tests.models.model_cases import tiny_sagan, tiny_transformer
 
-SUBCOMMANDS = ("demo", "translate", "classify", "caption", "gan", "bench")
+SUBCOMMANDS = ("demo", "translate", "classify", "caption", "gan", "lm", "bench")
 
 
 def test_help_lists_subcommands(capsys):
@@ -53,11 +53,12 @@ def test_every_option_has_help_and_its_default(command):
 
 def test_the_command_lists_match_the_tasks():
     from keras_attention.bench import SUITES
-    from keras_attention.tasks import caption, classify, distribute, translate
+    from keras_attention.tasks import caption, classify, distribute, lm, translate
 
     assert cli.TRANSLATION_MODELS == translate.MODELS
     assert cli.CLASSIFICATION_MODELS == classify.MODELS
     assert cli.CAPTION_MODELS == tuple(caption.MODELS)
+    assert (cli.LM_MODELS, cli.LM_SAMPLERS) == (lm.MODELS, lm.SAMPLERS)
     assert cli.BENCH_SUITES == SUITES
     assert cli.STRATEGIES == distribute.STRATEGIES
 
@@ -139,6 +140,13 @@ def _error(argv, capsys):
         (["gan", "--fid-samples", "1"], "expected an integer >= 2; got '1'"),
         (["gan", "--steps-per-epoch", "0"], "--steps-per-epoch: expected a positive"),
         (["gan", "--image-size", "4"], "expected an integer >= 8; got '4'"),
+        (["lm", "--model", "gpt,rnn"], "unknown model 'rnn'; expected one of gpt"),
+        (["lm", "--sampler", "beam"], "argument --sampler: invalid choice: 'beam'"),
+        (["lm", "--top-p", "0"], "--top-p: expected a number above 0, at most 1"),
+        (["lm", "--temperature", "-1"], "--temperature: expected a positive"),
+        (["lm", "--length", "1"], "--length: expected an integer >= 2"),
+        (["lm", "--data", "no.txt"], "nor an existing file"),
+        (["lm", "--prompt", "Once"], "prompts to lm need --load DIR/model.keras"),
         (["bench", "--suite", "nope"], "argument --suite: invalid choice: 'nope'"),
         (["translate", "--strategy", "gpu"], "argument --strategy: invalid choice"),
         (["translate", "--nope"], "unrecognized arguments: --nope"),

@@ -13,6 +13,8 @@ from tests.models import model_cases
 
 MODELS = {
     "transformer": model_cases.tiny_transformer,
+    "gpt": model_cases.tiny_gpt,
+    "lstm_language_model": model_cases.tiny_lstm_lm,
     "rnn_seq2seq": model_cases.tiny_rnn_seq2seq,
     "transformer_classifier": model_cases.transformer_classifier,
     "hierarchical_attention_network": model_cases.han,

@@ -2,10 +2,12 @@
 and tests/test_safe_loading.py."""
 
 from keras_attention.models import (
+    GPT,
     SAGAN,
     BagOfEmbeddingsClassifier,
     BiLSTMClassifier,
     HierarchicalAttentionNetwork,
+    LSTMLanguageModel,
     RNNSeq2Seq,
     ShowAttendTell,
     Transformer,
@@ -42,6 +44,27 @@ def tiny_rnn_seq2seq(attention="bahdanau", **kwargs):
         max_target_length=9,
         **kwargs,
     )
+
+
+# -- language models -----------------------------------------------------------
+
+LM_VOCABULARY = 20
+
+
+def tiny_gpt(**kwargs):
+    sizes = {
+        "hidden_dim": 16,
+        "num_heads": 2,
+        "num_layers": 2,
+        "intermediate_dim": 32,
+        "dropout": 0.0,
+    }
+    return GPT(LM_VOCABULARY, max_length=16, **{**sizes, **kwargs})
+
+
+def tiny_lstm_lm(**kwargs):
+    sizes = {"hidden_dim": 16, "num_layers": 2, "dropout": 0.0}
+    return LSTMLanguageModel(LM_VOCABULARY, max_length=16, **{**sizes, **kwargs})
 
 
 # -- text classifiers (keyword_task documents) --------------------------------

@@ -1,0 +1,211 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_attention.models import GPT, LSTMLanguageModel
+from tests.layer_test import assert_saved_model_matches
+from tests.models.model_cases import LM_VOCABULARY, tiny_gpt, tiny_lstm_lm
+
+END = 3  # the models' end token in these tests
+
+
+def token_ids(rows=3, length=10, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(4, LM_VOCABULARY, (rows, length)).astype("int32")
+
+
+def greedy_by_full_forward(model, prompt, max_length):
+    """Greedy continuation of one prompt with a full forward pass per token
+    (no cache): what `generate` must reproduce."""
+    tokens = list(prompt)
+    while len(tokens) < max_length:
+        logits = np.asarray(model(np.array([tokens], "int32")))[0, -1]
+        tokens.append(int(np.argmax(logits)))
+        if tokens[-1] == model.end_token_id:
+            break
+    return tokens + [0] * (max_length - len(tokens))
+
+
+def test_logits_shape_and_causality():
+    model = tiny_gpt()
+    ids = token_ids()
+    logits = np.asarray(model(ids))
+    assert logits.shape == (3, 10, LM_VOCABULARY)
+    changed = ids.copy()
+    changed[:, 6:] = 5  # later tokens cannot change earlier positions
+    np.testing.assert_allclose(np.asarray(model(changed))[:, :6], logits[:, :6])
+
+
+def test_output_logits_use_the_input_embedding():
+    model = tiny_gpt()
+    embeddings = model.token_embedding.embeddings
+    vocabulary_sized = [w for w in model.weights if LM_VOCABULARY in w.shape]
+    assert vocabulary_sized == [embeddings]  # one (V, d) matrix, no output layer
+    ids = token_ids()
+    hidden = keras.Model(model.input, model.final_norm.output)(ids)
+    np.testing.assert_allclose(
+        np.asarray(model(ids)),
+        np.asarray(hidden) @ np.asarray(embeddings).T,
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    d, f, layers = model.hidden_dim, model.intermediate_dim, model.num_layers
+    block = 4 * (d * d + d) + (d * f + f) + (f * d + d) + 2 * 2 * d
+    expected = LM_VOCABULARY * d + model.max_length * d + layers * block + 2 * d
+    assert model.count_params() == expected
+
+
+@pytest.mark.parametrize("build", [tiny_gpt, tiny_lstm_lm], ids=["gpt", "lstm"])
+def test_cached_decode_steps_match_the_full_forward(build):
+    model = build()
+    ids = token_ids()
+    logits = np.asarray(model(ids))
+    cache = model.initial_cache(3, 16)
+    for t in range(ids.shape[1]):
+        step, cache = model.decode_step(ids[:, t], cache, t)
+        np.testing.assert_allclose(np.asarray(step), logits[:, t], atol=1e-5)
+
+
+def test_a_prefix_through_the_cache_matches_the_full_forward():
+    model = tiny_gpt()
+    ids = token_ids()
+    logits = np.asarray(model(ids))
+    first, cache = model.call_with_cache(ids[:, :6], model.initial_cache(3, 16), 0)
+    rest, _ = model.call_with_cache(ids[:, 6:], cache, 6)
+    np.testing.assert_allclose(np.asarray(first), logits[:, :6], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(rest), logits[:, 6:], atol=1e-5)
+
+
+@pytest.mark.parametrize("build", [tiny_gpt, tiny_lstm_lm], ids=["gpt", "lstm"])
+def test_greedy_generation_continues_prompts_of_any_length(build):
+    model = build(end_token_id=END)
+    prompts = token_ids(3, 5)
+    prompts[1, 2:] = 0  # a shorter prompt, right-padded
+    prompts[2, 1:] = 0
+    tokens = np.asarray(model.generate(prompts, max_length=12))
+    assert tokens.shape == (3, 12)
+    for row, prompt in zip(tokens, prompts, strict=True):
+        given = [int(t) for t in prompt if t]
+        assert row.tolist() == greedy_by_full_forward(model, given, 12)
+    np.testing.assert_array_equal(
+        np.asarray(model.generate(prompts, max_length=12, jit_compile=False)), tokens
+    )
+
+
+def test_an_end_token_in_the_prompt_does_not_end_generation():
+    model = tiny_gpt(end_token_id=END)
+    prompt = np.array([[END, 7, 8]], "int32")
+    tokens = np.asarray(model.generate(prompt, max_length=10))[0]
+    assert tokens[:3].tolist() == [END, 7, 8]
+    generated = tokens[3:].tolist()
+    if END in generated:  # padding after the first generated end token
+        assert not any(generated[generated.index(END) + 1 :])
+    assert tokens.tolist() == greedy_by_full_forward(model, [END, 7, 8], 10)
+
+
+@pytest.mark.parametrize("sampler", ["top_k", "top_p", "random"])
+def test_keras_hub_samplers_draw_valid_tokens(sampler):
+    import keras_hub
+
+    model = tiny_gpt()
+    prompts = token_ids(4, 3)
+    tokens = np.asarray(model.generate(prompts, max_length=12, sampler=sampler))
+    assert tokens.shape == (4, 12) and tokens.min() >= 0
+    assert tokens.max() < LM_VOCABULARY
+    np.testing.assert_array_equal(tokens[:, :3], prompts)
+    # A sampler object with its own temperature and seed.
+    hot = keras_hub.samplers.TopKSampler(k=3, temperature=2.0, seed=1)
+    tokens = np.asarray(model.generate(prompts, max_length=12, sampler=hot))
+    assert tokens.shape == (4, 12)
+
+
+def test_saved_and_loaded_in_safe_mode_with_the_same_outputs(tmp_path):
+    for build in (tiny_gpt, tiny_lstm_lm):
+        model = build(end_token_id=END)
+        ids = token_ids()
+        loaded = assert_saved_model_matches(model, ids, tmp_path, atol=1e-6)
+        np.testing.assert_array_equal(
+            np.asarray(loaded.generate(ids[:, :3], max_length=9)),
+            np.asarray(model.generate(ids[:, :3], max_length=9)),
+        )
+
+
+def test_trains_under_xla():
+    model = tiny_gpt()
+    model.compile(
+        keras.optimizers.Adam(1e-3),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
+    ids = token_ids(8, 12)
+    first = model.train_on_batch(ids[:, :-1], ids[:, 1:])
+    for _ in range(5):
+        last = model.train_on_batch(ids[:, :-1], ids[:, 1:])
+    assert np.isfinite(first) and last < first
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_generate(policy):
+    keras.config.set_dtype_policy(policy)
+    model = tiny_gpt()
+    assert np.all(np.isfinite(np.asarray(model(token_ids()), "float32")))
+    assert np.asarray(model.generate(token_ids(2, 3), max_length=8)).shape == (2, 8)
+
+
+def test_bad_arguments_raise_clear_errors():
+    with pytest.raises(ValueError, match="divisible"):
+        tiny_gpt(hidden_dim=30, num_heads=4)
+    with pytest.raises(ValueError, match="end_token_id"):
+        tiny_gpt(end_token_id=LM_VOCABULARY)
+    with pytest.raises(ValueError, match="num_layers"):
+        LSTMLanguageModel(LM_VOCABULARY, num_layers=0)
+    model = tiny_gpt()
+    with pytest.raises(ValueError, match="at least one token"):
+        model.generate(np.array([[0, 5]]), max_length=8)
+    with pytest.raises(ValueError, match="max_length.*16.*received max_length=17"):
+        model.generate(token_ids(1, 3), max_length=17)
+    with pytest.raises(ValueError, match="from the prompt's length"):
+        model.generate(token_ids(1, 6), max_length=4)
+    with pytest.raises(ValueError, match="sampler"):
+        model.generate(token_ids(1, 3), max_length=8, sampler="beam-ish")
+    with pytest.raises(ValueError, match="input has 17 tokens|at most"):
+        model(token_ids(1, 17))
+
+
+def copy_task(num_examples, length=6, seed=0):
+    """Sequences `x END x`: the second copy of `x` (random tokens) can only be
+    predicted by attending back to the first. Returns inputs, targets and
+    weights (1 on the copied tokens)."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(4, LM_VOCABULARY, (num_examples, length))
+    sequences = np.concatenate([x, np.full((num_examples, 1), END), x], 1)
+    weights = np.zeros((num_examples, 2 * length), "float32")
+    weights[:, length:] = 1.0
+    return sequences[:, :-1].astype("int32"), sequences[:, 1:], weights, length
+
+
+@pytest.mark.slow
+def test_gpt_learns_to_copy_with_attention():
+    inputs, targets, weights, length = copy_task(3000)
+    model = GPT(
+        LM_VOCABULARY,
+        max_length=16,
+        hidden_dim=64,
+        num_heads=4,
+        num_layers=2,
+        intermediate_dim=128,
+        dropout=0.0,
+    )
+    model.compile(
+        keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(3e-3, 800)),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
+    model.fit(
+        inputs, targets, sample_weight=weights, epochs=17, batch_size=64, verbose=0
+    )
+    test_inputs, test_targets, _, _ = copy_task(200, seed=1)
+    prompts = test_inputs[:, : length + 1]
+    tokens = np.asarray(model.generate(prompts, max_length=2 * length + 1))
+    accuracy = np.mean(tokens[:, length + 1 :] == test_targets[:, length:])
+    assert accuracy > 0.95, accuracy

@@ -1,0 +1,150 @@
+import json
+import math
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attention import cli
+from keras_attention.models import GPT, LSTMLanguageModel
+from keras_attention.tasks.common import ArgumentError
+from keras_attention.tasks.lm import (
+    build_model,
+    continue_texts,
+    make_sampler,
+    matched_lstm_units,
+    run_lm,
+)
+from tests.tasks.callbacks import Record, StopAt
+from tests.tasks.outputs import assert_keras_archive, assert_picture
+
+# Small models on short windows: a run is a few seconds of training.
+TINY = {
+    "num_train": 200,
+    "batch_size": 8,
+    "steps_per_epoch": 3,
+    "verbose": 0,
+    "hidden_dim": 32,
+    "num_heads": 2,
+    "num_layers": 1,
+    "intermediate_dim": 64,
+    "sequence_length": 64,
+}
+
+
+@pytest.fixture(scope="module")
+def trained_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lm")
+    cli.main(
+        [
+            "lm",
+            "--num-train",
+            "300",
+            "--epochs",
+            "2",
+            "--steps-per-epoch",
+            "3",
+            "--batch-size",
+            "8",
+            "--out",
+            str(out),
+        ]
+    )
+    return out
+
+
+@pytest.mark.slow
+def test_lm_writes_metrics_plot_samples_and_model(trained_dir):
+    metrics = json.loads((trained_dir / "metrics.json").read_text())
+    assert metrics["model"] == "gpt" and metrics["data"] == "fortunes"
+    assert metrics["epochs"] == 2 and metrics["train_documents"] == 300
+    assert metrics["parameters"] == 842_496
+    # After 6 batches the model is near uniform over the characters it has seen.
+    assert 5 < metrics["perplexity"] < 128
+    assert metrics["bits_per_character"] == pytest.approx(
+        math.log2(metrics["perplexity"])
+    )
+    assert metrics["train_characters"] == 2 * 3 * 8 * 256
+    assert_keras_archive(trained_dir / "model.keras", "GPT")
+    assert_picture(trained_dir / "loss.png")
+    samples = (trained_dir / "samples.txt").read_text(encoding="utf-8")
+    assert samples.count("== greedy, prompt ") == 4
+    assert samples.count("== top_p, prompt ") == 4
+    assert "== top_p, prompt 'The '\nThe " in samples
+    assert len(metrics["samples"]) == 8
+
+
+@pytest.mark.slow
+def test_loaded_model_continues_a_prompt(trained_dir, capsys):
+    path = str(trained_dir / "model.keras")
+    cli.main(["lm", "--load", path, "--prompt", "Q: Why", "--sampler", "greedy"])
+    printed = capsys.readouterr().out
+    model = keras.saving.load_model(path)
+    expected = continue_texts(model, ["Q: Why"], sampler="greedy")[0]
+    assert printed == f"{expected}\n" and expected.startswith("Q: Why")
+    cli.main(["lm", "--load", path, "--prompt", "A", "--prompt", "B", "--length", "9"])
+    texts = capsys.readouterr().out.split("\n%\n")
+    assert [text[0] for text in texts] == ["A", "B"]
+    assert all(len(text.rstrip("\n")) <= 9 for text in texts)
+
+
+@pytest.mark.slow
+def test_interrupted_training_resumes_without_losing_finished_epochs(tmp_path):
+    options = dict(TINY, model="lstm", epochs=3)
+    with pytest.raises(KeyboardInterrupt):
+        run_lm(tmp_path, callbacks=[StopAt(2)], **options)
+    record = Record()
+    metrics = run_lm(tmp_path, callbacks=[record], **options)
+    assert record.epochs == [2]  # epochs 0 and 1 were restored, not redone
+    assert metrics["epochs"] == 3
+    again = run_lm(tmp_path, **options)  # finished: evaluated, not retrained
+    assert again["perplexity"] == metrics["perplexity"]
+    assert_keras_archive(tmp_path / "model.keras", "LSTMLanguageModel")
+
+
+def test_the_lstm_matches_the_parameters_of_the_gpt():
+    gpt = build_model("gpt", 128, 256)
+    lstm = build_model("lstm", 128, 256)
+    assert isinstance(gpt, GPT) and isinstance(lstm, LSTMLanguageModel)
+    assert gpt.count_params() == 842_496
+    assert abs(lstm.count_params() - gpt.count_params()) < 0.005 * gpt.count_params()
+    for target in (10_000, 842_496, 3_000_000):
+        units = matched_lstm_units(target, 128, 2)
+        counts = [
+            LSTMLanguageModel(128, hidden_dim=u, num_layers=2).count_params()
+            for u in (units - 1, units, units + 1)
+        ]
+        assert abs(counts[1] - target) == min(abs(c - target) for c in counts)
+
+
+def test_sizes_that_the_data_cannot_fill_are_refused(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n%\n".join(f"Saying number {i}." for i in range(60)))
+    options = {**TINY, "data": str(corpus)}
+    with pytest.raises(ArgumentError, match="num_train 99,999 is more than the 54"):
+        run_lm(tmp_path / "run", **{**options, "num_train": 99_999})
+    with pytest.raises(ArgumentError, match="batch size 512 is larger"):
+        run_lm(tmp_path / "run", **{**options, "num_train": None, "batch_size": 512})
+    with pytest.raises(ValueError, match="'gpt', 'lstm'"):
+        run_lm(tmp_path, model="transformer", **TINY)
+    with pytest.raises(ValueError, match="sampler"):
+        make_sampler("beam")
+
+
+def test_continuing_text_needs_the_tokenizer_and_room():
+    model = GPT(128, max_length=8, hidden_dim=8, num_heads=2, num_layers=1)
+    with pytest.raises(ValueError, match="no tokenizer"):
+        continue_texts(model, ["hi"])
+    model = build_model("gpt", 128, 8, tokenizer=_tokenizer(), hidden_dim=8)
+    with pytest.raises(ArgumentError, match="prompt of 8 characters"):
+        continue_texts(model, ["12345678"])
+    (text,) = continue_texts(model, ["hi"], sampler="greedy")
+    assert text.startswith("hi") and len(text) <= 8
+    tokens = np.asarray(model.generate(np.array([[3, 104, 105]]), 8))
+    assert tokens[0, :3].tolist() == [3, 104, 105]
+
+
+def _tokenizer():
+    from keras_attention.data.language_modeling import character_tokenizer
+
+    return character_tokenizer()
