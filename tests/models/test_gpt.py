@@ -209,3 +209,40 @@ def test_gpt_learns_to_copy_with_attention():
     tokens = np.asarray(model.generate(prompts, max_length=2 * length + 1))
     accuracy = np.mean(tokens[:, length + 1 :] == test_targets[:, length:])
     assert accuracy > 0.95, accuracy
+
+
+# -- positions -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("position_encoding", ["sinusoidal", "rotary", "alibi"])
+def test_positions_decode_past_the_training_length(position_encoding):
+    # Only learned positions end at max_length: the others read and decode
+    # longer sequences, through the cache as in one forward pass.
+    model = tiny_gpt(position_encoding=position_encoding, num_key_value_heads=1)
+    ids = token_ids(rows=2, length=24)
+    full = np.asarray(model(ids))
+    cache = model.initial_cache(2, 24)
+    assert tuple(cache[0].shape) == (2, 2, 24, 1, 8)  # one key/value head
+    steps = []
+    for t in range(24):
+        logits, cache = model.call_with_cache(ids[:, t : t + 1], cache, t)
+        steps.append(np.asarray(logits))
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("position_encoding", ["rotary", "alibi"])
+def test_positions_inside_attention_add_no_position_weights(
+    position_encoding, tmp_path
+):
+    model = tiny_gpt(position_encoding=position_encoding)
+    learned = tiny_gpt()
+    assert model.count_params() == learned.count_params() - 16 * 16
+    assert model.blocks[0].self_attention.position_encoding == position_encoding
+    assert_saved_model_matches(model, token_ids(), tmp_path)
+
+
+def test_learned_positions_refuse_a_cache_past_max_length():
+    with pytest.raises(ValueError, match="at most the model's max_length=16"):
+        tiny_gpt().initial_cache(1, 17)
+    with pytest.raises(ValueError, match="`position_encoding` must be one of"):
+        tiny_gpt(position_encoding="relative")
