@@ -167,14 +167,12 @@ def masked_dataset(
     shuffle=False,
     seed=0,
     bucket_boundaries=None,
-    fixed_masks=False,
 ):
     """Batches of `(inputs, mask_ids, mask_weights)` for a
     `MaskedLanguageModel`: texts batched by length as
-    `data.pipeline.classification_dataset` batches them, then masked by
-    `generator`, anew every epoch (dynamic masking, as RoBERTa does) or, with
-    `fixed_masks`, once (held-out text: every evaluation sees the same
-    masks)."""
+    `data.pipeline.classification_dataset` batches them (full batches only
+    when shuffled), then masked by `generator` anew every epoch (dynamic
+    masking, as RoBERTa does)."""
     import tensorflow as tf
 
     labels = np.zeros(len(token_ids), "int32")
@@ -187,19 +185,31 @@ def masked_dataset(
         bucket_boundaries=bucket_boundaries,
         drop_remainder=shuffle,
     )
-
-    def mask(ids, _):
-        masked = generator(ids)
-        inputs = {
-            "token_ids": masked["token_ids"],
-            "mask_positions": tf.cast(masked["mask_positions"], "int32"),
-        }
-        return inputs, masked["mask_ids"], masked["mask_weights"]
-
-    dataset = dataset.map(mask, num_parallel_calls=tf.data.AUTOTUNE)
-    if fixed_masks:
-        dataset = dataset.cache()
+    dataset = dataset.map(
+        lambda ids, _: _model_data(generator(ids)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def fixed_masked_dataset(token_ids, generator, batch_size, seed=0):
+    """Like `masked_dataset`, with masks drawn once, from `seed`: held-out
+    text, which every evaluation (and a re-run) sees masked alike."""
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(seed)
+    masked = generator(tf.constant(np.asarray(token_ids, "int32")))
+    dataset = tf.data.Dataset.from_tensor_slices(_model_data(masked))
+    return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def _model_data(masked):
+    """`(inputs, targets, weights)` from `MaskedLMMaskGenerator`'s dict."""
+    inputs = {
+        "token_ids": masked["token_ids"],
+        "mask_positions": keras.ops.cast(masked["mask_positions"], "int32"),
+    }
+    return inputs, masked["mask_ids"], masked["mask_weights"]
 
 
 def load_extra_texts(name):
@@ -323,8 +333,8 @@ def run_pretrain(
         f"texts ({int(np.sum(train_ids != PAD_ID)):,} tokens); "
         f"{len(valid_ids):,} held-out texts; vocabulary {vocabulary_size}"
     )
-    keras.utils.set_random_seed(seed)
     generator = mask_generator(vocabulary_size, mask_id, max_length)
+    valid_data = fixed_masked_dataset(valid_ids, generator, batch_size, seed)
     train_data = masked_dataset(
         train_ids,
         generator,
@@ -333,7 +343,6 @@ def run_pretrain(
         seed=seed,
         bucket_boundaries=SETTINGS["token_buckets"],
     )
-    valid_data = masked_dataset(valid_ids, generator, batch_size, fixed_masks=True)
 
     def build(jit_compile):
         encoder = TransformerTextEncoder(

@@ -9,6 +9,7 @@ from keras_attention.models import TransformerClassifier, TransformerTextEncoder
 from keras_attention.tasks import pretrain
 from keras_attention.tasks.pretrain import (
     MaskedLanguageModel,
+    fixed_masked_dataset,
     mask_generator,
     masked_dataset,
 )
@@ -46,7 +47,7 @@ def test_masked_token_accuracy_rises_on_counting_sequences():
     keras.utils.set_random_seed(0)
     generator = mask_generator(VOCABULARY_SIZE, MASK_ID, LENGTH)
     train = masked_dataset(counting_texts(512, 0), generator, 32, shuffle=True)
-    held_out = masked_dataset(counting_texts(128, 1), generator, 64, fixed_masks=True)
+    held_out = fixed_masked_dataset(counting_texts(128, 1), generator, 64)
     model = compile_with_adam(
         tiny_mlm(), jit_compile=False, reduction="mean_with_sample_weight"
     )
@@ -75,6 +76,19 @@ def test_masks_follow_bert():
     np.testing.assert_array_equal(
         np.asarray(mask_ids)[weights > 0], picked[weights > 0]
     )
+
+
+def test_held_out_masks_are_drawn_from_the_seed():
+    generator = mask_generator(VOCABULARY_SIZE, MASK_ID, LENGTH)
+    texts = counting_texts(16, 0)
+
+    def masks(seed):
+        [(inputs, mask_ids, _)] = list(fixed_masked_dataset(texts, generator, 16, seed))
+        return np.asarray(inputs["token_ids"]), np.asarray(mask_ids)
+
+    for a, b in zip(masks(3), masks(3), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(masks(3)[0], masks(4)[0])
 
 
 def test_head_is_tied_to_the_encoder_embedding_and_saves_in_safe_mode(tmp_path):
@@ -120,10 +134,10 @@ def test_cli_pretrains_then_classifies_from_the_encoder(tmp_path):
     )
     pretrained = tmp_path / "pretrain"
     small = ["--batch-size", "16", "--no-xla"]
-    args = ["pretrain", "--data", data, "--add-text", str(extra), "--epochs", "2"]
+    args = ["pretrain", "--data", data, "--add-text", str(extra), "--epochs", "1"]
     cli.main([*args, *small, "--out", str(pretrained)])
     metrics = json.loads((pretrained / "metrics.json").read_text())
-    assert metrics["epochs"] == 2 and metrics["extra_train_texts"] == 40
+    assert metrics["epochs"] == 1 and metrics["extra_train_texts"] == 40
     assert 0 <= metrics["mlm_accuracy"] <= 1 and np.isfinite(metrics["mlm_loss"])
     assert_picture(pretrained / "loss.png")
     assert_keras_archive(pretrained / "encoder.keras", "TransformerTextEncoder")
