@@ -1,6 +1,7 @@
 """The reference models on JAX and PyTorch: each trains a step, saves to
 `.keras`, loads back in safe mode with the same predictions and (the
-translators and the captioner) generates with its cache, greedy and beam.
+translators and the captioner) generates with its cache, greedy and beam (the
+language models: greedy and top-p).
 The other model tests run on TensorFlow, CI's default backend."""
 
 import os
@@ -65,6 +66,22 @@ for name, (model, x, y, loss, sources) in cases.items():
             )
             assert tokens.shape == (8, 4) and tokens.max() < 20, (name, tokens)
     print(name, "ok")
+from keras_attention.models import GPT, LSTMLanguageModel
+for model in (
+    GPT(20, max_length=8, hidden_dim=16, num_heads=2, num_layers=1,
+        intermediate_dim=32, end_token_id=3),
+    LSTMLanguageModel(20, hidden_dim=16, num_layers=1, max_length=8, end_token_id=3),
+):
+    model.compile(optimizer="adam", loss=sparse)
+    history = model.fit(ids, ids, epochs=1, batch_size=4, verbose=0)
+    assert np.isfinite(history.history["loss"][0]), model.name
+    loaded = assert_saved_model_matches(model, ids, folder, atol=1e-5)
+    for sampler in ("greedy", "top_p"):
+        tokens = keras.ops.convert_to_numpy(
+            loaded.generate(ids[:, :2], max_length=8, sampler=sampler)
+        )
+        assert tokens.shape == (8, 8) and (tokens[:, :2] == ids[:, :2]).all()
+    print(type(model).__name__, "ok")
 """
 
 MODELS = [
@@ -73,6 +90,8 @@ MODELS = [
     "ShowAttendTell",
     "TransformerClassifier",
     "HierarchicalAttentionNetwork",
+    "GPT",
+    "LSTMLanguageModel",
 ]
 
 
