@@ -806,7 +806,7 @@ def build_parser():
     pretrain = command(
         "pretrain",
         "pretrain the Transformer classifier's encoder as a masked language "
-        "model (BERT's 15 %% masking, keras-hub) on unlabelled text, for "
+        "model (BERT's masking, keras-hub) on unlabelled text, for "
         "`classify --encoder OUT/encoder.keras`",
     )
     pretrain.add_argument(
