@@ -304,6 +304,34 @@ def _fortune_categories(directory):
     )
 
 
+def fortune_files(directory=FORTUNES_DIR, categories=None):
+    """The paths of the fortune files of `categories` (default: every file
+    of `directory` without a dot in its name, sorted).
+
+    Raises:
+        FileNotFoundError: if `directory` does not exist (the message names
+            the package to install).
+        ValueError: if a category has no file (the message lists the
+            available ones).
+    """
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(
+            f"The fortune files were not found: no folder '{directory}'. Install "
+            f"them with `apt-get install {FORTUNES_PACKAGE}`, or pass the folder "
+            "that holds them as `directory`."
+        )
+    available = _fortune_categories(directory)
+    categories = available if categories is None else list(categories)
+    unknown = [c for c in categories if c not in available]
+    if unknown or not categories:
+        raise ValueError(
+            f"Unknown fortune categories {unknown} in '{directory}'. Available "
+            f"categories: {available}."
+        )
+    return [os.path.join(directory, category) for category in categories]
+
+
 def _read_fortunes(path):
     with open(path, "rb") as file:
         text = file.read().decode("utf-8", errors="replace")
@@ -367,27 +395,14 @@ def load_fortunes(
             f"received categories={categories!r}."
         )
     _check_fractions(valid_fraction=valid_fraction, test_fraction=test_fraction)
-    directory = os.fspath(directory)
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(
-            f"The fortune files were not found: no folder '{directory}'. Install "
-            f"them with `apt-get install {FORTUNES_PACKAGE}`, or pass the folder "
-            "that holds them as `directory`."
-        )
-    available = _fortune_categories(directory)
-    unknown = [c for c in categories if c not in available]
-    if unknown:
-        raise ValueError(
-            f"Unknown fortune categories {unknown} in '{directory}'. Available "
-            f"categories: {available}."
-        )
     pairs = []
-    for category in categories:
-        entries = _read_fortunes(os.path.join(directory, category))
+    paths = fortune_files(directory, categories)
+    for category, path in zip(categories, paths, strict=True):
+        entries = _read_fortunes(path)
         if not entries:
             raise ValueError(
-                f"The fortune file '{os.path.join(directory, category)}' has no "
-                "entries: expected texts separated by lines holding only `%`."
+                f"The fortune file '{path}' has no entries: expected texts "
+                "separated by lines holding only `%`."
             )
         pairs.extend((entry, category) for entry in entries)
     return split_labelled(

@@ -11,7 +11,7 @@ from keras_attention._checks import check_positive_int
 from keras_attention.data.classification import (
     FORTUNES_DIR,
     FORTUNES_PACKAGE,
-    _fortune_categories,
+    fortune_files,
     split_fortunes,
 )
 from keras_attention.data.files import DataFormatError, list_lines, read_data_file
@@ -58,8 +58,8 @@ def load_fortune_texts(directory=FORTUNES_DIR, categories=None):
     holding only `%`. They are read as UTF-8 (undecodable bytes become
     U+FFFD), freed of overstriking and control characters (see
     `split_fortunes`) and cleaned by `clean_document`; empty entries and
-    repeated ones are dropped. All 43 categories hold about 2.5 million
-    characters in 16,000 texts.
+    repeated ones are dropped. The 43 categories of Debian's package hold
+    15,134 texts, 2.52 million characters.
 
     Args:
         directory: the folder of the fortune files.
@@ -74,29 +74,15 @@ def load_fortune_texts(directory=FORTUNES_DIR, categories=None):
             the package to install).
         ValueError: if a category has no file, or no text is left.
     """
-    directory = os.fspath(directory)
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(
-            f"The fortune files were not found: no folder '{directory}'. Install "
-            f"them with `apt-get install {FORTUNES_PACKAGE}`, or pass the folder "
-            "that holds them as `directory`."
-        )
-    available = _fortune_categories(directory)
-    categories = available if categories is None else list(categories)
-    unknown = [c for c in categories if c not in available]
-    if unknown or not categories:
-        raise ValueError(
-            f"Unknown fortune categories {unknown} in '{directory}'. Available "
-            f"categories: {available}."
-        )
+    paths = fortune_files(directory, categories)
     entries = []
-    for category in categories:
-        with open(os.path.join(directory, category), "rb") as file:
+    for path in paths:
+        with open(path, "rb") as file:
             entries += split_fortunes(file.read().decode("utf-8", errors="replace"))
     documents = _documents(entries)
     if not documents:
         raise ValueError(
-            f"The fortune files {categories} in '{directory}' hold no text: "
+            f"The fortune files {paths} hold no text: "
             "expected texts separated by lines holding only `%`. Reinstall "
             f"them with `apt-get install --reinstall {FORTUNES_PACKAGE}`."
         )
