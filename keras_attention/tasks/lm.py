@@ -134,6 +134,11 @@ def continue_texts(model, prompts, max_length=None, sampler="greedy"):
             "pass `tokenizer=` when building it."
         )
     max_length = max_length or model.max_length
+    if max_length > model.max_length:
+        raise ArgumentError(
+            f"a length of {max_length:,} characters is more than the model "
+            f"generates, {model.max_length:,}"
+        )
     prompt_ids = encode_texts(list(prompts), model.tokenizer, max_length)
     lengths = np.sum(prompt_ids != PAD_ID, axis=1)
     if np.any(lengths >= max_length):

@@ -132,6 +132,8 @@ def test_continuing_text_needs_the_tokenizer_and_room():
     model = build_model("gpt", 128, 8, tokenizer=_tokenizer(), hidden_dim=8)
     with pytest.raises(ArgumentError, match="prompt of 8 characters"):
         continue_texts(model, ["12345678"])
+    with pytest.raises(ArgumentError, match="length of 9 characters is more"):
+        continue_texts(model, ["hi"], max_length=9)
     (text,) = continue_texts(model, ["hi"], sampler="greedy")
     assert text.startswith("hi") and len(text) <= 8
     tokens = np.asarray(model.generate(np.array([[3, 104, 105]]), 8))
