@@ -37,7 +37,7 @@ from keras_attention.viz import plot_curves
 MODELS = ("gpt", "lstm")
 SAMPLERS = ("greedy", "top_k", "top_p")
 # Characters per window (GPT's positions), batches per epoch, and GPT's sizes:
-# 0.84 M parameters, which the LSTM matches with 2 layers of 224 units.
+# 0.84 M parameters, which the LSTM matches with 2 layers of 225 units.
 SETTINGS = {
     "sequence_length": 256,
     "steps_per_epoch": 100,
