@@ -482,11 +482,10 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         causal_in_op = use_causal_mask and in_op
         # So is the sliding window, where the weights are not asked for: the
         # chunked path then skips the tiles outside it.
-        window_in_op = (
-            self._sliding_window is not None
-            and in_op
-            and not self._needs_weights(return_attention_scores, training)
+        without_weights = in_op and not self._needs_weights(
+            return_attention_scores, training
         )
+        window_in_op = self._sliding_window is not None and without_weights
         if attention_bias is not None and not standard:
             raise ValueError(
                 "`attention_bias` needs (batch, length, dim) inputs attending "
@@ -498,9 +497,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         # asked for; elsewhere the bias is built whole.
         alibi_in_op = (
             self._alibi_slopes is not None
-            and in_op
+            and without_weights
             and attention_bias is None
-            and not self._needs_weights(return_attention_scores, training)
         )
         if standard:
             query_length = ops.shape(query)[1]
