@@ -542,9 +542,10 @@ def build_parser():
     )
     translate.add_argument(
         "--data",
-        type=dataset(("dates", "de-en"), "file"),
+        type=dataset(("dates", "de-en", "messages-de"), "file"),
         default="dates",
-        help="dates (generated), de-en (Debian trans-de-en) or a "
+        help="dates (generated), de-en (Debian trans-de-en), messages-de "
+        "(software messages of Debian packages' German catalogs) or a "
         "source<TAB>target file",
     )
     translate.add_argument(

@@ -128,7 +128,8 @@ def _error(argv, capsys):
         (["translate", "--min-confidence", "nan"], "--min-confidence: expected"),
         (
             ["translate", "--data", "missing.tsv"],
-            "'missing.tsv' is neither a built-in dataset (dates, de-en) nor an "
+            "'missing.tsv' is neither a built-in dataset (dates, de-en, messages-de) "
+            "nor an "
             "existing file",
         ),
         (["classify", "--model", "svm"], "unknown model 'svm'"),

@@ -1,6 +1,6 @@
 """Sentence pairs for translation: a user's TSV file, the Ding German-English
-dictionary's example sentences, or the generated date task, split into
-train/valid/test."""
+dictionary's example sentences, the software messages of Debian packages'
+German catalogs, or the generated date task, split into train/valid/test."""
 
 import os
 import re
@@ -9,10 +9,11 @@ import numpy as np
 
 from keras_attention.data.dates import date_splits
 from keras_attention.data.files import DataFormatError, list_lines, read_data_file
+from keras_attention.data.messages import message_splits
 
 DING_PATH = "/usr/share/trans/de-en"
 DING_PACKAGE = "trans-de-en"
-TRANSLATION_DATA = ("dates", "de-en")
+TRANSLATION_DATA = ("dates", "de-en", "messages-de")
 
 _VALID_TSV_LINE = "'Guten Morgen.<TAB>Good morning.' (more columns are ignored)"
 
@@ -236,7 +237,10 @@ def load_translation_pairs(data, seed=0):
     Args:
         data: `"dates"` (the generated date-normalisation task, see
             `date_splits`), `"de-en"` (the Ding dictionary's sentences, see
-            `load_ding`), or the path of a `source<TAB>target` file (see
+            `load_ding`), `"messages-de"` (English->German software
+            messages of Debian packages, see `message_splits`: 1000 test and
+            1000 validation messages chosen by hash), or the path of a
+            `source<TAB>target` file (see
             `read_tsv`), of which a tenth, at most 1000 pairs, goes to each of
             the test and validation splits.
         seed: seed of the generation or of the split.
@@ -249,6 +253,8 @@ def load_translation_pairs(data, seed=0):
         return date_splits(seed=seed)
     if data == "de-en":
         return split_pairs(load_ding(), seed=seed)
+    if data == "messages-de":
+        return message_splits(language="de", seed=seed)
     if isinstance(data, (str, os.PathLike)) and os.path.isfile(data):
         pairs = read_tsv(data)
         num_held_out = min(1000, len(pairs) // 10)

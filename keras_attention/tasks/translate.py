@@ -6,7 +6,15 @@ import os
 import numpy as np
 
 from keras_attention.data.pipeline import encode_texts, translation_dataset
-from keras_attention.data.tokenization import END_ID, join_punctuation
+from keras_attention.data.tokenization import (
+    END_ID,
+    PLACEHOLDER_TOKENS,
+    find_placeholders,
+    join_punctuation,
+    mask_placeholders,
+    placeholder_accuracy,
+    unmask_placeholders,
+)
 from keras_attention.data.translation import load_translation_pairs
 from keras_attention.decoding import mean_log_probs
 from keras_attention.models import RNNSeq2Seq, Transformer
@@ -53,6 +61,18 @@ SETTINGS = {
         "epochs": 30,
         "length_buckets": (5, 8, 11, 14, 17, 20),
     },
+    # Software messages: up to 30 words, 64 tokens on either side (the German
+    # side runs longer); placeholders as slot tokens (`mask_placeholders`).
+    "messages": {
+        "vocabulary_size": 8000,
+        "lowercase": False,
+        "max_source_length": 64,
+        "max_target_length": 64,
+        "bucket_boundaries": (12, 20, 32, 48),
+        "epochs": 30,
+        "length_buckets": (5, 7, 9, 12, 16),
+        "placeholders": True,
+    },
 }
 EVAL_BATCH_SIZE = 100
 
@@ -85,10 +105,46 @@ def build_model(name, source_vocabulary_size, target_vocabulary_size, settings, 
     )
 
 
+def settings_for(data):
+    """The `SETTINGS` of a `--data` name (or a file's path)."""
+    if data == "dates":
+        return SETTINGS["dates"]
+    if isinstance(data, str) and data.startswith("messages-"):
+        return SETTINGS["messages"]
+    return SETTINGS["text"]
+
+
 def translate_texts(model, texts, beam_width=1, length_penalty=0.6):
-    """Translates strings with a model that carries its tokenizers."""
+    """Translates strings with a model that carries its tokenizers.
+
+    A model trained on messages (whose vocabularies have the slots
+    `PLACEHOLDER_TOKENS`) sees each source placeholder as a slot token, and
+    its translation gets the source's placeholders back in place of the slots.
+    """
     _, tokens = _translate_ids(model, texts, beam_width, length_penalty)
-    return [_detokenize(model.target_tokenizer, row) for row in tokens]
+    return _decode(model, texts, tokens)
+
+
+def _decode(model, texts, tokens):
+    translations = [_detokenize(model.target_tokenizer, row) for row in tokens]
+    if not _has_slots(model.source_tokenizer):
+        return translations
+    return [
+        unmask_placeholders(translation, find_placeholders(text))
+        for text, translation in zip(texts, translations, strict=True)
+    ]
+
+
+def _has_slots(tokenizer):
+    return PLACEHOLDER_TOKENS[0] in tokenizer.get_vocabulary()
+
+
+def _masked_sources(tokenizer, texts):
+    """The texts with slot tokens for placeholders when the vocabulary has
+    them, unchanged otherwise."""
+    if not _has_slots(tokenizer):
+        return list(texts)
+    return [mask_placeholders(text)[0] for text in texts]
 
 
 def translate_with_confidence(model, texts, beam_width=1, length_penalty=0.6):
@@ -115,8 +171,10 @@ def translate_with_confidence(model, texts, beam_width=1, length_penalty=0.6):
         model, {"encoder_token_ids": source_ids}, tokens, EVAL_BATCH_SIZE
     )
     return [
-        (_detokenize(model.target_tokenizer, row), float(score))
-        for row, score in zip(tokens, scores, strict=True)
+        (translation, float(score))
+        for translation, score in zip(
+            _decode(model, texts, tokens), scores, strict=True
+        )
     ]
 
 
@@ -127,7 +185,11 @@ def _translate_ids(model, texts, beam_width, length_penalty):
             "This model has no tokenizers; train it with `keras-attention "
             "translate`, or pass `source_tokenizer`/`target_tokenizer`."
         )
-    source_ids = encode_texts(texts, model.source_tokenizer, model.max_source_length)
+    source_ids = encode_texts(
+        _masked_sources(model.source_tokenizer, texts),
+        model.source_tokenizer,
+        model.max_source_length,
+    )
     return source_ids, _generate(model, source_ids, beam_width, length_penalty)
 
 
@@ -155,7 +217,8 @@ def run_translate(
 
     Args:
         out_dir: output folder.
-        data: `"dates"`, `"de-en"` or the path of a `source<TAB>target` file.
+        data: `"dates"`, `"de-en"`, `"messages-de"` or the path of a
+            `source<TAB>target` file.
         model: one of `MODELS`.
         epochs: training epochs (default per dataset).
         batch_size: training batch size.
@@ -181,12 +244,15 @@ def run_translate(
     if model not in MODELS:
         raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
     strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, "translate")
-    settings = SETTINGS["dates" if data == "dates" else "text"]
+    settings = settings_for(data)
     epochs = epochs or settings["epochs"]
 
     phase(f"loading {data}")
     splits = load_translation_pairs(data, seed=seed)
     train_pairs = splits["train"][:num_train] if num_train else splits["train"]
+    valid_pairs = splits["valid"]
+    if settings.get("placeholders"):
+        train_pairs, valid_pairs = _mask_pairs(train_pairs), _mask_pairs(valid_pairs)
     check_training_size(
         batch_size,
         len(train_pairs),
@@ -216,7 +282,7 @@ def run_translate(
         train_pairs, shuffle=True, seed=seed, drop_remainder=True, **dataset_args
     )
     check_training_size(batch_size, num_kept, "pairs within the length limits")
-    valid_data, _ = translation_dataset(splits["valid"], **dataset_args)
+    valid_data, _ = translation_dataset(valid_pairs, **dataset_args)
 
     def build(jit_compile):
         net = build_model(
@@ -255,6 +321,7 @@ def run_translate(
 
     phase(f"translating {len(test_pairs)} test sentences (greedy)")
     metrics = evaluate(net, test_pairs, settings["length_buckets"], beam_width=1)
+    placeholders = settings.get("placeholders", False)
     if beam_width > 1:
         phase(f"translating again with beam search (width {beam_width})")
         beam = evaluate(net, test_pairs, (), beam_width=beam_width)
@@ -262,7 +329,12 @@ def run_translate(
             {f"beam{beam_width}_{k}": v for k, v in beam.items() if k != "samples"}
         )
     samples = metrics.pop("samples")
-    _plot_alignments(net, test_pairs[:3], out_dir, model)
+    _plot_alignments(
+        net,
+        _long_messages(test_pairs) if placeholders else test_pairs[:3],
+        out_dir,
+        model,
+    )
     plot_score_by_length(
         {model: metrics["by_length"]},
         path=os.path.join(out_dir, "score_by_length.png"),
@@ -287,6 +359,11 @@ def run_translate(
         metrics,
         f"{model} on {data}: exact match {metrics['exact_match']:.3f}, "
         f"BLEU {metrics['bleu']:.1f}, chrF {metrics['chrf']:.1f}"
+        + (
+            f", placeholders kept {metrics['placeholder_accuracy']:.3f}"
+            if placeholders
+            else ""
+        )
         + (
             f"; beam {beam_width}: BLEU {metrics[f'beam{beam_width}_bleu']:.1f}"
             if beam_width > 1
@@ -321,7 +398,14 @@ def compare(out_dir, models, data="dates", **kwargs):
     summary = {
         name: {
             k: r[k]
-            for k in ("exact_match", "bleu", "chrf", "train_seconds", "epochs")
+            for k in (
+                "exact_match",
+                "bleu",
+                "chrf",
+                "placeholder_accuracy",
+                "train_seconds",
+                "epochs",
+            )
             if k in r
         }
         for name, r in results.items()
@@ -334,11 +418,16 @@ def compare(out_dir, models, data="dates", **kwargs):
 
 def evaluate(model, pairs, length_buckets, beam_width=1, length_penalty=0.6):
     """Exact match, BLEU and chrF (sacrebleu) of the model's translations of
-    `pairs`, overall and by source length in words."""
+    `pairs`, overall and by source length in words; for a model trained on
+    messages also the placeholder accuracy (`placeholder_accuracy`)."""
     sources = [source for source, _ in pairs]
     references = [target for _, target in pairs]
     hypotheses = translate_texts(model, sources, beam_width, length_penalty)
-    scores = _scores(hypotheses, references)
+    if not _has_slots(model.source_tokenizer):
+        sources_if_messages = None
+    else:
+        sources_if_messages = sources
+    scores = _scores(hypotheses, references, sources_if_messages)
     lengths = np.array([len(source.split()) for source in sources])
     by_length = {}
     edges = [0, *length_buckets, max(int(lengths.max()), *length_buckets, 1)]
@@ -346,7 +435,9 @@ def evaluate(model, pairs, length_buckets, beam_width=1, length_penalty=0.6):
         chosen = np.flatnonzero((lengths > low) & (lengths <= high))
         if len(chosen):
             bucket = _scores(
-                [hypotheses[i] for i in chosen], [references[i] for i in chosen]
+                [hypotheses[i] for i in chosen],
+                [references[i] for i in chosen],
+                sources_if_messages and [sources[i] for i in chosen],
             )
             by_length[f"{low + 1}-{high}"] = {**bucket, "count": int(len(chosen))}
     return {
@@ -359,10 +450,16 @@ def evaluate(model, pairs, length_buckets, beam_width=1, length_penalty=0.6):
     }
 
 
-def _scores(hypotheses, references):
+def _scores(hypotheses, references, sources=None):
     import sacrebleu
 
+    placeholders = (
+        {"placeholder_accuracy": placeholder_accuracy(sources, hypotheses)}
+        if sources
+        else {}
+    )
     return {
+        **placeholders,
         "exact_match": float(
             np.mean([h == r for h, r in zip(hypotheses, references, strict=True)])
         ),
@@ -371,15 +468,38 @@ def _scores(hypotheses, references):
     }
 
 
+def _mask_pairs(pairs):
+    """Pairs with slot tokens for the placeholders (`mask_placeholders`)."""
+    masked = []
+    for source, target in pairs:
+        source, placeholders = mask_placeholders(source)
+        masked.append((source, mask_placeholders(target, placeholders)[0]))
+    return masked
+
+
+def _long_messages(pairs, count=3, max_words=20):
+    """The longest messages of at most `max_words` words that have two or
+    more placeholders (for readable attention heatmaps)."""
+    chosen = [
+        pair
+        for pair in pairs
+        if len(find_placeholders(pair[0])) >= 2 and len(pair[0].split()) <= max_words
+    ]
+    chosen.sort(key=lambda pair: -len(pair[0].split()))
+    return chosen[:count] or pairs[:count]
+
+
 def _tokenizers(out_dir, train_pairs, settings):
     """WordPiece tokenizers learned from the training split, cached in
-    `out_dir` so that a resumed run has the very same vocabularies."""
+    `out_dir` so that a resumed run has the very same vocabularies; with the
+    placeholder slots appended for messages."""
     return [
         cached_word_piece(
             os.path.join(out_dir, f"{side}_vocabulary.txt"),
             texts,
             settings["vocabulary_size"],
             lowercase=settings["lowercase"],
+            extra_tokens=PLACEHOLDER_TOKENS if settings.get("placeholders") else (),
         )
         for side, texts in (
             ("source", [s for s, _ in train_pairs]),
@@ -430,7 +550,11 @@ def plot_translation_attention(model, source, path=None, title=None):
     """Translates `source` greedily and draws the cross-attention of each
     output token over the source tokens (the alignment figures of Bahdanau et
     al., 2015). Returns the matplotlib figure."""
-    source_ids = encode_texts([source], model.source_tokenizer, model.max_source_length)
+    source_ids = encode_texts(
+        _masked_sources(model.source_tokenizer, [source]),
+        model.source_tokenizer,
+        model.max_source_length,
+    )
     source_tokens = [int(t) for t in source_ids[0] if t]
     generated = [int(t) for t in _generate(model, source_ids, 1, 0.6)[0] if t]
     decoder_ids = np.array([[model.start_token_id, *generated[:-1]]], "int32")

@@ -141,7 +141,9 @@ def test_load_translation_pairs_tsv(tmp_path):
 
 
 def test_load_translation_pairs_unknown(tmp_path):
-    with pytest.raises(ValueError, match=r"'fr-en'.*\['dates', 'de-en'\]"):
+    with pytest.raises(
+        ValueError, match=r"'fr-en'.*\['dates', 'de-en', 'messages-de'\]"
+    ):
         load_translation_pairs("fr-en")
     with pytest.raises(ValueError, match="existing"):
         load_translation_pairs(str(tmp_path / "missing.tsv"))

@@ -199,3 +199,70 @@ def test_a_run_killed_mid_epoch_resumes_and_ends_like_an_uninterrupted_one(tmp_p
         uninterrupted["final_valid_token_accuracy"], abs=0.02
     )
     assert resumed["bleu"] == pytest.approx(uninterrupted["bleu"], abs=5)
+
+
+# Software messages (`--data messages-de`)
+
+
+def _tiny_messages(seed=0):
+    """A made-up messages corpus with placeholders, in the splits' format."""
+    words = ["file", "folder", "user", "group", "server", "table", "index"]
+    pairs = []
+    for i in range(400):
+        word = words[i % len(words)]
+        pairs.append((f"cannot open {word} %s for reading", f"{word} %s nicht lesbar"))
+        pairs.append(
+            (f"<b>{word}</b> has %d entries ({i})", f"<b>{word}</b> hat %d ({i})")
+        )
+    return {"train": pairs[40:], "valid": pairs[20:40], "test": pairs[:20]}
+
+
+def test_messages_run_reports_a_missing_package(monkeypatch, tmp_path, capsys):
+    from keras_attention.data import messages
+
+    real = messages.package_catalogs
+
+    def only_coreutils(package, language):
+        if package != "coreutils":
+            raise FileNotFoundError(package)
+        return real(package, language)
+
+    monkeypatch.setattr(messages, "package_catalogs", only_coreutils)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["translate", "--data", "messages-de", "--out", str(out)])
+    assert exit_.value.code == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("keras-attention translate: error: FileNotFoundError:")
+    assert "apt-get install postgresql-15 git" in error
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_messages_model_keeps_placeholders_as_slot_tokens(monkeypatch, tmp_path):
+    from keras_attention.tasks import translate
+
+    monkeypatch.setattr(
+        translate, "load_translation_pairs", lambda data, seed: _tiny_messages()
+    )
+    metrics = run_translate(
+        tmp_path,
+        data="messages-de",
+        model="rnn-bahdanau",
+        epochs=2,
+        batch_size=32,
+        beam_width=1,
+        verbose=0,
+    )
+    assert 0 <= metrics["placeholder_accuracy"] <= 1
+    assert all("placeholder_accuracy" in b for b in metrics["by_length"].values())
+    vocabulary = (tmp_path / "source_vocabulary.txt").read_text().splitlines()
+    assert vocabulary[-16:] == [f"[PH{k}]" for k in range(1, 17)]
+    model = keras.saving.load_model(tmp_path / "model.keras")
+    tokenizer = model.source_tokenizer
+    ids = tokenizer(translate.mask_placeholders("<b>file</b> %(x)s")[0])
+    assert [tokenizer.id_to_token(int(i)) for i in ids][-1] == "[PH3]"
+    # The source's own placeholders come back in place of the slots.
+    [translation] = translate_texts(model, ["cannot open file %(path)s for reading"])
+    assert "[PH" not in translation
+    assert_picture(tmp_path / "attention_0.png")
