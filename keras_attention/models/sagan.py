@@ -9,7 +9,6 @@ from keras_attention.layers.conditional_batch_normalization import (
     ConditionalBatchNormalization,
 )
 from keras_attention.layers.self_attention_2d import SelfAttention2D
-from keras_attention.utils.backend import num_workers
 
 # The base resolution of both networks: the generator starts from a 4x4 map
 # and the discriminator ends on one.
@@ -519,12 +518,7 @@ class SAGAN(keras.Model):
             ("d_fake", ops.mean(fake_logits)),
         ):
             self.trackers[name].update_state(value)
-        results = {name: tracker.result() for name, tracker in self.trackers.items()}
-        if num_workers(tf.distribute.get_strategy()) > 1:
-            # Keras (3.15) averages a step's outputs over several workers
-            # along axis 0, which a scalar does not have.
-            results = {name: ops.reshape(v, (1,)) for name, v in results.items()}
-        return results
+        return {name: tracker.result() for name, tracker in self.trackers.items()}
 
     def _training_inputs(self, batch_size, labels, replica_context):
         """Generator inputs for this replica's share of the batch: `z` is

@@ -178,7 +178,7 @@ def run_classify(
         raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
     if encoder is not None and model != "transformer":
         raise ValueError(f"`encoder` starts a Transformer; received model={model!r}.")
-    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, "classify")
+    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size)
     epochs = epochs or SETTINGS["epochs"]
 
     phase(f"loading {data}")
@@ -293,7 +293,8 @@ def run_classify(
             f"{NUM_DELETED_WORDS} random words of each test text"
         )
         metrics["deletion"] = deletion_check(net, x_test, probabilities, seed=seed)
-        explain(net, splits.test.texts[:num_explanations], out_dir)
+        if num_explanations:
+            explain(net, splits.test.texts[:num_explanations], out_dir)
     metrics.update(
         {
             "model": model,

@@ -169,32 +169,70 @@ def worker_output(out_dir, strategy):
     return os.path.join(out_dir, f"{task_type}-{task_id}")
 
 
-def check_fit_inputs(strategy, task):
-    """Refuses, before any work, a run that Keras' `fit` cannot start: under
-    `MultiWorkerMirroredStrategy` with more than one worker, Keras (3.15)
-    reduces the first batch with `tf.distribute.Strategy.reduce`, which takes
-    one tensor, not the `(inputs, targets)` pairs these tasks train on."""
-    workers = num_workers(strategy)
-    if workers > 1:
-        raise ValueError(
-            f"`keras-attention {task}` trains on (inputs, targets) batches, which "
-            f"Keras' fit cannot start with under MultiWorkerMirroredStrategy over "
-            f"{workers} workers (it passes the batch to "
-            "tf.distribute.Strategy.reduce, which takes a single tensor). Use "
-            "--strategy mirrored on one machine with several GPUs; the "
-            "unconditional `keras-attention gan`, which trains on images "
-            "alone, runs on several workers."
+def training_scope(model, strategy):
+    """The context to train `model` in with `fit`, adapting it to several
+    workers where `strategy` spans them.
+
+    Keras (3.15) cannot `fit` a model under `MultiWorkerMirroredStrategy`
+    over several workers (keras-team/keras#20329): it reduces the first
+    batch with `Strategy.reduce`, which takes one tensor, not the
+    `(inputs, targets)` pairs these tasks train on; and it averages a step's
+    outputs over workers along axis 0, which the scalar losses and metrics of
+    its own train step do not have. On one worker neither happens, and
+    nothing is changed (for `None` or a one-machine strategy the context does
+    nothing).
+
+    Over several workers, two changes to this model object, nothing in
+    Keras: the model forgets the strategy it was built in, so that `fit`
+    takes it from the scope this returns instead (Keras then builds the
+    metrics when it traces the step, as it does with no strategy, rather than
+    from a reduced first batch); and its `train_step` and `test_step` return
+    each figure with a batch axis of one, which Keras averages over the
+    replicas. Each replica's figures are those of its share of the batch, so
+    the averages are the global batch's figures where the shares weigh the
+    same (losses and metrics over examples), and means of the shares' means
+    where they do not (the padding-weighted token losses).
+
+    The step is otherwise Keras' own, with one difference from one device
+    that Keras has under any strategy: with `clipnorm`, each replica clips
+    its share of the gradient before the shares are summed.
+
+    Args:
+        model: the compiled model, built in `strategy`'s scope.
+        strategy: the strategy it trains under, or None.
+
+    Returns:
+        A context manager to call `fit` (`fit_resumable`) in.
+    """
+    if num_workers(strategy) <= 1:
+        return contextlib.nullcontext()
+    if getattr(model, "_distribute_strategy", None) is not strategy:
+        raise RuntimeError(
+            f"training_scope expects a model built in the scope of {strategy!r}; "
+            f"this Keras version ({keras.__version__}) or this model keeps "
+            f"{getattr(model, '_distribute_strategy', 'no strategy')!r}."
         )
+    model._distribute_strategy = None
+    model.train_step = _with_batch_axis(model.train_step)
+    model.test_step = _with_batch_axis(model.test_step)
+    return strategy.scope()
 
 
-def prepare(strategy, out_dir, batch_size=None, task=None):
+def _with_batch_axis(step):
+    def step_with_batch_axis(data):
+        return {
+            name: keras.ops.reshape(value, (1,)) for name, value in step(data).items()
+        }
+
+    return step_with_batch_axis
+
+
+def prepare(strategy, out_dir, batch_size=None):
     """Makes the strategy and this worker's output folder for a run.
 
     The strategy comes first: a multi-worker one must exist before any other
     TensorFlow op. Then `batch_size`, where given, must split evenly between
-    the replicas, and `task`, where given, names a subcommand that trains on
-    `(inputs, targets)` batches (refused over several workers, see
-    `check_fit_inputs`).
+    the replicas.
 
     Returns:
         `(strategy, out_dir)`: the strategy (None for `"default"`) and the
@@ -203,8 +241,6 @@ def prepare(strategy, out_dir, batch_size=None, task=None):
     strategy = make_strategy(strategy)
     if batch_size is not None:
         check_global_batch(batch_size, strategy)
-    if task is not None:
-        check_fit_inputs(strategy, task)
     return strategy, prepare_output(worker_output(out_dir, strategy))
 
 

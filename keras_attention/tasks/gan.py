@@ -192,9 +192,7 @@ def run_gan(
     Returns:
         The metrics dict.
     """
-    # Images alone train on several workers; (images, labels) pairs do not.
-    task = "gan --conditional" if conditional else None
-    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, task)
+    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size)
     phase(f"loading {data}")
     images = load_image_set(data, image_size, channels)
     check_training_size(

@@ -92,15 +92,16 @@ def train_or_load(
         if announce
         else f"training {model.count_params():,} parameters for up to {epochs} epochs"
     )
-    history = fit_resumable(
-        model,
-        out_dir=out_dir,
-        epochs=epochs,
-        time_budget_minutes=time_budget_minutes,
-        verbose=verbose,
-        shuffle=False,
-        **arguments,
-    )
+    with distribute.training_scope(model, strategy):
+        history = fit_resumable(
+            model,
+            out_dir=out_dir,
+            epochs=epochs,
+            time_budget_minutes=time_budget_minutes,
+            verbose=verbose,
+            shuffle=False,
+            **arguments,
+        )
     save_model(model, model_path)
     if export is not None:
         export(model)

@@ -2,7 +2,10 @@
 (logical devices and multi-worker collectives are set up when TensorFlow
 starts): `python -m tests.tasks.strategy_runs mirrored OUT` trains the same
 models on one device and mirrored over two logical CPU devices and writes
-their loss curves to `OUT/curves.json`."""
+their loss curves to `OUT/curves.json`; `python -m tests.tasks.strategy_runs
+tasks OUT REVIEWS_CSV CAPTIONS_FOLDER` trains `translate`, `classify` and
+`caption` under `MultiWorkerMirroredStrategy` where `TF_CONFIG` is set, on
+one device otherwise."""
 
 import json
 import os
@@ -80,5 +83,59 @@ def _train_sagan(strategy):
     return gan.fit(dataset, epochs=3, verbose=0).history
 
 
+# Tiny runs of the three subcommands that train on (inputs, targets) pairs,
+# without dropout (its masks differ between one and several workers) and
+# without XLA (a strategy turns it off), two epochs of a global batch of 32.
+TASKS = {
+    "translate": {
+        "data": "dates",
+        "model": "transformer",
+        "num_train": 320,
+        "beam_width": 1,
+        "hidden_dim": 32,
+        "num_heads": 2,
+        "num_encoder_layers": 1,
+        "num_decoder_layers": 1,
+        "intermediate_dim": 64,
+    },
+    "classify": {
+        "model": "transformer",
+        "num_explanations": 0,
+        "hidden_dim": 32,
+        "num_heads": 2,
+        "num_layers": 1,
+        "intermediate_dim": 64,
+    },
+    "caption": {"beam_width": 1},
+}
+
+
+def tasks(out, reviews_csv, captions_folder):
+    from keras_attention.tasks import caption, classify, translate
+    from keras_attention.tasks.distribute import make_strategy
+
+    data = {"classify": reviews_csv, "caption": captions_folder}
+    run = {
+        "translate": translate.run_translate,
+        "classify": classify.run_classify,
+        "caption": caption.run_caption,
+    }
+    # One strategy for the three runs: a multi-worker one can be made once.
+    strategy = make_strategy("multi-worker" if "TF_CONFIG" in os.environ else "default")
+    for name, options in TASKS.items():
+        if name in data:
+            options = {**options, "data": data[name]}
+        run[name](
+            os.path.join(out, name),
+            strategy=strategy,
+            epochs=2,
+            batch_size=32,
+            jit_compile=False,
+            verbose=0,
+            dropout=0.0,
+            **options,
+        )
+
+
 if __name__ == "__main__":
-    {"mirrored": mirrored}[sys.argv[1]](*sys.argv[2:])
+    {"mirrored": mirrored, "tasks": tasks}[sys.argv[1]](*sys.argv[2:])

@@ -34,17 +34,22 @@ def shape_scene(rng, size=24):
     return image, [f"a {shape} on the {side}", f"the {shape} is on the {side}"]
 
 
-@pytest.fixture(scope="module")
-def shapes_folder(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("shapes")
+def write_shapes_folder(folder, num_images):
+    """A folder of `num_images` shape scenes and their `captions.tsv`."""
+    folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     lines = []
-    for i in range(120):
+    for i in range(num_images):
         image, captions = shape_scene(rng)
         Image.fromarray(image).save(folder / f"{i}.png")
         lines += [f"{i}.png\t{caption}" for caption in captions]
     (folder / "captions.tsv").write_text("\n".join(lines) + "\n")
     return folder
+
+
+@pytest.fixture(scope="module")
+def shapes_folder(tmp_path_factory):
+    return write_shapes_folder(tmp_path_factory.mktemp("shapes"), 120)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -8,8 +9,11 @@ import numpy as np
 import pytest
 
 from keras_attention.tasks import distribute
+from keras_attention.tasks.common import read_epoch_log
 from keras_attention.tasks.translate import run_translate
 from tests.tasks.processes import cli_process, stop
+from tests.tasks.test_caption import write_shapes_folder
+from tests.tasks.test_classify import keyword_reviews, write_csv
 
 # Every test here trains or starts processes: the slow tier.
 pytestmark = pytest.mark.slow
@@ -96,11 +100,13 @@ def free_ports(count):
 
 def test_two_workers_on_localhost_train_one_model(tmp_path):
     """MultiWorkerMirroredStrategy with two worker processes on this machine
-    (SAGAN, whose data are images alone): both finish, the chief writes OUT
-    and the other OUT/worker-1, and they end with the same weights."""
+    (the class-conditional SAGAN, its own two-optimizer step on (images,
+    labels) batches): both finish, the chief writes OUT and the other
+    OUT/worker-1, and they end with the same weights."""
     cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
     args = [
         "gan",
+        "--conditional",
         "--strategy",
         "multi-worker",
         "--data",
@@ -146,19 +152,65 @@ def test_two_workers_on_localhost_train_one_model(tmp_path):
         assert metrics["epochs"] == 2 and metrics["nan_free"]
 
 
-def test_tasks_on_pairs_refuse_several_workers_before_any_work(tmp_path):
-    class TwoWorkers:
-        num_replicas_in_sync = 2
-
-        class cluster_resolver:  # noqa: N801 (mimics the strategy's attribute)
-            @staticmethod
-            def cluster_spec():
-                class Spec:
-                    def as_dict(self):
-                        return {"worker": ["a:1", "b:1"]}
-
-                return Spec()
-
-    with pytest.raises(ValueError, match="over 2 workers.*--strategy mirrored"):
-        run_translate(tmp_path, strategy=TwoWorkers(), batch_size=32)
-    assert not (tmp_path / "checkpoints").exists()
+def test_two_workers_train_every_task_on_pairs_like_one_worker(tmp_path):
+    """translate, classify and caption (Keras' own train step, batches of
+    (inputs, targets)) under MultiWorkerMirroredStrategy over two worker
+    processes on this machine, against one process at the same global batch:
+    both workers end with the same weights, and the loss curves agree."""
+    reviews = write_csv(tmp_path / "reviews.csv", keyword_reviews(200))
+    captions = write_shapes_folder(tmp_path / "shapes", 64)
+    cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
+    runs = {
+        "worker-0": tmp_path / "two",
+        "worker-1": tmp_path / "two",
+        "single": tmp_path / "one",
+    }
+    processes = {}
+    for name, out in runs.items():
+        env = {}
+        if name.startswith("worker"):
+            task = {"type": "worker", "index": int(name[-1])}
+            env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": task})
+        processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "tests.tasks.strategy_runs", "tasks", out]
+            + [reviews, captions],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **env},
+            start_new_session=True,
+        )
+    try:
+        outputs = {
+            name: process.communicate(timeout=900)[0].decode()
+            for name, process in processes.items()
+        }
+    finally:
+        for process in processes.values():
+            stop(process)
+    for name, process in processes.items():
+        assert process.returncode == 0, f"{name}:\n{outputs[name][-3000:]}"
+    assert "CollectiveAllReduceStrategy over 2 replicas" in outputs["worker-0"]
+    for task in ("translate", "classify", "caption"):
+        # Worker 0 writes OUT, worker 1 OUT/worker-1.
+        chief = keras.saving.load_model(runs["worker-0"] / task / "model.keras")
+        other = keras.saving.load_model(
+            runs["worker-1"] / task / "worker-1" / "model.keras"
+        )
+        for a, b in zip(chief.weights, other.weights, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        curves = {
+            name: [
+                row["loss"]
+                for row in read_epoch_log(folder / task / "checkpoints" / "epochs.csv")
+            ]
+            for name, folder in (("one", runs["single"]), ("two", runs["worker-0"]))
+        }
+        assert len(curves["one"]) == len(curves["two"]) == 2, (task, curves)
+        # Each worker clips its share of the gradient at norm 1 where one
+        # process clips the whole (`clipnorm=1.0`): measured after the first
+        # epoch, classify 0.734 vs 0.718 (2.2%), translate and caption within
+        # 0.01%; with clipping off, classify's curves were equal to the last
+        # printed digit.
+        np.testing.assert_allclose(
+            curves["two"], curves["one"], rtol=0.03, err_msg=task
+        )
