@@ -35,7 +35,14 @@ LM_MODELS = ("gpt", "lstm")
 LM_SAMPLERS = ("greedy", "top_k", "top_p")
 PRETRAIN_EXTRA_TEXTS = ("fortunes",)
 BENCH_SUITES = ("attention", "seq2seq", "decode", "xla", "layers")
-STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
+STRATEGIES = (
+    "default",
+    "mirrored",
+    "multi-worker",
+    "tpu",
+    "data-parallel",
+    "model-parallel",
+)
 # The model classes that each subcommand's `--load` reads, by the
 # `registered_name` (or, for functional models, the name) in a `.keras`
 # archive's config.json.
@@ -305,8 +312,13 @@ def _demo(args):
 
 def _training_options(args):
     """The task arguments of the options `_add_training_options` adds."""
+    strategy = args.strategy
+    if args.model_shards is not None:
+        from keras_attention.tasks.distribute import make_strategy
+
+        strategy = make_strategy(strategy, model_shards=args.model_shards)
     return {
-        "strategy": args.strategy,
+        "strategy": strategy,
         "data": args.data,
         "epochs": args.epochs,
         "batch_size": args.batch_size,
@@ -933,9 +945,20 @@ def _add_training_options(
         "--strategy",
         default="default",
         choices=STRATEGIES,
-        help="tf.distribute strategy: default (one device), mirrored (every GPU "
-        "of this machine), multi-worker (the machines in TF_CONFIG; run the same "
-        "command on each), tpu; --batch-size is the global batch",
+        help="default (one device); on TensorFlow, a tf.distribute strategy: "
+        "mirrored (every GPU of this machine), multi-worker (the machines in "
+        "TF_CONFIG; run the same command on each), tpu; on JAX, a "
+        "keras.distribution: data-parallel (every device; the processes named "
+        "by KERAS_DISTRIBUTION_* variables), model-parallel (Transformer "
+        "weights split between devices); --batch-size is the global batch",
+    )
+    parser.add_argument(
+        "--model-shards",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="with --strategy model-parallel: devices each weight is split "
+        "between (default: all); the other devices split the batch",
     )
 
 
@@ -948,11 +971,38 @@ def _version():
         return "(not installed)"
 
 
+def _check_strategy_backend(strategy):
+    if strategy == "default":
+        return
+    import keras
+
+    engine = (
+        ("keras.distribution", "jax")
+        if strategy in ("data-parallel", "model-parallel")
+        else ("tf.distribute", "tensorflow")
+    )
+    if keras.backend.backend() != engine[1]:
+        raise CommandError(
+            f"--strategy {strategy} uses {engine[0]}, which trains on the "
+            f"{engine[1]} backend (KERAS_BACKEND={engine[1]}); the backend is "
+            f"{keras.backend.backend()!r}",
+            2,
+        )
+
+
 def check_arguments(args):
     """The checks that involve several arguments or the file system; raises
     `CommandError`. Fills in the output folder where it depends on --load."""
     inputs = getattr(args, "inputs", None)
     load = getattr(args, "load", None)
+    _check_strategy_backend(getattr(args, "strategy", "default"))
+    shards = getattr(args, "model_shards", None)
+    if shards is not None and args.strategy != "model-parallel":
+        raise CommandError(
+            f"--model-shards {shards} needs --strategy model-parallel; received "
+            f"--strategy {args.strategy}",
+            2,
+        )
     if inputs and getattr(args, inputs) and not load:
         raise CommandError(
             f"{inputs} to {args.command} need --load DIR/model.keras; without "

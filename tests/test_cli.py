@@ -150,6 +150,16 @@ def _error(argv, capsys):
         (["lm", "--prompt", "Once"], "prompts to lm need --load DIR/model.keras"),
         (["bench", "--suite", "nope"], "argument --suite: invalid choice: 'nope'"),
         (["translate", "--strategy", "gpu"], "argument --strategy: invalid choice"),
+        (
+            ["translate", "--model-shards", "2"],
+            "--model-shards 2 needs --strategy model-parallel; received --strategy "
+            "default",
+        ),
+        (
+            ["classify", "--strategy", "data-parallel"],
+            "--strategy data-parallel uses keras.distribution, which trains on the "
+            "jax backend (KERAS_BACKEND=jax); the backend is 'tensorflow'",
+        ),
         (["translate", "--nope"], "unrecognized arguments: --nope"),
         (
             ["translate", "some sentence"],

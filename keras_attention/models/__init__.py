@@ -5,6 +5,7 @@ from keras_attention.models.hierarchical_attention_network import (
     HierarchicalAttentionNetwork,
 )
 from keras_attention.models.language_model import LanguageModel
+from keras_attention.models.layout_map import transformer_layout_map
 from keras_attention.models.rnn_seq2seq import RNNSeq2Seq
 from keras_attention.models.sagan import (
     SAGAN,
@@ -48,4 +49,5 @@ __all__ = [
     "sagan_discriminator",
     "sagan_generator",
     "sample_images",
+    "transformer_layout_map",
 ]

@@ -314,7 +314,7 @@ def run_caption(
     """
     if model not in MODELS:
         raise ValueError(f"`model` must be one of {list(MODELS)}; received {model!r}.")
-    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size)
+    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, seed)
     settings = SETTINGS
     epochs = epochs or settings["epochs"]
 

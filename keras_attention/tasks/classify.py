@@ -178,7 +178,7 @@ def run_classify(
         raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
     if encoder is not None and model != "transformer":
         raise ValueError(f"`encoder` starts a Transformer; received model={model!r}.")
-    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size)
+    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, seed)
     epochs = epochs or SETTINGS["epochs"]
 
     phase(f"loading {data}")

@@ -1,12 +1,16 @@
-"""Training on several devices or machines with `tf.distribute`.
+"""Training on several devices or machines, with TensorFlow's
+`tf.distribute` or with Keras' own `keras.distribution` on JAX.
 
-The training subcommands take `--strategy default|mirrored|multi-worker|tpu`
-(`strategy=` in Python, where a `tf.distribute.Strategy` object is accepted
-too). The model is built and compiled in the strategy's scope and Keras'
-`fit` splits every batch between the replicas, so `--batch-size` is the
+The training subcommands take `--strategy`: `default` (one device);
+`mirrored`, `multi-worker` and `tpu`, the `tf.distribute` strategies of the
+TensorFlow backend; `data-parallel` and `model-parallel`, the
+`keras.distribution` distributions of the JAX backend (`strategy=` in
+Python, where a `tf.distribute.Strategy` or `keras.distribution.Distribution`
+object is accepted too). The model is built and compiled in the strategy's
+scope and every batch is split between the replicas, so `--batch-size` is the
 global batch: each of R replicas trains on `batch_size / R` examples per step
-and the gradients are summed over replicas from losses divided by R, which
-makes a step the same as one step on one device over the whole batch.
+and their gradients are averaged, which makes a step the same as one step on
+one device over the whole batch.
 """
 
 import contextlib
@@ -18,25 +22,41 @@ import keras
 from keras_attention.tasks.common import prepare_output
 from keras_attention.utils.backend import num_workers
 
-STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
+TF_STRATEGIES = ("mirrored", "multi-worker", "tpu")
+KERAS_DISTRIBUTIONS = ("data-parallel", "model-parallel")
+STRATEGIES = ("default", *TF_STRATEGIES, *KERAS_DISTRIBUTIONS)
 
 
-def make_strategy(strategy="default"):
-    """The `tf.distribute.Strategy` called `strategy`.
+def make_strategy(strategy="default", model_shards=None):
+    """The `tf.distribute.Strategy` or `keras.distribution.Distribution`
+    called `strategy`.
 
     Args:
-        strategy: a strategy object (returned as is) or one of `STRATEGIES`:
-            `"default"`, the one device TensorFlow places work on;
-            `"mirrored"`, `MirroredStrategy` over every GPU, or over every
-            logical CPU device where there is no GPU and the CPU has been
-            split into several (`tf.config.set_logical_device_configuration`);
-            `"multi-worker"`, `MultiWorkerMirroredStrategy` over the machines
-            listed in the `TF_CONFIG` environment variable (every worker runs
-            the same command); `"tpu"`, `TPUStrategy` on the TPU that
-            `TPUClusterResolver` finds.
+        strategy: a strategy or distribution object (returned as is) or one
+            of `STRATEGIES`: `"default"`, the one device the backend places
+            work on; on TensorFlow, `"mirrored"`, `MirroredStrategy` over
+            every GPU, or over every logical CPU device where there is no GPU
+            and the CPU has been split into several
+            (`tf.config.set_logical_device_configuration`), `"multi-worker"`,
+            `MultiWorkerMirroredStrategy` over the machines listed in the
+            `TF_CONFIG` environment variable (every worker runs the same
+            command), and `"tpu"`, `TPUStrategy` on the TPU that
+            `TPUClusterResolver` finds; on JAX, `"data-parallel"`,
+            `keras.distribution.DataParallel` over every device, and
+            `"model-parallel"`, `keras.distribution.ModelParallel` over a
+            `(batch, model)` mesh of every device, the Transformer blocks'
+            attention and feed-forward kernels split along `model`
+            (`models.transformer_layout_map`). On JAX, several processes
+            (one per host) join when the `KERAS_DISTRIBUTION_JOB_ADDRESSES`,
+            `KERAS_DISTRIBUTION_NUM_PROCESSES` and
+            `KERAS_DISTRIBUTION_PROCESS_ID` environment variables are set
+            (`keras.distribution.initialize`); the devices are then those of
+            every process.
+        model_shards: with `"model-parallel"`, the devices of the `model`
+            axis (default: all of them); the others make the `batch` axis.
 
     Returns:
-        The strategy, or None for `"default"` (no distribution).
+        The strategy or distribution, or None for `"default"`.
     """
     if not isinstance(strategy, str):
         return strategy
@@ -44,13 +64,20 @@ def make_strategy(strategy="default"):
         raise ValueError(
             f"`strategy` must be one of {STRATEGIES}; received {strategy!r}."
         )
+    if model_shards is not None and strategy != "model-parallel":
+        raise ValueError(
+            f"`model_shards` applies to `strategy='model-parallel'`; received "
+            f"model_shards={model_shards!r} with strategy={strategy!r}."
+        )
     if strategy == "default":
         return None
+    if strategy in KERAS_DISTRIBUTIONS:
+        return _keras_distribution(strategy, model_shards)
     if keras.backend.backend() != "tensorflow":
         raise ValueError(
             f"`strategy={strategy!r}` uses tf.distribute and needs the TensorFlow "
             f"backend; the backend is {keras.backend.backend()!r} (on JAX, "
-            "distribute with `keras.distribution` instead)."
+            f"train with --strategy {' or '.join(KERAS_DISTRIBUTIONS)} instead)."
         )
     import tensorflow as tf
 
@@ -68,6 +95,83 @@ def make_strategy(strategy="default"):
     except (ValueError, RuntimeError, tf.errors.OpError) as error:
         raise ValueError(f"`strategy='tpu'` found no TPU to use: {error}") from error
     return tf.distribute.TPUStrategy(resolver)
+
+
+def _keras_distribution(name, model_shards):
+    if keras.backend.backend() != "jax":
+        raise ValueError(
+            f"`strategy={name!r}` uses keras.distribution, which trains on the "
+            f"JAX backend (KERAS_BACKEND=jax); the backend is "
+            f"{keras.backend.backend()!r} (on TensorFlow, train with "
+            f"--strategy {' or '.join(TF_STRATEGIES)})."
+        )
+    _join_processes()
+    devices = keras.distribution.list_devices()
+    # Over several processes each reads its own share of a batch
+    # (`local_batches`): Keras' own sharding needs a batch size that it can
+    # read from the data set, which the tasks' mapped pipelines do not show.
+    if name == "data-parallel":
+        return keras.distribution.DataParallel(
+            devices=devices, auto_shard_dataset=False
+        )
+    shards = len(devices) if model_shards is None else model_shards
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise ValueError(
+            f"`model_shards` must be a positive integer; received {shards!r}."
+        )
+    if len(devices) % shards:
+        raise ValueError(
+            f"`model_shards` must divide the {len(devices)} devices into a "
+            f"(batch, model) mesh; received model_shards={shards}."
+        )
+    if _num_processes() > 1 and shards > len(devices) // _num_processes():
+        raise ValueError(
+            f"`model_shards={shards}` would split weights between processes "
+            f"({_num_processes()} processes of {len(devices) // _num_processes()} "
+            "devices), and Keras 3.15 cannot save (checkpoint) a variable whose "
+            "shards live in other processes; use at most "
+            f"{len(devices) // _num_processes()} model shards, so that each "
+            "process holds whole weights, or data-parallel."
+        )
+    from keras_attention.models import transformer_layout_map
+
+    mesh = keras.distribution.DeviceMesh(
+        (len(devices) // shards, shards), ("batch", "model"), devices
+    )
+    return keras.distribution.ModelParallel(
+        layout_map=transformer_layout_map(mesh),
+        batch_dim_name="batch",
+        auto_shard_dataset=False,
+    )
+
+
+def _num_processes():
+    import jax
+
+    return jax.process_count()
+
+
+def _join_processes():
+    """`keras.distribution.initialize` once, where the environment names
+    several processes (before JAX does anything else)."""
+    global _joined
+    if _joined:
+        return
+    if int(os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "1") or 1) <= 1:
+        return
+    for name in ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_PROCESS_ID"):
+        if not os.environ.get(name):
+            raise ValueError(
+                f"KERAS_DISTRIBUTION_NUM_PROCESSES is set, {name} is not: set "
+                "KERAS_DISTRIBUTION_JOB_ADDRESSES (the coordinator's host:port "
+                "first), KERAS_DISTRIBUTION_NUM_PROCESSES and "
+                "KERAS_DISTRIBUTION_PROCESS_ID (0, 1, ...) on every process."
+            )
+    keras.distribution.initialize()
+    _joined = True
+
+
+_joined = False
 
 
 def _check_tf_config():
@@ -100,8 +204,20 @@ def _check_tf_config():
         )
 
 
+def is_keras_distribution(strategy):
+    return isinstance(
+        strategy, (keras.distribution.DataParallel, keras.distribution.ModelParallel)
+    )
+
+
 def num_replicas(strategy):
-    return 1 if strategy is None else strategy.num_replicas_in_sync
+    """How many shares every batch is split into."""
+    if strategy is None:
+        return 1
+    if is_keras_distribution(strategy):
+        mesh = strategy.device_mesh
+        return mesh.shape[list(mesh.axis_names).index(strategy.batch_dim_name)]
+    return strategy.num_replicas_in_sync
 
 
 def scope(strategy):
@@ -125,15 +241,18 @@ def jit_for(strategy, jit_compile, model_key=None):
     """Whether to train with XLA, and why, as `(bool, str)`.
 
     Args:
-        strategy: the distribution strategy or None. Under one, XLA is off:
-            Keras compiles the step of all replicas as one XLA function,
-            which cannot hold variables on several devices (TPUStrategy
-            compiles with XLA by itself).
+        strategy: the distribution strategy or None. Under a `tf.distribute`
+            one, XLA is off: Keras compiles the step of all replicas as one
+            XLA function, which cannot hold variables on several devices
+            (TPUStrategy compiles with XLA by itself). Under a
+            `keras.distribution` one (JAX), every step is compiled.
         jit_compile: True or False forces the choice; None takes what was
             measured faster: off for the models of `SLOWER_WITH_XLA_ON_CPU`
             on the TensorFlow backend with no GPU, on otherwise.
         model_key: `"task/model"` as the `xla` suite names it.
     """
+    if is_keras_distribution(strategy):
+        return True, "XLA (JAX compiles every step)"
     if strategy is not None:
         return False, "no XLA under a distribution strategy"
     if jit_compile is not None:
@@ -156,8 +275,14 @@ def _tensorflow_on_cpu_only():
 
 def worker_output(out_dir, strategy):
     """Where this process writes: `out_dir` on the chief (and on a single
-    machine), `out_dir/worker-N` on the other workers of a multi-worker run,
-    so that workers sharing a file system never write the same file."""
+    machine), `out_dir/worker-N` on the other workers of a multi-worker run
+    (`out_dir/process-N` on the other processes of a `keras.distribution`
+    run), so that workers sharing a file system never write the same file."""
+    if is_keras_distribution(strategy):
+        import jax
+
+        index = jax.process_index()
+        return out_dir if index == 0 else os.path.join(out_dir, f"process-{index}")
     resolver = getattr(strategy, "cluster_resolver", None)
     task_type = getattr(resolver, "task_type", None)
     task_id = getattr(resolver, "task_id", None)
@@ -172,6 +297,10 @@ def worker_output(out_dir, strategy):
 def training_scope(model, strategy):
     """The context to train `model` in with `fit`, adapting it to several
     workers where `strategy` spans them.
+
+    Under a `keras.distribution` distribution this is its scope, in which
+    Keras' JAX trainer splits every batch along the mesh's batch axis (and,
+    for `ModelParallel`, the model must have weights the layout map splits).
 
     Keras (3.15) cannot `fit` a model under `MultiWorkerMirroredStrategy`
     over several workers (keras-team/keras#20329): it reduces the first
@@ -204,6 +333,10 @@ def training_scope(model, strategy):
     Returns:
         A context manager to call `fit` (`fit_resumable`) in.
     """
+    if is_keras_distribution(strategy):
+        _check_sharded(model, strategy)
+        # Keras' JAX trainer shards each batch by the distribution in scope.
+        return strategy.scope()
     if num_workers(strategy) <= 1:
         return contextlib.nullcontext()
     if getattr(model, "_distribute_strategy", None) is not strategy:
@@ -218,6 +351,23 @@ def training_scope(model, strategy):
     return strategy.scope()
 
 
+def _check_sharded(model, distribution):
+    """Fails where model parallelism would split nothing (a model without
+    Transformer blocks): every weight would be copied on every device."""
+    if not isinstance(distribution, keras.distribution.ModelParallel):
+        return
+    for variable in model.weights:
+        layout = distribution.get_variable_layout(variable)
+        if any(axis is not None for axis in layout.axes):
+            return
+    raise ValueError(
+        f"--strategy model-parallel splits the attention and feed-forward "
+        f"kernels of Transformer blocks between devices; {type(model).__name__} "
+        "has none, so every device would hold every weight. Use --strategy "
+        "data-parallel."
+    )
+
+
 def _with_batch_axis(step):
     def step_with_batch_axis(data):
         return {
@@ -227,12 +377,16 @@ def _with_batch_axis(step):
     return step_with_batch_axis
 
 
-def prepare(strategy, out_dir, batch_size=None):
+def prepare(strategy, out_dir, batch_size=None, seed=None):
     """Makes the strategy and this worker's output folder for a run.
 
     The strategy comes first: a multi-worker one must exist before any other
     TensorFlow op. Then `batch_size`, where given, must split evenly between
-    the replicas.
+    the replicas; and `seed`, where given, seeds every random number
+    generator, so that what the run draws (the order its data are shuffled
+    in, its initial weights) depends on the seed alone, not on what ran
+    before in the process (`keras.distribution.initialize`, say, which seeds
+    them at random).
 
     Returns:
         `(strategy, out_dir)`: the strategy (None for `"default"`) and the
@@ -241,7 +395,50 @@ def prepare(strategy, out_dir, batch_size=None):
     strategy = make_strategy(strategy)
     if batch_size is not None:
         check_global_batch(batch_size, strategy)
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
     return strategy, prepare_output(worker_output(out_dir, strategy))
+
+
+def local_batches(dataset, strategy, uneven=False):
+    """The batches of `dataset` this process trains on under `strategy`.
+
+    Keras' JAX trainer places every batch on the mesh's batch axis, which
+    needs a batch size that the axis divides, and, over several processes,
+    takes from each process its own share of the global batch. Under a
+    `keras.distribution`: with `uneven`, batches the batch axis cannot split
+    evenly (the last, partial batch of a validation split, say) are left out;
+    over several processes, every process reads the whole data set and keeps
+    its slice of every batch (the first process the first slice), so that
+    all processes take the same steps. Under anything else, `dataset` is
+    returned as is (`tf.distribute` splits batches itself).
+    """
+    if not is_keras_distribution(strategy):
+        return dataset
+    import tensorflow as tf
+
+    replicas = num_replicas(strategy)
+    if uneven and replicas > 1:
+
+        def divisible(*batch):
+            return tf.shape(tf.nest.flatten(batch)[0])[0] % replicas == 0
+
+        dataset = dataset.filter(divisible)
+    processes = _num_processes()
+    if processes > 1:
+        import jax
+
+        index = jax.process_index()
+
+        def own_slice(*batch):
+            size = tf.shape(tf.nest.flatten(batch)[0])[0] // processes
+            share = tf.nest.map_structure(
+                lambda t: t[index * size : (index + 1) * size], batch
+            )
+            return share if len(share) > 1 else share[0]
+
+        dataset = dataset.map(own_slice)
+    return dataset
 
 
 def check_global_batch(batch_size, strategy):
@@ -259,4 +456,14 @@ def describe(strategy):
     """One line about where training runs."""
     if strategy is None:
         return "one device"
+    if is_keras_distribution(strategy):
+        mesh = strategy.device_mesh
+        axes = " x ".join(
+            f"{name} {size}"
+            for name, size in zip(mesh.axis_names, mesh.shape, strict=True)
+        )
+        return (
+            f"{type(strategy).__name__} over {mesh.devices.size} devices "
+            f"({axes}; {_num_processes()} process(es))"
+        )
     return f"{type(strategy).__name__} over {num_replicas(strategy)} replicas"

@@ -192,7 +192,7 @@ def run_gan(
     Returns:
         The metrics dict.
     """
-    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size)
+    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, seed)
     phase(f"loading {data}")
     images = load_image_set(data, image_size, channels)
     check_training_size(

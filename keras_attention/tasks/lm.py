@@ -216,7 +216,7 @@ def run_lm(
         raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
     samplers = {"greedy": make_sampler("greedy")}
     samplers[sampler] = make_sampler(sampler, temperature, top_k, top_p, seed)
-    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size)
+    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, seed)
     sequence_length = model_kwargs.pop("sequence_length", SETTINGS["sequence_length"])
     epochs = epochs or SETTINGS["epochs"]
     steps_per_epoch = steps_per_epoch or SETTINGS["steps_per_epoch"]

@@ -297,7 +297,7 @@ def run_pretrain(
         raise ArgumentError(
             "extra text 'fortunes' holds the held-out fortunes of --data fortunes"
         )
-    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size)
+    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, seed)
     epochs = epochs or SETTINGS["epochs"]
     max_length = encoder_kwargs.pop("max_length", SETTINGS["max_length"])
 

@@ -86,6 +86,15 @@ def train_or_load(
     with distribute.scope(strategy):
         model = build(jit_compile)
     arguments = dict(fit_arguments(model))
+    # Training batches are whole (the tasks drop the remainder); the last
+    # validation batch may not split between devices.
+    arguments["train_data"] = distribute.local_batches(
+        arguments["train_data"], strategy
+    )
+    if arguments.get("validation_data") is not None:
+        arguments["validation_data"] = distribute.local_batches(
+            arguments["validation_data"], strategy, uneven=True
+        )
     arguments["callbacks"] = [*arguments.get("callbacks", []), *(callbacks or [])]
     phase(
         announce(model)

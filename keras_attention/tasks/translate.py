@@ -243,7 +243,7 @@ def run_translate(
     """
     if model not in MODELS:
         raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
-    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size)
+    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, seed)
     settings = settings_for(data)
     epochs = epochs or settings["epochs"]
 

@@ -1,0 +1,100 @@
+"""Training runs under `keras.distribution` on the JAX backend, each in a
+fresh process (the backend, the virtual CPU devices and the processes'
+coordinator are fixed when JAX starts). Run with `KERAS_BACKEND=jax` and
+`XLA_FLAGS=--xla_force_host_platform_device_count=N`:
+
+- `python -m tests.tasks.distribution_runs train STRATEGY OUT [SHARDS]`
+  trains the Transformer with `--strategy STRATEGY` (and SHARDS model
+  shards) in OUT; one run per process, as the command line runs it;
+- `python -m tests.tasks.distribution_runs shardings OUT` writes to
+  `OUT/shardings.json` the mesh axes each weight of a Transformer is split
+  along under model parallelism with two shards, and whether a model without
+  Transformer blocks is refused;
+- `python -m tests.tasks.distribution_runs processes STRATEGY OUT`, started
+  once per process with the `KERAS_DISTRIBUTION_*` variables set, trains
+  with `data-parallel` or `model-parallel` over every process's devices
+  (processes other than 0 write `OUT/process-N`).
+"""
+
+import json
+import os
+import sys
+
+# A tiny Transformer on the date task, two epochs of a global batch of 32,
+# without dropout (its masks would differ with the layout of the batch).
+TRANSLATE = {
+    "data": "dates",
+    "model": "transformer",
+    "epochs": 2,
+    "num_train": 320,
+    "batch_size": 32,
+    "beam_width": 1,
+    "verbose": 0,
+    "dropout": 0.0,
+    "hidden_dim": 32,
+    "num_heads": 4,
+    "num_encoder_layers": 1,
+    "num_decoder_layers": 1,
+    "intermediate_dim": 64,
+}
+
+
+def train(strategy, out, model_shards=None):
+    from keras_attention.tasks import distribute
+    from keras_attention.tasks.translate import run_translate
+
+    shards = None if model_shards is None else int(model_shards)
+    strategy = distribute.make_strategy(strategy, model_shards=shards)
+    run_translate(out, strategy=strategy, **TRANSLATE)
+
+
+def shardings(out):
+    from keras_attention.models import RNNSeq2Seq, Transformer
+    from keras_attention.tasks import distribute
+
+    distribution = distribute.make_strategy("model-parallel", model_shards=2)
+    options = {
+        key: TRANSLATE[key]
+        for key in ("hidden_dim", "num_heads", "intermediate_dim", "dropout")
+    }
+    with distribution.scope():
+        model = Transformer(
+            100,
+            120,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            max_source_length=8,
+            max_target_length=8,
+            **options,
+        )
+        rnn = RNNSeq2Seq(100, 120, hidden_dim=16, attention="bahdanau")
+    results = {
+        "replicas": distribute.num_replicas(distribution),
+        "shardings": {
+            variable.path: list(variable.value.sharding.spec)
+            for variable in model.weights
+        },
+    }
+    try:
+        with distribute.training_scope(rnn, distribution):
+            pass
+    except ValueError as error:
+        results["rnn_refused"] = str(error)
+    with open(os.path.join(out, "shardings.json"), "w") as f:
+        json.dump(results, f)
+
+
+def processes(strategy, out):
+    from keras_attention.tasks import distribute
+    from keras_attention.tasks.translate import run_translate
+
+    # Model parallelism splits the weights within each process, of two
+    # devices here (see `distribute.make_strategy`).
+    shards = 2 if strategy == "model-parallel" else None
+    strategy = distribute.make_strategy(strategy, model_shards=shards)
+    run_translate(out, strategy=strategy, **TRANSLATE)
+
+
+if __name__ == "__main__":
+    modes = {"train": train, "shardings": shardings, "processes": processes}
+    modes[sys.argv[1]](*sys.argv[2:])
