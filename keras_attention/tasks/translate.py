@@ -403,6 +403,7 @@ def compare(out_dir, models, data="dates", **kwargs):
                 "bleu",
                 "chrf",
                 "placeholder_accuracy",
+                "placeholder_accuracy_when_present",
                 "train_seconds",
                 "epochs",
             )
@@ -419,7 +420,8 @@ def compare(out_dir, models, data="dates", **kwargs):
 def evaluate(model, pairs, length_buckets, beam_width=1, length_penalty=0.6):
     """Exact match, BLEU and chrF (sacrebleu) of the model's translations of
     `pairs`, overall and by source length in words; for a model trained on
-    messages also the placeholder accuracy (`placeholder_accuracy`)."""
+    messages also the placeholder accuracy (`placeholder_accuracy`), over all
+    messages and over those whose source has placeholders."""
     sources = [source for source, _ in pairs]
     references = [target for _, target in pairs]
     hypotheses = translate_texts(model, sources, beam_width, length_penalty)
@@ -453,11 +455,19 @@ def evaluate(model, pairs, length_buckets, beam_width=1, length_penalty=0.6):
 def _scores(hypotheses, references, sources=None):
     import sacrebleu
 
-    placeholders = (
-        {"placeholder_accuracy": placeholder_accuracy(sources, hypotheses)}
-        if sources
-        else {}
-    )
+    placeholders = {}
+    if sources:
+        placeholders["placeholder_accuracy"] = placeholder_accuracy(sources, hypotheses)
+        # Over the messages that have any: the others keep theirs by writing
+        # none, which even an untrained model does.
+        with_some = [i for i, s in enumerate(sources) if find_placeholders(s)]
+        placeholders["placeholder_accuracy_when_present"] = (
+            placeholder_accuracy(
+                [sources[i] for i in with_some], [hypotheses[i] for i in with_some]
+            )
+            if with_some
+            else None
+        )
     return {
         **placeholders,
         "exact_match": float(

@@ -255,6 +255,7 @@ def test_messages_model_keeps_placeholders_as_slot_tokens(monkeypatch, tmp_path)
         verbose=0,
     )
     assert 0 <= metrics["placeholder_accuracy"] <= 1
+    assert 0 <= metrics["placeholder_accuracy_when_present"] <= 1
     assert all("placeholder_accuracy" in b for b in metrics["by_length"].values())
     vocabulary = (tmp_path / "source_vocabulary.txt").read_text().splitlines()
     assert vocabulary[-16:] == [f"[PH{k}]" for k in range(1, 17)]
