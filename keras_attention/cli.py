@@ -34,7 +34,7 @@ CAPTION_MODELS = ("attention", "no-attention")
 LM_MODELS = ("gpt", "lstm")
 LM_SAMPLERS = ("greedy", "top_k", "top_p")
 PRETRAIN_EXTRA_TEXTS = ("fortunes",)
-BENCH_SUITES = ("attention", "seq2seq", "decode", "xla", "layers")
+BENCH_SUITES = ("attention", "seq2seq", "decode", "xla", "layers", "scaling")
 STRATEGIES = (
     "default",
     "mirrored",
@@ -866,7 +866,9 @@ def build_parser():
         help="attention: ours vs Keras, chunked, KV cache; seq2seq: Transformer "
         "vs RNNs, training tokens/s vs n and d; decode: greedy/beam with and "
         "without cache; xla: every model with jit_compile on vs off; layers: "
-        "each attention layer vs its Keras counterpart; all: every suite",
+        "each attention layer vs its Keras counterpart; scaling: "
+        "transformer_base's train step data- and model-parallel on 1, 2, 4 "
+        "devices (JAX); all: every suite",
     )
     bench.add_argument("--quick", action="store_true", help="CI-sized run")
     bench.add_argument("--out", default="runs/bench", help="output folder")

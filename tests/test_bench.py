@@ -169,6 +169,25 @@ def test_layers_suite_quick(tmp_path):
         assert case["time_ratio"] > 0
 
 
+@pytest.mark.slow
+def test_scaling_suite_quick(tmp_path):
+    """On the JAX backend in a process of its own, with two virtual CPU
+    devices: one device, data- and model-parallel train the same first step;
+    model parallelism holds less state per device, data parallelism the
+    same."""
+    results = run_suite("scaling", tmp_path)
+    measured = results["cases"]["steps"]
+    assert measured["num_devices"] == 2
+    names = ["1 device", "data-parallel 2", "model-parallel 2"]
+    for name in names:
+        check_timing(measured[name])
+    losses = [measured[name]["first_loss"] for name in names]
+    np.testing.assert_allclose(losses, losses[0], rtol=1e-5)
+    ratios = results["ratios"]
+    assert ratios["data-parallel 2/state_per_device_vs_one_device"] == 1.0
+    assert ratios["model-parallel 2/state_per_device_vs_one_device"] < 0.9
+
+
 def test_fit_exponent_recovers_power_laws():
     n = np.array([16, 32, 64, 128, 256])
     assert fit_exponent(n, 3e-6 * n**2) == pytest.approx(2.0)

@@ -191,16 +191,17 @@ def earlier_cases(out, results):
     return earlier.get("cases", {}) if same else {}
 
 
-def case_runner(suite, cases, results, out, timeout, isolated=True):
+def case_runner(suite, cases, results, out, timeout, isolated=True, env=None):
     """Returns `measure(key, case)`, which runs one case (`run_case`), stores its
     result as `results["cases"][key]` and rewrites `out/SUITE.json` at once. A
     suite killed half-way thus keeps the cases it measured, and re-running it
-    with the same `out` on the same machine measures only the missing ones."""
+    with the same `out` on the same machine measures only the missing ones.
+    `env`, where given, is the environment of the isolated cases' processes."""
     earlier = earlier_cases(out, results)
     path = os.path.join(out, f"{results['suite']}.json")
 
     def measure(key, case):
-        result = run_case(suite, cases, case, timeout, isolated, earlier.get(key))
+        result = run_case(suite, cases, case, timeout, isolated, earlier.get(key), env)
         results["cases"][key] = result
         _write_json(results, path)
         return result
@@ -216,7 +217,7 @@ def _write_json(results, path):
     os.replace(f"{path}.partial", path)
 
 
-def run_case(suite, cases, case, timeout, isolated=True, earlier=None):
+def run_case(suite, cases, case, timeout, isolated=True, earlier=None, env=None):
     """Runs one case: in a fresh process (`run_isolated`) or, for quick runs
     where start-up would dominate, in this one (a failure then propagates).
     `earlier`, the result of an earlier run, is returned instead when it ran
@@ -224,18 +225,19 @@ def run_case(suite, cases, case, timeout, isolated=True, earlier=None):
     if earlier and earlier.get("case") == case and "skipped" not in earlier:
         return earlier
     if isolated:
-        result = run_isolated(suite, case, timeout)
+        result = run_isolated(suite, case, timeout, env)
     else:
         result = cases[case["kind"]](case)
         keras.backend.clear_session()
     return {**result, "case": case}
 
 
-def run_isolated(suite, case, timeout):
+def run_isolated(suite, case, timeout, env=None):
     """Runs `python -m keras_attention.bench --suite SUITE --case JSON` in a
     fresh process and returns its JSON result, so that its peak memory is its
     own; a crash or a memory kill is reported, with the error, instead of
-    taking the suite down."""
+    taking the suite down. `env`: the process's environment (default: this
+    one's)."""
     command = [
         sys.executable,
         *("-m", "keras_attention.bench", "--suite", suite),
@@ -243,7 +245,12 @@ def run_isolated(suite, case, timeout):
     ]
     try:
         done = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, check=False
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=env,
         )
     except subprocess.TimeoutExpired:
         return {"skipped": f"exceeded {timeout} s"}
