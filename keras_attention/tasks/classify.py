@@ -259,9 +259,10 @@ def run_classify(
         )
         return {
             "train_data": train_data,
-            "validation_data": (
+            "validation_data": classification_dataset(
                 encode_for_model(net, splits.valid.texts),
                 splits.valid.labels,
+                batch_size,
             ),
             "patience": SETTINGS["patience"],
         }

@@ -407,7 +407,8 @@ def local_batches(dataset, strategy, uneven=False):
     needs a batch size that the axis divides, and, over several processes,
     takes from each process its own share of the global batch. Under a
     `keras.distribution`: with `uneven`, batches the batch axis cannot split
-    evenly (the last, partial batch of a validation split, say) are left out;
+    evenly (the last, partial batch of a validation split, say) lose their
+    last rows, fewer than the axis's size;
     over several processes, every process reads the whole data set and keeps
     its slice of every batch (the first process the first slice), so that
     all processes take the same steps. Under anything else, `dataset` is
@@ -420,10 +421,15 @@ def local_batches(dataset, strategy, uneven=False):
     replicas = num_replicas(strategy)
     if uneven and replicas > 1:
 
-        def divisible(*batch):
-            return tf.shape(tf.nest.flatten(batch)[0])[0] % replicas == 0
+        def trimmed(*batch):
+            size = tf.shape(tf.nest.flatten(batch)[0])[0] // replicas * replicas
+            batch = tf.nest.map_structure(lambda t: t[:size], batch)
+            return batch if len(batch) > 1 else batch[0]
 
-        dataset = dataset.filter(divisible)
+        def not_empty(*batch):
+            return tf.shape(tf.nest.flatten(batch)[0])[0] > 0
+
+        dataset = dataset.map(trimmed).filter(not_empty)
     processes = _num_processes()
     if processes > 1:
         import jax

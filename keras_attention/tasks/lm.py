@@ -103,7 +103,8 @@ def perplexity(model, token_ids, sequence_length, batch_size=32):
 
     dataset, _ = language_model_dataset(token_ids, sequence_length, batch_size)
     metric = keras_hub.metrics.Perplexity(from_logits=True, mask_token_id=PAD_ID)
-    for inputs, targets, _ in dataset:
+    # NumPy batches: `predict_on_batch` of any backend takes them.
+    for inputs, targets, _ in dataset.as_numpy_iterator():
         metric.update_state(targets, model.predict_on_batch(inputs))
     return float(metric.result())
 

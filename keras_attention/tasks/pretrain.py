@@ -205,9 +205,12 @@ def fixed_masked_dataset(token_ids, generator, batch_size, seed=0):
 
 def _model_data(masked):
     """`(inputs, targets, weights)` from `MaskedLMMaskGenerator`'s dict."""
+    import tensorflow as tf
+
+    # tf.cast: this runs inside tf.data, on any Keras backend.
     inputs = {
         "token_ids": masked["token_ids"],
-        "mask_positions": keras.ops.cast(masked["mask_positions"], "int32"),
+        "mask_positions": tf.cast(masked["mask_positions"], "int32"),
     }
     return inputs, masked["mask_ids"], masked["mask_weights"]
 
