@@ -10,6 +10,9 @@ coordinator are fixed when JAX starts). Run with `KERAS_BACKEND=jax` and
   `OUT/shardings.json` the mesh axes each weight of a Transformer is split
   along under model parallelism with two shards, and whether a model without
   Transformer blocks is refused;
+- `python -m tests.tasks.distribution_runs subcommands OUT REVIEWS_CSV
+  CAPTIONS_FOLDER` trains `classify`, `caption`, `lm` and `pretrain`
+  data-parallel over every device, one epoch each at a tiny size;
 - `python -m tests.tasks.distribution_runs processes STRATEGY OUT`, started
   once per process with the `KERAS_DISTRIBUTION_*` variables set, trains
   with `data-parallel` or `model-parallel` over every process's devices
@@ -95,6 +98,47 @@ def processes(strategy, out):
     run_translate(out, strategy=strategy, **TRANSLATE)
 
 
+def subcommands(out, reviews_csv, captions_folder):
+    from keras_attention.tasks import caption, classify, distribute, lm, pretrain
+
+    strategy = distribute.make_strategy("data-parallel")
+    tiny = {"epochs": 1, "verbose": 0, "strategy": strategy}
+    classify.run_classify(
+        os.path.join(out, "classify"),
+        data=reviews_csv,
+        model="transformer",
+        batch_size=32,
+        num_explanations=0,
+        **tiny,
+    )
+    caption.run_caption(
+        os.path.join(out, "caption"),
+        data=captions_folder,
+        batch_size=16,
+        beam_width=1,
+        **tiny,
+    )
+    lm.run_lm(
+        os.path.join(out, "lm"),
+        num_train=500,
+        batch_size=8,
+        steps_per_epoch=3,
+        hidden_dim=32,
+        num_heads=2,
+        num_layers=1,
+        intermediate_dim=64,
+        **tiny,
+    )
+    pretrain.run_pretrain(
+        os.path.join(out, "pretrain"), num_train=200, batch_size=16, **tiny
+    )
+
+
 if __name__ == "__main__":
-    modes = {"train": train, "shardings": shardings, "processes": processes}
+    modes = {
+        "train": train,
+        "shardings": shardings,
+        "processes": processes,
+        "subcommands": subcommands,
+    }
     modes[sys.argv[1]](*sys.argv[2:])

@@ -15,6 +15,8 @@ import pytest
 from keras_attention.tasks import distribute
 from keras_attention.tasks.common import read_epoch_log
 from tests.tasks.processes import stop
+from tests.tasks.test_caption import write_shapes_folder
+from tests.tasks.test_classify import keyword_reviews, write_csv
 
 
 def jax_env(devices, **extra):
@@ -135,6 +137,24 @@ def test_two_processes_train_like_one_device(tmp_path):
         np.testing.assert_allclose(
             losses(tmp_path / strategy), one, rtol=1e-5, err_msg=strategy
         )
+
+
+@pytest.mark.slow
+def test_every_subcommand_on_pairs_trains_data_parallel(tmp_path):
+    """classify, caption, lm and pretrain (translate: above) train over two
+    virtual devices on JAX and write their metrics."""
+    reviews = write_csv(tmp_path / "reviews.csv", keyword_reviews(120))
+    captions = write_shapes_folder(tmp_path / "shapes", 48)
+    finish([start(jax_env(2), "subcommands", tmp_path, reviews, captions)])
+    figures = {
+        "classify": "accuracy",
+        "caption": "final_valid_token_accuracy",
+        "lm": "final_valid_loss",
+        "pretrain": "mlm_loss",
+    }
+    for task, figure in figures.items():
+        metrics = json.loads((tmp_path / task / "metrics.json").read_text())
+        assert metrics["epochs"] == 1 and np.isfinite(metrics[figure]), task
 
 
 def test_keras_distributions_need_the_jax_backend():
