@@ -70,27 +70,19 @@ CatalogEntry.__doc__ = """One message of a `.mo` catalog.
 `context` is the `msgctxt` or None, `msgid_plural` the English plural or None,
 and `msgstr` a tuple of the translations: one, or one per plural form."""
 
-_MAGIC_LITTLE_ENDIAN = 0x950412DE
-_HEADER_SIZE = 28  # magic, revision, count, originals, translations, hash size, offset
 _EXPECTED_MO = (
     "a GNU gettext message catalog (.mo): magic number 0x950412de, a count and "
-    "two tables of (length, offset) pairs pointing inside the file"
+    "two tables of (length, offset) pairs pointing inside the file, texts in "
+    "the charset its header declares"
 )
-_CHARSET = re.compile(r"charset=\s*([^\s;]+)", re.IGNORECASE)
 _PLURAL = re.compile(r"plural=([^;\n]+)", re.IGNORECASE)
 _SPACES = re.compile(r"\s+")
 
 
 def read_mo(path):
-    """Reads every message of a compiled gettext catalog (`.mo` file).
-
-    Follows the format documented in the GNU gettext manual ("The Format of
-    GNU MO Files"): a header of 32-bit integers in the file's byte order, then
-    a table of originals and a table of translations, each of `(length,
-    offset)` pairs. An original is `msgid`, or `msgctxt "\\x04" msgid`, with
-    `"\\x00" msgid_plural` for plural messages, whose translation holds the
-    plural forms separated by `"\\x00"`. The text is decoded with the charset
-    of the catalog's header entry (the one with an empty `msgid`).
+    """Reads every message of a compiled gettext catalog (`.mo` file), with
+    `polib`: in either byte order, decoded with the charset of the catalog's
+    header, contexts (`msgctxt`) and plural forms kept apart.
 
     Fuzzy entries carry no flag in a `.mo` file: `msgfmt` leaves them out
     unless given `--use-fuzzy`.
@@ -99,94 +91,48 @@ def read_mo(path):
         path: path of the `.mo` file.
 
     Returns:
-        A list of `CatalogEntry`, in the file's order (sorted by original),
-        the header entry included.
+        `(entries, plural_forms)`: a list of `CatalogEntry` in the file's
+        order (the header not included), and the header's `Plural-Forms`
+        value, or None.
 
     Raises:
         FileNotFoundError: if `path` does not exist.
-        DataFormatError: if the file is not a `.mo` catalog, a table points
-            outside the file, or a text is not in the declared charset. The
-            message names the file and what was expected.
+        DataFormatError: if the file is not a `.mo` catalog, is cut short, or
+            has a text that is not in the declared charset. The message names
+            the file and what was expected.
     """
+    import polib
+
     path = os.fspath(path)
-    with open(path, "rb") as file:
-        data = file.read()
-
-    def fail(problem):
-        raise DataFormatError(f"'{path}' {problem}. Expected {_EXPECTED_MO}.")
-
-    if len(data) < _HEADER_SIZE:
-        fail(f"has {len(data)} bytes, fewer than the {_HEADER_SIZE}-byte header")
-    for order in ("<", ">"):
-        if struct.unpack(order + "I", data[:4])[0] == _MAGIC_LITTLE_ENDIAN:
-            break
-    else:
-        fail(f"starts with the bytes {data[:4].hex()}, not a .mo magic number")
-    revision, count, originals, translations = struct.unpack(order + "4I", data[4:20])
-    if revision >> 16 > 1:
-        fail(f"has format revision {revision >> 16}.{revision & 0xFFFF}")
-
-    def strings(table, name):
-        end = table + 8 * count
-        if end > len(data):
-            fail(
-                f"has a table of {name} at byte {table} with {count} entries, "
-                f"which ends past the end of the file ({len(data)} bytes)"
-            )
-        result = []
-        for i in range(count):
-            length, offset = struct.unpack(
-                order + "2I", data[table + 8 * i : table + 8 * i + 8]
-            )
-            if offset + length > len(data):
-                fail(
-                    f"has {name[:-1]} {i} at bytes {offset}..{offset + length}, "
-                    f"past the end of the file ({len(data)} bytes)"
-                )
-            result.append(data[offset : offset + length])
-        return result
-
-    raw_pairs = list(
-        zip(
-            strings(originals, "originals"),
-            strings(translations, "translations"),
-            strict=True,
-        )
-    )
-    charset = "utf-8"
-    for original, translation in raw_pairs:
-        if original == b"":
-            match = _CHARSET.search(translation.decode("ascii", "replace"))
-            if match and match.group(1).upper() != "CHARSET":
-                charset = match.group(1)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"No message catalog at '{path}'.")
     try:
-        "".encode(charset)
-    except LookupError:
-        fail(f"declares the unknown charset {charset!r}")
-
-    entries = []
-    for i, (original, translation) in enumerate(raw_pairs):
-        try:
-            original = original.decode(charset)
-            translation = translation.decode(charset)
-        except UnicodeDecodeError as error:
-            fail(
-                f"has message {i}, whose text is not valid {charset} (the "
-                f"charset its header declares) at byte {error.start}"
-            )
-        context = None
-        if "\x04" in original:
-            context, original = original.split("\x04", 1)
-        msgid, _, msgid_plural = original.partition("\x00")
-        entries.append(
-            CatalogEntry(
-                context,
-                msgid,
-                msgid_plural if "\x00" in original else None,
-                tuple(translation.split("\x00")),
-            )
+        catalog = polib.mofile(path)
+    except OSError as error:  # polib's "magic number is incorrect"
+        problem = f"is not a .mo catalog ({error})"
+    except struct.error:
+        problem = "ends before its tables and texts do (a cut-short file?)"
+    except UnicodeDecodeError as error:
+        problem = (
+            f"has a text that is not valid {error.encoding} (the charset its "
+            f"header declares) at byte {error.start}"
         )
-    return entries
+    except LookupError as error:
+        problem = f"declares a charset Python does not know ({error})"
+    else:
+        entries = [
+            CatalogEntry(
+                entry.msgctxt or None,
+                entry.msgid,
+                entry.msgid_plural or None,
+                tuple(entry.msgstr_plural[i] for i in sorted(entry.msgstr_plural))
+                if entry.msgid_plural
+                else (entry.msgstr,),
+            )
+            for entry in catalog
+        ]
+        return entries, catalog.metadata.get("Plural-Forms")
+    raise DataFormatError(f"'{path}' {problem}. Expected {_EXPECTED_MO}.")
 
 
 def catalog_pairs(path):
@@ -208,8 +154,8 @@ def catalog_pairs(path):
         singular: both forms of a plural share it, so that a split on the key
         keeps them together.
     """
-    entries = read_mo(path)
-    plural = _plural_function(path, entries)
+    entries, plural_forms = read_mo(path)
+    plural = _plural_function(path, plural_forms)
     pairs = []
     for entry in entries:
         if not entry.msgid or not all(entry.msgstr):
@@ -230,9 +176,8 @@ def catalog_pairs(path):
     return pairs
 
 
-def _plural_function(path, entries):
-    header = next((e.msgstr[0] for e in entries if not e.msgid), "")
-    match = _PLURAL.search(header)
+def _plural_function(path, plural_forms):
+    match = _PLURAL.search(plural_forms or "")
     if not match:
         return lambda n: int(n != 1)  # gettext's default: English-like
     try:
