@@ -81,6 +81,12 @@ def _distribution(strategy, count):
     )
 
 
+def _scope(distribution):
+    import contextlib
+
+    return distribution.scope() if distribution else contextlib.nullcontext()
+
+
 def _build(case):
     import keras
 
@@ -115,8 +121,6 @@ def state_bytes_per_device(model):
 
 
 def _case_steps(case):
-    import contextlib
-
     import jax
     import keras
 
@@ -133,13 +137,11 @@ def _case_steps(case):
     calls, models, results = {}, {}, {}
     for name, (strategy, count) in configurations(case["devices"]).items():
         distribution = None if strategy is None else _distribution(strategy, count)
-        scope = distribution.scope() if distribution else contextlib.nullcontext()
-        with scope:
+        with _scope(distribution):
             model = _build(case)
 
         def step(model=model, distribution=distribution):
-            scope = distribution.scope() if distribution else contextlib.nullcontext()
-            with scope:
+            with _scope(distribution):
                 return model.train_on_batch(x, y)
 
         first_loss = float(step())

@@ -416,35 +416,46 @@ def local_batches(dataset, strategy, uneven=False):
     """
     if not is_keras_distribution(strategy):
         return dataset
-    import tensorflow as tf
-
     replicas = num_replicas(strategy)
     if uneven and replicas > 1:
 
-        def trimmed(*batch):
-            size = tf.shape(tf.nest.flatten(batch)[0])[0] // replicas * replicas
-            batch = tf.nest.map_structure(lambda t: t[:size], batch)
-            return batch if len(batch) > 1 else batch[0]
-
         def not_empty(*batch):
-            return tf.shape(tf.nest.flatten(batch)[0])[0] > 0
+            return _batch_size(batch) > 0
 
-        dataset = dataset.map(trimmed).filter(not_empty)
+        dataset = _cut_batches(
+            dataset, lambda size: (0, size // replicas * replicas)
+        ).filter(not_empty)
     processes = _num_processes()
     if processes > 1:
         import jax
 
         index = jax.process_index()
 
-        def own_slice(*batch):
-            size = tf.shape(tf.nest.flatten(batch)[0])[0] // processes
-            share = tf.nest.map_structure(
-                lambda t: t[index * size : (index + 1) * size], batch
-            )
-            return share if len(share) > 1 else share[0]
+        def own_share(size):
+            share = size // processes
+            return index * share, (index + 1) * share
 
-        dataset = dataset.map(own_slice)
+        dataset = _cut_batches(dataset, own_share)
     return dataset
+
+
+def _batch_size(batch):
+    import tensorflow as tf
+
+    return tf.shape(tf.nest.flatten(batch)[0])[0]
+
+
+def _cut_batches(dataset, rows):
+    """`dataset` with every batch cut to its rows `start:stop`, where
+    `(start, stop) = rows(batch size)`."""
+    import tensorflow as tf
+
+    def cut(*batch):
+        start, stop = rows(_batch_size(batch))
+        batch = tf.nest.map_structure(lambda t: t[start:stop], batch)
+        return batch if len(batch) > 1 else batch[0]
+
+    return dataset.map(cut)
 
 
 def check_global_batch(batch_size, strategy):
