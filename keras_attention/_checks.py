@@ -119,3 +119,51 @@ def check_length(name, value, allow_none=False):
         )
     if value < 0:
         raise ValueError(f"`{name}` must be >= 0; received {name}={value!r}.")
+
+
+def check_attention_shapes(query_shape, value_shape, key_shape=None):
+    """Checks the input shapes of a multi-head attention layer: query and
+    value of one rank (at least 3) and batch size, key and value equal but
+    in their features, known feature sizes."""
+    query_shape, value_shape = tuple(query_shape), tuple(value_shape)
+    key_shape = value_shape if key_shape is None else tuple(key_shape)
+    if value_shape[1:-1] != key_shape[1:-1]:
+        raise ValueError(
+            "`key` and `value` must be equal in every axis but the last "
+            f"(their positions); received key shape {key_shape} and value "
+            f"shape {value_shape}."
+        )
+    if len(query_shape) < 3 or len(query_shape) != len(value_shape):
+        raise ValueError(
+            "`query` and `value` must have the same rank, at least 3 "
+            "(batch, positions..., features); received query shape "
+            f"{query_shape} and value shape {value_shape}."
+        )
+    if not dims_equal(query_shape[0], value_shape[0]):
+        raise ValueError(
+            f"`query` and `value` must have the same batch size; received "
+            f"query shape {query_shape} and value shape {value_shape}."
+        )
+    for name, shape in (("query", query_shape), ("value", value_shape)):
+        if shape[-1] is None:
+            raise ValueError(
+                f"The feature size (last axis) of `{name}` must be known; "
+                f"received shape {shape}."
+            )
+
+
+def check_cache_shape(shape, num_key_value_heads, key_dim, value_dim):
+    """Checks a key/value cache `(batch, 2, max_length, num_key_value_heads,
+    key_dim)` of an attention layer with these sizes."""
+    if value_dim != key_dim:
+        raise ValueError(
+            "A cache stacks keys and values, so it needs key_dim == value_dim; "
+            f"this layer has key_dim={key_dim}, value_dim={value_dim}."
+        )
+    expected = (None, 2, None, num_key_value_heads, key_dim)
+    if len(shape) != 5 or shape[1] != 2 or tuple(shape[3:]) != expected[3:]:
+        raise ValueError(
+            f"`cache` must have shape (batch, 2, max_length, "
+            f"num_key_value_heads={num_key_value_heads}, key_dim={key_dim}) = "
+            f"{expected}; received {shape}."
+        )

@@ -3,6 +3,7 @@
 import keras
 
 from keras_attention.ops.random import dropout
+from keras_attention.utils import keras_internals
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -58,6 +59,10 @@ class Dropout(keras.layers.Dropout):
           "Dropout: A Simple Way to Prevent Neural Networks from Overfitting",
           JMLR 15.
     """
+
+    def __init__(self, rate, noise_shape=None, seed=None, **kwargs):
+        keras_internals.require("draw_seed")
+        super().__init__(rate, noise_shape=noise_shape, seed=seed, **kwargs)
 
     def call(self, inputs, training=False):
         if training and self.rate > 0:

@@ -3,6 +3,12 @@ from keras import constraints, initializers, ops, regularizers
 
 from keras_attention.layers.multi_head_attention import MultiHeadAttention
 
+_SERIALIZERS = {
+    "initializer": initializers.serialize,
+    "regularizer": regularizers.serialize,
+    "constraint": constraints.serialize,
+}
+
 
 @keras.saving.register_keras_serializable(package="keras_attention")
 class GroupedQueryAttention(MultiHeadAttention):
@@ -121,7 +127,7 @@ class GroupedQueryAttention(MultiHeadAttention):
         return super().compute_output_shape(query_shape, value_shape, key_shape)
 
     def _attend(self, query, key, value, mask, training, return_scores, extra):
-        if type(self)._compute_attention is MultiHeadAttention._compute_attention:
+        if not self._custom_attention():
             return super()._attend(
                 query, key, value, mask, training, return_scores, extra
             )
@@ -139,15 +145,15 @@ class GroupedQueryAttention(MultiHeadAttention):
 
     @property
     def head_dim(self):
-        return self._key_dim
+        return self.key_dim
 
     @property
     def num_query_heads(self):
-        return self._num_heads
+        return self.num_heads
 
     @property
     def num_repeats(self):
-        return self._num_heads // self._num_key_value_heads
+        return self.num_heads // self._num_key_value_heads
 
     @property
     def use_gate(self):
@@ -159,45 +165,43 @@ class GroupedQueryAttention(MultiHeadAttention):
 
     @property
     def kernel_initializer(self):
-        return self._kernel_initializer
+        return self._dense_arguments["kernel_initializer"]
 
     @property
     def bias_initializer(self):
-        return self._bias_initializer
+        return self._dense_arguments["bias_initializer"]
 
     @property
     def kernel_regularizer(self):
-        return self._kernel_regularizer
+        return self._dense_arguments["kernel_regularizer"]
 
     @property
     def bias_regularizer(self):
-        return self._bias_regularizer
+        return self._dense_arguments["bias_regularizer"]
 
     @property
     def kernel_constraint(self):
-        return self._kernel_constraint
+        return self._dense_arguments["kernel_constraint"]
 
     @property
     def bias_constraint(self):
-        return self._bias_constraint
+        return self._dense_arguments["bias_constraint"]
 
     def get_config(self):
+        serialized = {
+            name: _SERIALIZERS[name.rsplit("_", 1)[1]](value)
+            for name, value in self._dense_arguments.items()
+        }
         config = {
             **keras.layers.Layer.get_config(self),
-            "head_dim": self._key_dim,
-            "num_query_heads": self._num_heads,
+            "head_dim": self.key_dim,
+            "num_query_heads": self.num_heads,
             "num_key_value_heads": self._num_key_value_heads,
-            "use_bias": self._use_bias,
+            "use_bias": self.use_bias,
             "use_gate": self._use_gate,
             "sliding_window": self._sliding_window,
-            "dropout": self._dropout,
-            "kernel_initializer": initializers.serialize(self._kernel_initializer),
-            "bias_initializer": initializers.serialize(self._bias_initializer),
-            "kernel_regularizer": regularizers.serialize(self._kernel_regularizer),
-            "bias_regularizer": regularizers.serialize(self._bias_regularizer),
-            "activity_regularizer": regularizers.serialize(self._activity_regularizer),
-            "kernel_constraint": constraints.serialize(self._kernel_constraint),
-            "bias_constraint": constraints.serialize(self._bias_constraint),
+            "dropout": self.dropout,
+            **serialized,
             "seed": self.seed,
         }
         # Our additions (and Keras' argument it does not save), only where

@@ -2,7 +2,12 @@
 
 from keras import ops
 
-from keras_attention._checks import check_length, check_rank, static_shape
+from keras_attention._checks import (
+    broadcastable,
+    check_length,
+    check_rank,
+    static_shape,
+)
 
 
 def padding_mask(token_ids, padding_id=0):
@@ -143,3 +148,104 @@ def zero_unattended(x, attended):
     if attended is None:
         return x
     return ops.where(ops.expand_dims(attended, -1), x, 0.0)
+
+
+def combine_attention_masks(
+    query_mask=None,
+    value_mask=None,
+    key_mask=None,
+    attention_mask=None,
+    *,
+    use_causal_mask=False,
+    sliding_window=None,
+    query_length=None,
+    key_length=None,
+    offset=0,
+    num_attention_axes=1,
+):
+    """Every mask of one attention call merged into one boolean mask.
+
+    The masks of `keras.layers.MultiHeadAttention`'s call, with its rules: the
+    query's `(B, T)` mask hides rows, the value's and key's `(B, S)` masks hide
+    columns, the causal mask and the sliding window (counted from `offset`,
+    the position of the first query in a decoding cache) hide the future and
+    the far, and `attention_mask` (True = attend) is ANDed with them.
+
+    Args:
+        query_mask: optional boolean `(B, T)`.
+        value_mask: optional boolean `(B, S)`.
+        key_mask: optional boolean `(B, S)`.
+        attention_mask: optional boolean `(T, S)`, `(B, T, S)` or, with a
+            heads axis, `(B, num_heads, T, S)` (one attention axis);
+            broadcastable to the scores' attention axes with several.
+        use_causal_mask: query `t` attends to keys `<= offset + t`.
+        sliding_window: query `t` attends to keys within `sliding_window - 1`
+            positions of `offset + t`.
+        query_length: T (an int or a scalar tensor).
+        key_length: S (an int or a scalar tensor).
+        offset: the position of the first query.
+        num_attention_axes: with several, the causal mask and the window run
+            along the first attention axis and `attention_mask` is not checked
+            against `(T, S)` (as in Keras).
+
+    Returns:
+        `(B, T, S)`, or `(B, num_heads, T, S)` when `attention_mask` has a
+        heads axis; None when there is no mask at all.
+
+    Raises:
+        ValueError: `attention_mask` does not fit `(T, S)`.
+    """
+    with_heads = False
+    if attention_mask is not None:
+        attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
+        if num_attention_axes == 1:
+            shape = static_shape(attention_mask)
+            _check_attention_mask(shape, query_length, key_length)
+            with_heads = len(attention_mask.shape) == 4
+    masks = []
+    if query_mask is not None:
+        masks.append(ops.expand_dims(ops.cast(query_mask, "bool"), -1))
+    for mask in (value_mask, key_mask):
+        if mask is not None:
+            masks.append(ops.expand_dims(ops.cast(mask, "bool"), -2))
+    if use_causal_mask:
+        masks.append(causal_mask(query_length, key_length, offset)[None])
+    if sliding_window is not None:
+        band = sliding_window_mask(query_length, key_length, sliding_window, offset)
+        masks.append(band[None])
+    if with_heads:
+        masks = [ops.expand_dims(mask, 1) for mask in masks]
+    masks.append(attention_mask)
+    return merge_masks(*masks)
+
+
+def _check_attention_mask(shape, query_length, key_length):
+    lengths = tuple(
+        d if isinstance(d, int) else None for d in (query_length, key_length)
+    )
+    if len(shape) not in (2, 3, 4) or not broadcastable(shape[-2:], lengths):
+        raise ValueError(
+            "`attention_mask` must have shape (query_length, key_length), "
+            "(batch, query_length, key_length) or (batch, num_heads, "
+            f"query_length, key_length), with (query_length, key_length) = "
+            f"{lengths}; received {shape}."
+        )
+
+
+def hide_unattended_inputs(key, value, mask, query_length, key_length, is_causal=False):
+    """`key` and `value` `(B, S, dim)` with zeros at the positions no query may
+    attend to (under `mask`, `(B, T, S)` or `(B, N, T, S)`, and the causal
+    mask when `is_causal`).
+
+    The attention op never reads those positions, but a projection before it
+    would: the gradient of its kernel sums `input * gradient` over every
+    position, and `0 * NaN` is NaN. Zeroed first, a padding buffer holding NaN
+    or inf reaches neither the output nor any gradient.
+    """
+    attended = attended_keys(mask, query_length, key_length, is_causal)
+    if attended is not None and len(attended.shape) == 3:
+        attended = ops.any(attended, axis=1)  # over the heads
+    hidden_key = zero_unattended(key, attended)
+    if value is key:
+        return hidden_key, hidden_key
+    return hidden_key, zero_unattended(value, attended)

@@ -5,10 +5,7 @@ import math
 import numpy as np
 from keras import backend, ops
 
-# What `keras.random.dropout` and the other Keras samplers call to turn their
-# `seed` argument (an int, a `SeedGenerator` or None) into a seed tensor; Keras
-# 3.15 does not export it under `keras.random`.
-from keras.src.random.seed_generator import draw_seed
+from keras_attention.utils.keras_internals import draw_seed
 
 # The element index is an int32 counter, so a mask has fewer than 2**31 entries.
 _MAX_ELEMENTS = 2**31 - 1

@@ -23,7 +23,8 @@ def masked_softmax(scores, mask=None, axis=-1):
     Args:
         scores: float tensor of attention logits, e.g. `(batch, heads, T, S)`.
         mask: optional boolean tensor broadcastable to `scores`, True = attend.
-        axis: the axis to normalize over (the key axis).
+        axis: the axis to normalize over (the key axis), or a tuple of axes
+            normalized together (attention over several axes).
 
     Returns:
         Tensor of weights with the dtype and shape of `scores`.
@@ -38,11 +39,20 @@ def masked_softmax(scores, mask=None, axis=-1):
     compute_dtype = "float32" if dtype in _HALF_PRECISION else dtype
     logits = ops.cast(scores, compute_dtype)
     if mask is None:
-        return ops.cast(ops.softmax(logits, axis=axis), dtype)
+        return ops.cast(_softmax(logits, axis), dtype)
     mask = ops.convert_to_tensor(mask)
     check_mask_shape("mask", static_shape(mask), static_shape(scores), "scores")
     mask = ops.cast(mask, "bool")
     logits = ops.where(mask, logits, ops.cast(MASKED_SCORE, compute_dtype))
-    weights = ops.softmax(logits, axis=axis)
+    weights = _softmax(logits, axis)
     weights = ops.where(mask, weights, ops.zeros_like(weights))
     return ops.cast(weights, dtype)
+
+
+def _softmax(logits, axis):
+    """`ops.softmax` over one axis or several at once (TensorFlow's kernel
+    takes one axis of a tensor of at most 5 dimensions)."""
+    if isinstance(axis, int) or len(axis) == 1:
+        return ops.softmax(logits, axis=axis if isinstance(axis, int) else axis[0])
+    exps = ops.exp(logits - ops.max(logits, axis=axis, keepdims=True))
+    return exps / ops.sum(exps, axis=axis, keepdims=True)

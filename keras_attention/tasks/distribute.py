@@ -20,6 +20,7 @@ import os
 import keras
 
 from keras_attention.tasks.common import prepare_output
+from keras_attention.utils import keras_internals
 from keras_attention.utils.backend import num_workers
 
 TF_STRATEGIES = ("mirrored", "multi-worker", "tpu")
@@ -339,13 +340,13 @@ def training_scope(model, strategy):
         return strategy.scope()
     if num_workers(strategy) <= 1:
         return contextlib.nullcontext()
-    if getattr(model, "_distribute_strategy", None) is not strategy:
+    if keras_internals.model_strategy(model) is not strategy:
         raise RuntimeError(
             f"training_scope expects a model built in the scope of {strategy!r}; "
             f"this Keras version ({keras.__version__}) or this model keeps "
-            f"{getattr(model, '_distribute_strategy', 'no strategy')!r}."
+            f"{keras_internals.model_strategy(model)!r}."
         )
-    model._distribute_strategy = None
+    keras_internals.forget_model_strategy(model)
     model.train_step = _with_batch_axis(model.train_step)
     model.test_step = _with_batch_axis(model.test_step)
     return strategy.scope()

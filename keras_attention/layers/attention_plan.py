@@ -1,0 +1,123 @@
+"""How `MultiHeadAttention` computes one call: a pure function of its options.
+
+Every choice the layer makes between the ways it can attend lives here, so
+that `MultiHeadAttention.call` reads as the steps of the computation and the
+choices can be tested as a table (tests/layers/test_attention_plan.py).
+"""
+
+from typing import NamedTuple
+
+# From this many keys the layer switches to the chunked (memory-efficient) path
+# by itself, with tiles of AUTO_CHUNK_SIZE queries and keys; below it the
+# standard path is as fast or faster and keeps the weights available. The
+# crossovers were measured (XLA, forward + backward, width 256, 4096 tokens per
+# batch, 2-core CPU): causal, chunked/standard is 0.82 at T=512 and 0.63 at
+# 1024 (it skips the tiles above the diagonal); not causal, 1.05 at 512 and
+# 0.94 at 1024. Tiles of 256 beat 128 and 512 at every length measured.
+AUTO_CHUNK_MIN_LENGTH = 1024
+AUTO_CHUNK_MIN_LENGTH_CAUSAL = 512
+AUTO_CHUNK_SIZE = 256
+
+
+class AttentionPlan(NamedTuple):
+    """What one call of the layer does.
+
+    Attributes:
+        multi_axis: attention over several axes (images, video): Keras'
+            einsum formulation with a softmax over all of them.
+        chunk_size: tile size of the chunked path, or None for the standard
+            path (which can give the weights).
+        causal_in_op: the causal mask is generated inside the attention op
+            (never materialized as a `(T, S)` tensor) instead of merged into
+            the mask.
+        window_in_op: likewise for the sliding window (the chunked path then
+            skips the tiles outside it).
+        alibi_in_op: ALiBi's bias is computed inside the op (tile by tile on
+            the chunked path) instead of passed as a dense bias.
+    """
+
+    multi_axis: bool
+    chunk_size: int | None
+    causal_in_op: bool
+    window_in_op: bool
+    alibi_in_op: bool
+
+
+def plan_attention(
+    *,
+    num_attention_axes=1,
+    cached=False,
+    custom_attention=False,
+    use_causal_mask=False,
+    sliding_window=None,
+    alibi=False,
+    dense_bias=False,
+    needs_weights=False,
+    flash_attention=None,
+    chunk_size=None,
+    key_length=None,
+):
+    """Chooses how the layer attends.
+
+    Args:
+        num_attention_axes: how many axes the layer attends over.
+        cached: a decoding cache is passed (positions start at its index, so
+            masks are built with that offset, outside the op).
+        custom_attention: a subclass overrides `_compute_attention` (it gets
+            every mask materialized, as Keras gives it).
+        use_causal_mask, sliding_window: the masks the call asks for.
+        alibi: ALiBi's bias is wanted (`position_encoding="alibi"`).
+        dense_bias: an `attention_bias` tensor is passed.
+        needs_weights: the `(T, S)` weights must exist (returned, or dropped
+            out in training).
+        flash_attention: the layer's argument: True forces the chunked path,
+            False forbids the automatic switch, None chooses by length.
+        chunk_size: the layer's argument; set, it forces the chunked path.
+        key_length: the number of keys where known when tracing (an int),
+            else None.
+
+    Returns:
+        An `AttentionPlan`.
+    """
+    if num_attention_axes != 1:
+        return AttentionPlan(True, None, False, False, False)
+    in_op = not cached and not custom_attention
+    without_weights = in_op and not needs_weights
+    causal_in_op = in_op and use_causal_mask
+    window_in_op = without_weights and sliding_window is not None
+    alibi_in_op = without_weights and alibi and not dense_bias
+    return AttentionPlan(
+        multi_axis=False,
+        chunk_size=_chunk_size(
+            needs_weights,
+            flash_attention,
+            chunk_size,
+            dense_bias,
+            key_length,
+            skips_tiles=causal_in_op or window_in_op,
+        ),
+        causal_in_op=causal_in_op,
+        window_in_op=window_in_op,
+        alibi_in_op=alibi_in_op,
+    )
+
+
+def _chunk_size(
+    needs_weights, flash_attention, chunk_size, dense_bias, key_length, skips_tiles
+):
+    """The chunked path's tile size, or None for the standard path.
+
+    The chunked path never builds the weights, nor the `(T, S)` scores a dense
+    bias adds to; a causal mask or a sliding window lets it skip tiles, which
+    moves its crossover down. A length only known when the graph runs (a
+    symbolic dimension) keeps the standard path unless it is forced."""
+    if needs_weights:
+        return None
+    if chunk_size is not None:
+        return chunk_size
+    if flash_attention:
+        return AUTO_CHUNK_SIZE
+    if flash_attention is False or dense_bias or not isinstance(key_length, int):
+        return None
+    threshold = AUTO_CHUNK_MIN_LENGTH_CAUSAL if skips_tiles else AUTO_CHUNK_MIN_LENGTH
+    return AUTO_CHUNK_SIZE if key_length >= threshold else None

@@ -1,0 +1,137 @@
+"""Every Keras internal the package uses, in one place.
+
+Keras' public API (`keras.layers`, `keras.ops`, ...) is stable across
+releases; `keras.src` and the `_`-prefixed members of Keras' classes are not.
+The few internals the package cannot do without go through this module and
+nowhere else (`tests/utils/test_keras_internals.py` scans the package for any
+other use). Each entry of `INTERNALS` says what it is, why the package needs
+it and the Keras releases it was checked on; a missing one raises
+`KerasInternalMissing` naming the installed Keras, the tested range and what
+is missing, when a layer that needs it is constructed rather than deep in a
+call.
+"""
+
+import contextlib
+import importlib
+from typing import NamedTuple
+
+import keras
+
+# The releases CI tests (`.ci/run`, the Keras matrix); setup.cfg declares the
+# lowest as its floor.
+OLDEST_TESTED = "3.11.3"
+NEWEST_TESTED = "3.15.1"
+
+
+class KerasInternalMissing(ImportError):
+    """A Keras internal the package relies on is not in the installed Keras."""
+
+
+class Internal(NamedTuple):
+    module: str
+    name: str
+    why: str
+    releases: str  # the Keras releases it was checked on
+
+
+INTERNALS = {
+    "get_keras_mask": Internal(
+        "keras.src.backend",
+        "get_keras_mask",
+        "reads the Keras mask a tensor carries (masking layers attach it)",
+        "3.11-3.15",
+    ),
+    "set_keras_mask": Internal(
+        "keras.src.backend",
+        "set_keras_mask",
+        "hides the inputs' Keras masks from the projections of "
+        "MultiHeadAttention, which consumes them itself",
+        "3.11-3.15",
+    ),
+    "draw_seed": Internal(
+        "keras.src.random.seed_generator",
+        "draw_seed",
+        "turns a sampler's `seed` (int, SeedGenerator or None) into a seed "
+        "tensor as keras.random does, for the hashed dropout",
+        "3.11-3.15",
+    ),
+}
+
+# The private attribute `model._distribute_strategy` (TensorFlow trainer):
+# the strategy a model was built under, which `fit` reuses instead of the one
+# in scope (keras-team/keras#20329); keras 3.11-3.15.
+MODEL_STRATEGY_ATTRIBUTE = "_distribute_strategy"
+
+
+def _resolve(key):
+    internal = INTERNALS[key]
+    try:
+        return getattr(importlib.import_module(internal.module), internal.name)
+    except (ImportError, AttributeError) as error:
+        raise KerasInternalMissing(
+            f"keras_attention needs `{internal.module}.{internal.name}` "
+            f"(it {internal.why}), which Keras {keras.__version__} "
+            f"does not have; keras_attention is tested with Keras "
+            f"{OLDEST_TESTED} to {NEWEST_TESTED}."
+        ) from error
+
+
+def require(*keys):
+    """Raises `KerasInternalMissing` unless every internal in `keys` exists in
+    the installed Keras (a layer calls it when it is constructed)."""
+    for key in keys:
+        _resolve(key)
+
+
+def missing():
+    """The internals the installed Keras lacks, as `module.name` strings."""
+    gone = []
+    for key, internal in INTERNALS.items():
+        try:
+            _resolve(key)
+        except KerasInternalMissing:
+            gone.append(f"{internal.module}.{internal.name}")
+    return gone
+
+
+def get_keras_mask(x):
+    """The Keras mask `x` carries, or None."""
+    return _resolve("get_keras_mask")(x)
+
+
+def set_keras_mask(x, mask):
+    """Attaches `mask` to `x` as its Keras mask (None removes it)."""
+    _resolve("set_keras_mask")(x, mask)
+
+
+def draw_seed(seed):
+    """A seed tensor from an int, a `keras.random.SeedGenerator` or None,
+    drawn as Keras' own samplers draw it."""
+    return _resolve("draw_seed")(seed)
+
+
+def model_strategy(model):
+    """The `tf.distribute` strategy `model` was built under, or None."""
+    return getattr(model, MODEL_STRATEGY_ATTRIBUTE, None)
+
+
+def forget_model_strategy(model):
+    """Makes `fit` take the strategy in scope instead of the one `model` was
+    built under."""
+    setattr(model, MODEL_STRATEGY_ATTRIBUTE, None)
+
+
+@contextlib.contextmanager
+def hidden_keras_masks(*tensors):
+    """Hides the Keras masks of `tensors` while inside, then restores them (a
+    layer that consumed the masks calls sublayers that do not support
+    masking, which would warn that they drop them)."""
+    masks = [get_keras_mask(t) for t in tensors]
+    for t in tensors:
+        set_keras_mask(t, None)
+    try:
+        yield
+    finally:
+        for t, mask in zip(tensors, masks, strict=True):
+            if mask is not None:
+                set_keras_mask(t, mask)

@@ -1,0 +1,197 @@
+"""Keras internals only through `keras_attention.utils.keras_internals`.
+
+Scans the package for imports of `keras.src` and for uses of `_`-prefixed
+members that Keras' classes define, outside the adapter, and checks that
+every internal the adapter lists exists in the installed Keras (CI runs this
+on each Keras release of the matrix)."""
+
+import ast
+import inspect
+import pathlib
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attention.utils import keras_internals
+
+PACKAGE = pathlib.Path(keras_internals.__file__).resolve().parents[1]
+ADAPTER = pathlib.Path(keras_internals.__file__).resolve()
+
+# The internals the package touches today, all in the adapter. A new one
+# means a new entry there, with why the package needs it and the releases it
+# was checked on, and here.
+EXPECTED_INTERNALS = {
+    "keras.src.backend.get_keras_mask",
+    "keras.src.backend.set_keras_mask",
+    "keras.src.random.seed_generator.draw_seed",
+}
+
+
+def package_files():
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def keras_private_names():
+    """`_`-prefixed names that Keras' public classes define: their class
+    attributes and the instance attributes of a few built objects."""
+    classes = set()
+    for module in (
+        keras.layers,
+        keras.models,
+        keras.optimizers,
+        keras.callbacks,
+        keras.losses,
+        keras.metrics,
+        keras.initializers,
+        keras.regularizers,
+        keras.constraints,
+        keras.random,
+        keras.saving,
+        keras.dtype_policies,
+        keras,
+    ):
+        classes |= {o for o in vars(module).values() if inspect.isclass(o)}
+    names = {n for c in classes for n in dir(c)}
+    x = np.ones((1, 3, 8), "float32")
+    objects = [
+        keras.Model(),
+        keras.optimizers.Adam(),
+        keras.random.SeedGenerator(1),
+        keras.Variable(np.ones(2)),
+    ]
+    for layer, args in (
+        (keras.layers.MultiHeadAttention(2, 4, dropout=0.1), (x, x)),
+        (keras.layers.GroupQueryAttention(4, 2, 1, dropout=0.1), (x, x)),
+        (keras.layers.EinsumDense("abc,cd->abd", (None, 4)), (x,)),
+        (keras.layers.Dense(3), (x,)),
+        (keras.layers.Dropout(0.1), (x,)),
+        (keras.layers.Embedding(5, 3), (np.ones((1, 2), "int32"),)),
+        (keras.layers.LayerNormalization(), (x,)),
+    ):
+        layer(*args)
+        objects.append(layer)
+    for obj in objects:
+        names |= set(vars(obj))
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def own_private_names():
+    """`_`-prefixed names the package's classes define themselves: their
+    methods, and the attributes they assign (`self._x = ...`)."""
+    names = set()
+    for path in package_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                names |= {
+                    item.name for item in node.body if isinstance(item, ast.FunctionDef)
+                }
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = getattr(node, "targets", None) or [node.target]
+                names |= {
+                    leaf.attr
+                    for target in targets
+                    for leaf in ast.walk(target)
+                    if isinstance(leaf, ast.Attribute)
+                    and isinstance(leaf.value, ast.Name)
+                    and leaf.value.id == "self"
+                }
+    return {n for n in names if n.startswith("_")}
+
+
+def test_keras_src_is_imported_only_by_the_adapter():
+    found = []
+    for path in package_files():
+        if path == ADAPTER:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules = []
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module]
+            elif isinstance(node, ast.Attribute) and node.attr == "src":
+                modules = ["keras.src" if _is_keras(node.value) else ""]
+            found += [
+                f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {m}"
+                for m in modules
+                if m == "keras.src" or m.startswith("keras.src.")
+            ]
+    assert not found, "keras.src outside the adapter:\n" + "\n".join(found)
+
+
+def _is_keras(node):
+    return isinstance(node, ast.Name) and node.id == "keras"
+
+
+def test_private_members_of_keras_classes_only_through_the_adapter():
+    keras_names = keras_private_names() - own_private_names()
+    found = []
+    for path in package_files():
+        if path == ADAPTER:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in keras_names:
+                found.append(
+                    f"{path.relative_to(PACKAGE.parent)}:{node.lineno} .{node.attr}"
+                )
+            # getattr(obj, "_name") counts as much as obj._name.
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "setattr", "hasattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value in keras_names
+            ):
+                found.append(
+                    f"{path.relative_to(PACKAGE.parent)}:{node.lineno} "
+                    f"{node.func.id}(..., {node.args[1].value!r})"
+                )
+    assert not found, (
+        "Keras internals outside keras_attention/utils/keras_internals.py:\n"
+        + "\n".join(found)
+    )
+
+
+def test_the_adapter_lists_what_the_package_touches():
+    listed = {f"{i.module}.{i.name}" for i in keras_internals.INTERNALS.values()}
+    assert listed == EXPECTED_INTERNALS
+    for internal in keras_internals.INTERNALS.values():
+        assert internal.why and internal.releases
+
+
+def test_every_listed_internal_exists_in_this_keras():
+    assert keras_internals.missing() == [], keras.__version__
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="the model's remembered tf.distribute strategy is TensorFlow's",
+)
+def test_the_model_strategy_attribute_exists_in_this_keras():
+    import tensorflow as tf
+
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    assert keras_internals.model_strategy(model) is strategy
+    keras_internals.forget_model_strategy(model)
+    assert keras_internals.model_strategy(model) is None
+
+
+def test_a_missing_internal_names_keras_the_tested_range_and_what(monkeypatch):
+    monkeypatch.setitem(
+        keras_internals.INTERNALS,
+        "draw_seed",
+        keras_internals.Internal("keras.src.random", "gone", "draws seeds", "3.11"),
+    )
+    with pytest.raises(keras_internals.KerasInternalMissing) as error:
+        from keras_attention.layers import Dropout
+
+        Dropout(0.1)
+    message = str(error.value)
+    assert keras.__version__ in message
+    assert "keras.src.random.gone" in message
+    assert keras_internals.OLDEST_TESTED in message
+    assert keras_internals.NEWEST_TESTED in message
