@@ -102,7 +102,8 @@ def check_choice(name, value, choices):
 
 def check_length(name, value, allow_none=False):
     """Checks a sequence length given as a Python or NumPy integer >= 0;
-    tensors (lengths known only when the graph runs) pass unchecked."""
+    tensors and JAX's symbolic dimensions (lengths known only when the graph
+    runs) pass unchecked."""
     if value is None and allow_none:
         return
     if hasattr(value, "shape") and not isinstance(value, np.generic):
@@ -111,6 +112,8 @@ def check_length(name, value, allow_none=False):
                 f"`{name}` must be a scalar length; received a tensor of shape "
                 f"{tuple(value.shape)}."
             )
+        return
+    if type(value).__module__.startswith("jax"):  # a symbolic dimension
         return
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(

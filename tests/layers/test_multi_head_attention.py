@@ -622,3 +622,22 @@ def test_positions_need_one_attention_axis():
     images = rng.normal(size=(B, 3, 3, D)).astype("float32")
     with pytest.raises(ValueError, match="needs one attention axis.*\\(1, 2\\)"):
         layer(images, images)
+
+
+def test_a_user_layer_wrapping_it_builds_on_a_variable_length_input():
+    # A user layer without `compute_output_shape`: Keras infers its output by
+    # tracing `call` with symbolic lengths (on JAX, jax.export dimensions,
+    # which cannot be compared with an int while building).
+    class Block(keras.layers.Layer):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.attention = MultiHeadAttention(num_heads=2, key_dim=8)
+
+        def call(self, x):
+            return self.attention(x, x, use_causal_mask=True) + x
+
+    inputs = keras.Input((None, D))
+    outputs = Block()(inputs)
+    assert tuple(outputs.shape) == (None, None, D)
+    model = keras.Model(inputs, outputs)
+    assert tuple(model(QUERY).shape) == QUERY.shape
