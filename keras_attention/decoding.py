@@ -5,16 +5,22 @@ Both searches drive a step function `step_fn(token_ids, cache, index)` that
 maps the previous tokens `(B,)` at target position `index` to next-token
 logits `(B, V)` and the updated cache, a nested structure of tensors with the
 batch on axis 0 (the recurrent state of an RNN decoder, the key/value caches of
-a Transformer decoder). Both run as one `while` loop that XLA compiles whole.
+a Transformer decoder). Both are written here with `keras.ops` only, so they
+run on the core install (no keras-hub), and each runs as one `while` loop that
+XLA compiles whole.
 
 `GenerationMixin` gives a model `generate`, compiled once per shape and
-search. Greedy search is keras-hub's `GreedySampler`. Beam search is written here:
-keras-hub's `BeamSampler` keeps extending (and scoring) beams after they emit
-the end token and has no length penalty, both of which translation needs.
+search. Greedy search picks the same tokens as keras-hub's `GreedySampler`
+(the argmax of the float32 probabilities, stopping once every row produced the
+end token). Beam search keeps a finished beam unchanged and ranks beams with a
+length penalty, both of which translation needs and keras-hub's `BeamSampler`
+lacks.
 
 `LanguageModelGenerationMixin` gives a decoder-only language model
-`generate`: prompts continued by any keras-hub sampler (greedy, top-k, top-p,
-with a temperature) through `sample`, the loop greedy search runs too.
+`generate`: prompts continued greedily (`sampler="greedy"`, no keras-hub
+needed) or by any keras-hub sampler (top-k, top-p, random, with a
+temperature; keras-hub comes with the `apps` extra and is imported only
+then) through `sample`.
 
 `mean_log_probs` scores what a search produced (the model's confidence in its
 own output) with one teacher-forced forward pass.
@@ -40,21 +46,93 @@ def greedy_search(step_fn, cache, batch_size, max_length, start_id, end_id, mode
         max_length: number of tokens to generate at most.
         start_id: the `<start>` token fed first.
         end_id: the `<end>` token; decoding stops once every row produced it.
-        model: the model whose variables `step_fn` reads (needed on JAX).
+        model: unused: the search reads the model's variables only through
+            `step_fn`. Accepted so that calls written for the keras-hub
+            sampler this search replaced still work.
 
     Returns:
         int32 `(B, max_length)`: the tokens after `<start>`, with `end_id`
         kept and padding (0) after it.
     """
+    del model
     check_positive_int("max_length", max_length)
     prompt = _initial_tokens(batch_size, max_length, start_id)
-    sampler = _keras_hub().samplers.GreedySampler()
-    tokens = sample(step_fn, cache, prompt, sampler, end_id=end_id, model=model)
+    tokens = greedy_fill(step_fn, cache, prompt, end_id=end_id)
     return truncate_after_end(tokens[:, 1:], end_id)
 
 
-def sample(step_fn, cache, prompt, sampler, given=None, end_id=None, model=None):
-    """Fills `prompt` token by token with a keras-hub sampler.
+def greedy_fill(step_fn, cache, prompt, given=None, end_id=None):
+    """Fills `prompt` token by token with the most probable token.
+
+    Position `t` (from 1 on) gets the argmax of the logits of the token at
+    `t - 1`, except where `given` is True: those tokens (a prompt) are kept
+    and fed to the model in turn, so that its cache holds them when the first
+    token is picked. The argmax is taken over the float32 probabilities, as
+    keras-hub's `GreedySampler` takes it (the softmax can round two nearly
+    equal logits to one probability, and the first of them wins), so both
+    pick the same tokens.
+
+    The loop is one `ops.while_loop`: at most `L - 1` steps, and fewer where
+    every row has produced `end_id` at a position it was not given.
+
+    Args:
+        step_fn: `(token_ids, cache, index) -> (logits, cache)`.
+        cache: initial cache (nested tensors, batch on axis 0).
+        prompt: int32 `(B, L)`: position 0 holds each row's first token.
+        given: optional bool `(B, L)`, the positions to keep.
+        end_id: optional end token; the loop stops once every row has
+            picked it.
+
+    Returns:
+        int32 `(B, L)`: `prompt` with its positions filled in; after a row's
+        end token the loop may have gone on filling it (for the rows still
+        open): `truncate_after_end` pads it.
+    """
+    prompt = ops.cast(prompt, "int32")
+    batch_size, length = ops.shape(prompt)[0], prompt.shape[1]
+    if given is None:
+        given = ops.zeros_like(prompt, "bool")
+    given = ops.cast(given, "bool")
+
+    def column(x, index):
+        return ops.squeeze(ops.slice(x, [0, index], [batch_size, 1]), 1)
+
+    def is_new_end(token_ids, kept):
+        if end_id is None:
+            return ops.zeros_like(kept)
+        return ops.logical_and(ops.equal(token_ids, end_id), ops.logical_not(kept))
+
+    # An end token already at a position not given (the start token, where
+    # start and end are one token) ends its row at once, as in keras-hub's
+    # sampler.
+    done = ops.any(is_new_end(prompt, given), axis=-1)
+
+    def cond(index, tokens, cache, done):
+        return ops.logical_not(ops.all(done))
+
+    def body(index, tokens, cache, done):
+        logits, cache = step_fn(column(tokens, index - 1), cache, index - 1)
+        probabilities = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        picked = ops.cast(ops.argmax(probabilities, axis=-1), "int32")
+        kept = column(given, index)
+        token_ids = ops.where(kept, column(tokens, index), picked)
+        tokens = ops.slice_update(tokens, [0, index], token_ids[:, None])
+        done = ops.logical_or(done, is_new_end(token_ids, kept))
+        return index + 1, tokens, cache, done
+
+    _, tokens, _, _ = ops.while_loop(
+        cond,
+        body,
+        (ops.convert_to_tensor(1, "int32"), prompt, cache, done),
+        maximum_iterations=length - 1,
+    )
+    return tokens
+
+
+def sample(
+    step_fn, cache, prompt, sampler="greedy", given=None, end_id=None, model=None
+):
+    """Fills `prompt` token by token, greedily or with a keras-hub sampler.
 
     Position `t` (from 1 on) gets the sampler's pick from the logits of the
     token at `t - 1`, except where `given` is True: those tokens (a prompt)
@@ -65,15 +143,19 @@ def sample(step_fn, cache, prompt, sampler, given=None, end_id=None, model=None)
         step_fn: `(token_ids, cache, index) -> (logits, cache)`.
         cache: initial cache (nested tensors, batch on axis 0).
         prompt: int32 `(B, L)`: position 0 holds each row's first token.
-        sampler: a `keras_hub.samplers.Sampler` (greedy, top-k, top-p, ...).
+        sampler: `"greedy"` (`greedy_fill`, written here: no keras-hub
+            needed) or a `keras_hub.samplers.Sampler` (top-k, top-p, ...).
         given: optional bool `(B, L)`, the positions to keep.
         end_id: optional end token; sampling stops once every row has
             picked it.
-        model: the model whose variables `step_fn` reads (needed on JAX).
+        model: the model whose variables `step_fn` reads (a keras-hub
+            sampler needs it on JAX).
 
     Returns:
         int32 `(B, L)`: `prompt` with its positions filled in.
     """
+    if _is_greedy(sampler):
+        return greedy_fill(step_fn, cache, prompt, given, end_id)
     batch_size = ops.shape(prompt)[0]
 
     def next_logits(prompt, cache, index):
@@ -281,8 +363,10 @@ def _keras_hub():
         import keras_hub
     except ImportError as error:
         raise ImportError(
-            "Greedy search uses keras-hub's GreedySampler; install it with "
-            "`pip install keras-hub` (or `pip install 'keras-attention[apps]'`)."
+            "Sampling with keras-hub's samplers (top-k, top-p, random) needs "
+            "keras-hub; install it with `pip install keras-hub` (or `pip install "
+            "'keras-attention[apps]'`). Greedy generation (`sampler=\"greedy\"`) "
+            "does not."
         ) from error
     return keras_hub
 
@@ -394,9 +478,14 @@ def _compiled(model, key, fn, jit_compile, variables=()):
     return model._generate_functions[key]
 
 
+def _is_greedy(sampler):
+    return isinstance(sampler, str) and sampler == "greedy"
+
+
 def get_sampler(sampler):
     """A keras-hub sampler from a name (`"greedy"`, `"top_k"`, `"top_p"`,
-    `"random"`, ...: `keras_hub.samplers.get`) or the sampler itself."""
+    `"random"`, ...: `keras_hub.samplers.get`) or the sampler itself; needs
+    keras-hub (`generate` and `sample` run `"greedy"` without it)."""
     samplers = _keras_hub().samplers
     if isinstance(sampler, samplers.Sampler):
         return sampler
@@ -419,7 +508,7 @@ def get_sampler(sampler):
 
 class LanguageModelGenerationMixin:
     """`generate` for a decoder-only language model (`GPT`, the LSTM
-    baseline): continues prompts with a keras-hub sampler.
+    baseline): continues prompts greedily or with a keras-hub sampler.
 
     The model provides `max_length` (the default and the longest output;
     None: no limit but the one given), `end_token_id` (None: no end token)
@@ -444,9 +533,12 @@ class LanguageModelGenerationMixin:
                 0; at least one token per row.
             max_length: the length of the output, prompt included; defaults
                 to the model's `max_length`.
-            sampler: a keras-hub sampler (`keras_hub.samplers.TopPSampler(
-                p=0.9, temperature=0.8)`, say) or its name (`"greedy"`,
-                `"top_k"`, `"top_p"`, `"random"`). On JAX the compiled search
+            sampler: `"greedy"` (the most probable token, written here with
+                `keras.ops`: the same tokens as keras-hub's `GreedySampler`,
+                without keras-hub), or a keras-hub sampler
+                (`keras_hub.samplers.TopPSampler(p=0.9, temperature=0.8)`,
+                say) or its name (`"top_k"`, `"top_p"`, `"random"`), which need
+                keras-hub (the `apps` extra). On JAX the compiled search
                 reads a random sampler's seed state but cannot advance it:
                 each call draws the same numbers.
             jit_compile: compile the whole loop with XLA.
@@ -476,23 +568,28 @@ class LanguageModelGenerationMixin:
                 f"`max_length` must be from the prompt's length ({width}) to the "
                 f"model's max_length ({limit}); received max_length={max_length}."
             )
-        if isinstance(sampler, str):  # one sampler per name, compiled once
-            if not hasattr(self, "_named_samplers"):
-                self._named_samplers = {}
-            if sampler not in self._named_samplers:
-                self._named_samplers[sampler] = get_sampler(sampler)
-            sampler = self._named_samplers[sampler]
-        sampler = get_sampler(sampler)
+        if _is_greedy(sampler):  # written here: no keras-hub
+            variables = ()
+        else:
+            if isinstance(sampler, str):  # one sampler per name, compiled once
+                if not hasattr(self, "_named_samplers"):
+                    self._named_samplers = {}
+                if sampler not in self._named_samplers:
+                    self._named_samplers[sampler] = get_sampler(sampler)
+                sampler = self._named_samplers[sampler]
+            sampler = get_sampler(sampler)
+            variables = sampler.variables
 
         def generate_step(prompt_ids):
             return self.sample(prompt_ids, max_length, sampler)
 
         key = ("sample", max_length, sampler, jit_compile)
-        function = _compiled(self, key, generate_step, jit_compile, sampler.variables)
+        function = _compiled(self, key, generate_step, jit_compile, variables)
         return function(prompt_ids.astype("int32"))
 
-    def sample(self, prompt_ids, max_length, sampler):
-        """The uncompiled loop behind `generate`."""
+    def sample(self, prompt_ids, max_length, sampler="greedy"):
+        """The uncompiled loop behind `generate` (`sampler`: `"greedy"` or a
+        keras-hub sampler)."""
         width = prompt_ids.shape[1]
         prompt = ops.pad(prompt_ids, [[0, 0], [0, max_length - width]])
         given = ops.not_equal(prompt, PAD_ID)

@@ -1,5 +1,6 @@
 """The core install: `pip install keras-attention` brings keras and numpy, not the
-applications' TensorFlow, keras-hub or matplotlib, and the library works on JAX."""
+applications' TensorFlow, keras-hub or matplotlib, and the library works on JAX,
+generation (greedy and beam search) included."""
 
 import subprocess
 import sys
@@ -26,6 +27,17 @@ model = models.Transformer(
 ids = np.ones((2, 5), "int32")
 logits = model({"encoder_token_ids": ids, "decoder_token_ids": ids})
 assert logits.shape == (2, 5, 20), logits.shape
+# Every search on the core install: greedy search is ours, not keras-hub's.
+for beam_width in (1, 2):
+    tokens = np.asarray(model.generate(ids, max_length=4, beam_width=beam_width))
+    assert tokens.shape == (2, 4) and tokens.dtype == np.int32, tokens
+gpt = models.GPT(
+    20, max_length=8, hidden_dim=16, num_heads=2, num_layers=1,
+    intermediate_dim=32, end_token_id=3,
+)
+tokens = np.asarray(gpt.generate(np.array([[5, 6, 7], [8, 0, 0]]), max_length=8))
+assert tokens.shape == (2, 8) and tokens.dtype == np.int32, tokens
+assert tokens[0, :3].tolist() == [5, 6, 7] and tokens[1, 0] == 8, tokens
 for name in ("tensorflow", "keras_hub", "matplotlib", "sacrebleu"):
     assert importlib.util.find_spec(name) is None, f"{name} is installed"
     assert name not in sys.modules, f"{name} was imported"
