@@ -92,7 +92,10 @@ class PositionEmbedding(keras.layers.Layer):
 
     As in BERT and GPT: a `(sequence_length, depth)` table whose first `T` rows
     are returned for an input of length `T` (from `start_index`). The layer
-    returns the embedding, to be added to the token embeddings.
+    returns the embedding, to be added to the token embeddings. A drop-in for
+    `keras_hub.layers.PositionEmbedding`: the table is the attribute
+    `position_embeddings` (`embeddings` is kept as an alias), a weight named
+    "embeddings" as in keras-hub.
 
     Args:
         sequence_length: the number of positions (the longest input).
@@ -133,11 +136,19 @@ class PositionEmbedding(keras.layers.Layer):
                 f"received input shape {tuple(input_shape)}."
             )
         self._check_length(input_shape[-2])
-        self.embeddings = self.add_weight(
+        # keras-hub's names: the attribute `position_embeddings`, the weight
+        # "embeddings" (so the weight paths of the two layers match).
+        self.position_embeddings = self.add_weight(
             name="embeddings",
             shape=(self.sequence_length, depth),
             initializer=self.initializer,
         )
+
+    @property
+    def embeddings(self):
+        """The table, under this package's earlier name for
+        `position_embeddings`."""
+        return self.position_embeddings
 
     def _check_length(self, length):
         if length is not None and length > self.sequence_length:
@@ -150,7 +161,7 @@ class PositionEmbedding(keras.layers.Layer):
     def call(self, inputs, start_index=0, positions=None):
         self._check_length(inputs.shape[-2])
         shape = ops.shape(inputs)
-        table = ops.convert_to_tensor(self.embeddings)
+        table = ops.convert_to_tensor(self.position_embeddings)
         if positions is None:
             rows = ops.slice(table, (start_index, 0), (shape[-2], shape[-1]))
         else:

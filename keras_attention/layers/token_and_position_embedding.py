@@ -37,6 +37,14 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     Call arguments:
         inputs: integer token ids `(B, T)`.
         start_index: position of the first token (incremental decoding).
+        positions: optional positions `(T,)` or `(B, T)` to encode instead of
+            `start_index + arange(T)` (as in keras-hub).
+
+    Attributes:
+        token_embedding: the token table (a `keras.layers.Embedding`).
+        position_embedding: the position part (`PositionEmbedding` or
+            `SinusoidalPositionEncoding`); keras-hub's name, also reachable
+            as `position_layer`, this package's earlier one.
 
     Example:
 
@@ -85,22 +93,33 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="token_embedding",
         )
+        # keras-hub's attribute names (`token_embedding`, `position_embedding`)
+        # for the two parts; `position_layer`, this package's earlier name, is
+        # an alias, under which `.keras` files saved before hold the table.
         if position_encoding == "learned":
-            self.position_layer = PositionEmbedding(
+            self.position_embedding = PositionEmbedding(
                 sequence_length,
                 initializer=clone_initializer(self.embeddings_initializer),
                 dtype=self.dtype_policy,
                 name="position_embedding",
             )
         else:
-            self.position_layer = SinusoidalPositionEncoding(
+            self.position_embedding = SinusoidalPositionEncoding(
                 dtype=self.dtype_policy, name="position_encoding"
             )
 
     def build(self, input_shape):
         self._check_length(input_shape[-1])
         self.token_embedding.build(input_shape)
-        self.position_layer.build((*input_shape, self.embedding_dim))
+        self.position_embedding.build((*input_shape, self.embedding_dim))
+
+    @property
+    def position_layer(self):
+        """The position part, under this package's earlier name for
+        `position_embedding`. Keras' loader tries each attribute that holds a
+        layer, so the `.keras` files that stored the table under this name
+        still load."""
+        return self.position_embedding
 
     def _check_length(self, length):
         if length is not None and length > self.sequence_length:
@@ -109,14 +128,16 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 f"sequence_length={self.sequence_length}."
             )
 
-    def call(self, inputs, start_index=0):
+    def call(self, inputs, start_index=0, positions=None):
         self._check_length(inputs.shape[-1])
         embedded = self.token_embedding(inputs)
         if self.scale_embeddings:
             embedded = embedded * ops.cast(
                 math.sqrt(self.embedding_dim), embedded.dtype
             )
-        return embedded + self.position_layer(embedded, start_index=start_index)
+        return embedded + self.position_embedding(
+            embedded, start_index=start_index, positions=positions
+        )
 
     def compute_mask(self, inputs, mask=None):
         if not self.mask_zero:

@@ -1,5 +1,7 @@
 """What the Transformer encoder and decoder blocks share."""
 
+import contextlib
+
 import keras
 from keras import ops
 
@@ -10,6 +12,7 @@ from keras_attention.layers.multi_head_attention import (
     MultiHeadAttention,
     check_heads_and_positions,
 )
+from keras_attention.utils import keras_internals
 from keras_attention.utils.initializers import clone_initializer
 
 
@@ -41,6 +44,7 @@ class TransformerBlockBase(keras.layers.Layer):
         if "norm_first" in kwargs:
             normalize_first = kwargs.pop("norm_first")
         super().__init__(**kwargs)
+        keras_internals.require("get_keras_mask", "set_keras_mask")
         check_positive_int("intermediate_dim", intermediate_dim)
         check_positive_int("num_heads", num_heads)
         check_positive_int("key_dim", key_dim, allow_none=True)
@@ -62,14 +66,24 @@ class TransformerBlockBase(keras.layers.Layer):
         self.supports_masking = True
 
     def _head_size(self, hidden_dim):
+        """keras-hub's rule: `hidden_dim // num_heads` (floored, so a width
+        that `num_heads` does not divide still builds, as in keras-hub), or
+        `key_dim` when given."""
         if self.key_dim is not None:
             return self.key_dim
-        if hidden_dim % self.num_heads:
+        if hidden_dim is None:
             raise ValueError(
-                f"The model width ({hidden_dim}) must be divisible by num_heads "
-                f"({self.num_heads}), or pass key_dim explicitly."
+                "The model width (last axis of the input) must be known to "
+                "size the attention heads, or pass key_dim explicitly."
             )
-        return hidden_dim // self.num_heads
+        head_size = hidden_dim // self.num_heads
+        if head_size == 0:
+            raise ValueError(
+                f"The head size hidden_dim // num_heads is 0: the model width "
+                f"({hidden_dim}) must be at least num_heads ({self.num_heads}), "
+                "or pass key_dim explicitly."
+            )
+        return head_size
 
     def _attention(self, name, hidden_dim, position_encoding=None):
         return MultiHeadAttention(
@@ -126,6 +140,27 @@ class TransformerBlockBase(keras.layers.Layer):
         """(B, S) padding mask -> (B, 1, S) attention mask."""
         return None if mask is None else ops.expand_dims(ops.cast(mask, "bool"), 1)
 
+    @staticmethod
+    def _padding_mask(padding_mask, keras_mask, sequence):
+        """keras-hub's rule for a sequence's padding mask: the explicit one,
+        else the Keras mask of the sequence (the one Keras filled into the
+        call, or the one the tensor carries)."""
+        if padding_mask is not None:
+            return padding_mask
+        if keras_mask is not None or sequence is None:
+            return keras_mask
+        return keras_internals.get_keras_mask(sequence)
+
+    def _attend(self, attention, query, value, **kwargs):
+        """Calls `attention` with the Keras masks of `query` and `value`
+        hidden, for the decoder: it passes the padding as a key-side
+        `attention_mask`, as keras-hub's decoder does, whose attention layer
+        takes no query mask; a Keras mask left on the query would become our
+        attention layer's `query_mask` and zero the padded rows that
+        keras-hub's decoder computes like any other."""
+        with _hidden_keras_masks(query, value):
+            return attention(query, value, **kwargs)
+
     # keras-hub's names for the sublayers, which code written against its
     # blocks reaches (e.g. to copy weights or run one sub-layer).
     @property
@@ -176,3 +211,20 @@ class TransformerBlockBase(keras.layers.Layer):
 
 def as_tuple(x):
     return x if isinstance(x, tuple) else (x,)
+
+
+@contextlib.contextmanager
+def _hidden_keras_masks(*tensors):
+    """Removes the Keras masks of `tensors` while inside, then restores them
+    (the tensors may be the caller's own inputs)."""
+    tensors = [t for t in tensors if t is not None]
+    masks = [keras_internals.get_keras_mask(t) for t in tensors]
+    for tensor, mask in zip(tensors, masks, strict=True):
+        if mask is not None:
+            keras_internals.set_keras_mask(tensor, None)
+    try:
+        yield
+    finally:
+        for tensor, mask in zip(tensors, masks, strict=True):
+            if mask is not None:
+                keras_internals.set_keras_mask(tensor, mask)

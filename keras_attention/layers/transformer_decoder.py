@@ -22,6 +22,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
     Args:
         intermediate_dim: hidden size of the feed-forward network.
         num_heads: attention heads; the head size is `hidden_dim // num_heads`
+            (floored, as in keras-hub: 3 heads on a width of 256 have 85
+            dimensions each, and the output projection returns the width)
             unless `key_dim` is given.
         dropout: dropout on the attention weights and on each sub-layer output.
         activation: feed-forward activation.
@@ -30,7 +32,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
         bias_initializer: initializer of all biases.
         normalize_first: pre-norm instead of the paper's post-norm (keras-hub's
             name; `norm_first` is accepted from older configs).
-        key_dim: head size (defaults to `hidden_dim // num_heads`).
+        key_dim: head size (defaults to `hidden_dim // num_heads`, floored).
         chunk_size: force the memory-efficient attention path with this block.
         num_key_value_heads: key/value heads of the attention (grouped-query
             attention; default `num_heads`).
@@ -61,9 +63,25 @@ class TransformerDecoderBlock(TransformerBlockBase):
         training: whether dropout is active.
         return_attention_scores: also return the cross-attention weights
             `(B, N, T, S)` (for alignment heatmaps).
-        decoder_sequence_mask, encoder_sequence_mask: the Keras masks of the
-            two sequences, filled in by Keras; used when the padding masks are
-            not given.
+        decoder_sequence_mask, encoder_sequence_mask, mask: the Keras masks
+            of the two sequences (`mask` when the decoder sequence is the only
+            tensor), filled in by Keras; used when the padding masks are not
+            given.
+
+    What padded positions get (the same as keras-hub's `TransformerDecoder`):
+    the padding masks, explicit or taken from the Keras masks of the
+    sequences (an embedding with `mask_zero=True`), mask keys only, merged
+    with the causal mask and the attention masks; an explicit padding mask
+    replaces the Keras mask of its sequence, as in keras-hub. The Keras masks
+    never become query masks of the attention layers, so a padded decoder
+    position attends (causally, and to the encoder's real tokens) like any
+    other and gets an output computed the same way: a loss that is not masked
+    reads the same values as with keras-hub. A query left with no key at all
+    (a left-padded first position under the causal mask, or an encoder
+    sequence that is all padding) gets zero attention, as keras-hub's block
+    gives it with a dropout rate; with `dropout=0` keras' fused attention
+    gives it the unweighted mean of all the values instead. The output
+    carries the Keras mask of `decoder_sequence`, as keras-hub's does.
 
     Returns:
         The output `(B, T, hidden_dim)`; with a self-attention cache, the tuple
@@ -142,6 +160,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
         return_attention_scores=False,
         decoder_sequence_mask=None,
         encoder_sequence_mask=None,
+        mask=None,
     ):
         has_cross = self.cross_attention is not None
         if has_cross and encoder_sequence is None and cross_attention_cache is None:
@@ -162,15 +181,19 @@ class TransformerDecoderBlock(TransformerBlockBase):
                 decoder_attention_mask,
             )
         else:
-            if decoder_padding_mask is None:
-                decoder_padding_mask = decoder_sequence_mask
+            decoder_padding_mask = self._padding_mask(
+                decoder_padding_mask,
+                decoder_sequence_mask if mask is None else mask,
+                decoder_sequence,
+            )
             self_mask = merge_masks(
                 self._key_padding_mask(decoder_padding_mask), decoder_attention_mask
             )
 
         def self_attend(x):
             out, *cache = as_tuple(
-                self.self_attention(
+                self._attend(
+                    self.self_attention,
                     x,
                     x,
                     attention_mask=self_mask,
@@ -188,8 +211,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
 
         cross_cache, cross_weights = [], []
         if has_cross:
-            if encoder_padding_mask is None:
-                encoder_padding_mask = encoder_sequence_mask
+            encoder_padding_mask = self._padding_mask(
+                encoder_padding_mask, encoder_sequence_mask, encoder_sequence
+            )
             cross_mask = merge_masks(
                 self._key_padding_mask(encoder_padding_mask), encoder_attention_mask
             )
@@ -199,7 +223,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
 
             def cross_attend(y):
                 results = as_tuple(
-                    self.cross_attention(
+                    self._attend(
+                        self.cross_attention,
                         y,
                         encoder,
                         attention_mask=cross_mask,

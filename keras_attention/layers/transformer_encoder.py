@@ -18,6 +18,8 @@ class TransformerEncoderBlock(TransformerBlockBase):
     Args:
         intermediate_dim: hidden size of the feed-forward network.
         num_heads: attention heads; the head size is `hidden_dim // num_heads`
+            (floored, as in keras-hub: 3 heads on a width of 256 have 85
+            dimensions each, and the output projection returns the width)
             unless `key_dim` is given.
         dropout: dropout on the attention weights and on each sub-layer output.
         activation: feed-forward activation.
@@ -26,7 +28,7 @@ class TransformerEncoderBlock(TransformerBlockBase):
         bias_initializer: initializer of all biases.
         normalize_first: pre-norm instead of the paper's post-norm (keras-hub's
             name; `norm_first` is accepted from older configs).
-        key_dim: head size (defaults to `hidden_dim // num_heads`).
+        key_dim: head size (defaults to `hidden_dim // num_heads`, floored).
         chunk_size: force the memory-efficient attention path with this block.
         num_key_value_heads: key/value heads of the attention (grouped-query
             attention; default `num_heads`).
@@ -37,13 +39,28 @@ class TransformerEncoderBlock(TransformerBlockBase):
     Call arguments:
         inputs: `(B, T, hidden_dim)`.
         padding_mask: boolean `(B, T)`, True at real tokens; taken from the
-            Keras mask of `inputs` when not given. Padded positions are never
-            read as keys or values: NaN there reaches no real token's output.
+            Keras mask of `inputs` when not given (as keras-hub does, which
+            then ignores the Keras mask for the keys). Padded positions are
+            never read as keys or values: NaN there reaches no real token's
+            output.
         attention_mask: boolean `(B, T, T)`.
         training: whether dropout is active.
         return_attention_scores: also return the weights `(B, N, T, T)`.
         mask: the Keras mask of `inputs`, filled in by Keras; used as the
             padding mask when `padding_mask` is not given.
+
+    What padded positions get (the same as keras-hub's `TransformerEncoder`):
+    with only an explicit `padding_mask`, a padded position's query attends
+    to the real tokens like any other. A Keras mask on `inputs` (an embedding
+    with `mask_zero=True`) is also the self-attention's query mask, as in
+    `keras.layers.MultiHeadAttention`, which keras-hub's encoder uses: a
+    padded query attends to nothing and its attention output is zero (then
+    the output projection's bias, the residual and the feed-forward as
+    usual). keras' own layer gives such a query zeros as well when it has a
+    dropout rate or returns the weights, but with `dropout=0` its fused path
+    gives it the unweighted mean of all the values, padded ones included:
+    only there do the two blocks differ, at padded positions only. The
+    output carries the Keras mask of `inputs`, as keras-hub's does.
 
     Example:
 
@@ -83,8 +100,7 @@ class TransformerEncoderBlock(TransformerBlockBase):
         return_attention_scores=False,
         mask=None,
     ):
-        if padding_mask is None:
-            padding_mask = mask
+        padding_mask = self._padding_mask(padding_mask, mask, inputs)
         mask = merge_masks(self._key_padding_mask(padding_mask), attention_mask)
 
         def attend(x):

@@ -70,7 +70,7 @@ def test_sinusoidal_invalid_config_and_rank():
 def test_position_embedding_returns_the_first_rows():
     layer = PositionEmbedding(sequence_length=10)
     got = np_(layer(np.zeros((3, 6, 4), "float32")))
-    table = np_(layer.embeddings)
+    table = np_(layer.position_embeddings)
     assert got.shape == (3, 6, 4)
     np.testing.assert_array_equal(got[1], table[:6])
     step = np_(layer(np.zeros((3, 1, 4), "float32"), start_index=4))
@@ -161,6 +161,48 @@ def test_position_embedding_looks_up_given_positions_per_example():
     x = np.zeros((2, 3, 4), "float32")
     positions = np.array([[0, 1, 2], [5, 0, 7]])
     got = np_(layer(x, positions=positions))
-    np.testing.assert_array_equal(got, np_(layer.embeddings)[positions])
+    np.testing.assert_array_equal(got, np_(layer.position_embeddings)[positions])
     shared = np_(layer(x, positions=np.array([5, 0, 7])))
     np.testing.assert_array_equal(shared[0], got[1])
+
+
+def test_position_embedding_table_has_keras_hubs_names():
+    # keras-hub's own tests read the table as `layer.position_embeddings`
+    # (e.g. `.numpy()[position]` for given positions); its weight is named
+    # "embeddings". `embeddings`, this package's earlier attribute, is an alias.
+    layer = PositionEmbedding(sequence_length=6)
+    x = np.zeros((2, 4, 5), "float32")
+    positions = np.array([[0, 0, 1, 2], [1, 2, 3, 0]])
+    got = np_(layer(x, positions=positions))
+    assert layer.trainable_weights == [layer.position_embeddings]
+    assert layer.position_embeddings.name == "embeddings"
+    assert layer.embeddings is layer.position_embeddings
+    table = ops.convert_to_numpy(layer.position_embeddings.numpy())
+    for example in range(2):
+        for step, position in enumerate(positions[example]):
+            np.testing.assert_array_equal(got[example, step], table[position])
+
+
+def test_position_embedding_matches_keras_hub_with_its_table():
+    keras_hub = pytest.importorskip("keras_hub")
+    hub = keras_hub.layers.PositionEmbedding(sequence_length=6)
+    ours = PositionEmbedding(sequence_length=6)
+    x = np.zeros((2, 4, 5), "float32")
+    want = np_(hub(x, start_index=1))
+    ours.build(x.shape)
+    # The same attribute and the same weight path below the layer.
+    below_the_layer = [
+        table.path.split("/", 1)[1]
+        for table in (ours.position_embeddings, hub.position_embeddings)
+    ]
+    assert below_the_layer == ["embeddings", "embeddings"]
+    ours.position_embeddings.assign(np_(hub.position_embeddings))
+    np.testing.assert_array_equal(np_(ours(x, start_index=1)), want)
+
+
+def test_sinusoidal_matches_keras_hub_sine_position_encoding():
+    keras_hub = pytest.importorskip("keras_hub")
+    x = np.zeros((2, 7, 10), "float32")
+    want = np_(keras_hub.layers.SinePositionEncoding(max_wavelength=100)(x))
+    got = np_(SinusoidalPositionEncoding(max_wavelength=100)(x))
+    np.testing.assert_allclose(got, want, atol=1e-5)

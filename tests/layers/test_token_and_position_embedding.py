@@ -1,3 +1,8 @@
+import io
+import zipfile
+from pathlib import Path
+
+import h5py
 import keras
 import numpy as np
 import pytest
@@ -23,7 +28,7 @@ def test_sum_of_token_and_position(position_encoding):
     out = ops.convert_to_numpy(layer(IDS))
     tokens = ops.convert_to_numpy(layer.token_embedding.embeddings)[IDS] * np.sqrt(6)
     if position_encoding == "learned":
-        positions = ops.convert_to_numpy(layer.position_layer.embeddings)
+        positions = ops.convert_to_numpy(layer.position_embedding.position_embeddings)
     else:
         positions = ref.sinusoidal(5, 6)
     np.testing.assert_allclose(out, tokens + positions[None], atol=1e-5)
@@ -91,3 +96,65 @@ def test_eager_output_carries_the_padding_mask():
     out = TokenAndPositionEmbedding(5, 4, 3, mask_zero=True)(ids)
     mask = keras.src.backend.get_keras_mask(out)
     np.testing.assert_array_equal(ops.convert_to_numpy(mask), ids != 0)
+
+
+@pytest.mark.parametrize("position_encoding", ["learned", "sinusoidal"])
+def test_parts_have_keras_hubs_attribute_names(position_encoding):
+    layer = TokenAndPositionEmbedding(10, 5, 6, position_encoding=position_encoding)
+    layer.build((2, 5))
+    assert isinstance(layer.token_embedding, keras.layers.Embedding)
+    kind = "PositionEmbedding" if position_encoding == "learned" else "Sinusoidal"
+    assert type(layer.position_embedding).__name__.startswith(kind)
+    # This package's earlier name for the position part stays an alias.
+    assert layer.position_layer is layer.position_embedding
+
+
+def test_matches_keras_hub_with_its_tables_copied_by_name():
+    # keras-hub's TokenAndPositionEmbedding, as keras.io's examples build it
+    # (mask_zero=True), with its two tables copied through the attribute names
+    # the two layers share: the same sums and the same Keras mask.
+    keras_hub = pytest.importorskip("keras_hub")
+    hub = keras_hub.layers.TokenAndPositionEmbedding(10, 5, 6, mask_zero=True)
+    ours = TokenAndPositionEmbedding(10, 5, 6, mask_zero=True)
+    want = hub(IDS)
+    ours.build(IDS.shape)
+    ours.token_embedding.embeddings.assign(np_(hub.token_embedding.embeddings))
+    ours.position_embedding.position_embeddings.assign(
+        np_(hub.position_embedding.position_embeddings)
+    )
+    got = ours(IDS)
+    np.testing.assert_allclose(np_(got), np_(want), atol=1e-6)
+    get_mask = keras.src.backend.get_keras_mask
+    np.testing.assert_array_equal(np_(get_mask(got)), np_(get_mask(want)))
+    positions = np.array([[4, 3, 2, 1, 0], [0, 0, 1, 1, 2]])
+    np.testing.assert_allclose(
+        np_(ours(IDS, positions=positions)),
+        np_(hub(IDS, positions=positions)),
+        atol=1e-6,
+    )
+
+
+def test_loads_a_model_saved_by_0_1_0(tmp_path):
+    # Saved by keras_attention 0.1.0 (369079b) on TensorFlow, when the
+    # position table of TokenAndPositionEmbedding was the attribute
+    # `position_layer` (the path of its weights in the file) and that of
+    # PositionEmbedding `embeddings`: a learned TokenAndPositionEmbedding
+    # (vocabulary 11, length 8, width 4, mask_zero) plus a PositionEmbedding.
+    data = Path(__file__).parent.parent / "data"
+    model = keras.saving.load_model(
+        data / "embeddings_saved_by_0_1_0.keras", safe_mode=True
+    )
+    ids = np.array([[3, 1, 4, 1, 5, 0], [9, 2, 6, 0, 0, 0]], "int32")
+    want = np.load(data / "embeddings_saved_by_0_1_0_output.npy")
+    np.testing.assert_allclose(np_(model(ids)), want, atol=1e-6)
+    # Saved again, the table goes under keras-hub's name and loads back.
+    path = tmp_path / "model.keras"
+    model.save(path)
+    with zipfile.ZipFile(path) as archive:
+        weights = h5py.File(io.BytesIO(archive.read("model.weights.h5")))
+        names = []
+        weights.visit(names.append)
+    assert "layers/token_and_position_embedding/position_embedding/vars/0" in names
+    assert not any("position_layer" in name for name in names)
+    again = keras.saving.load_model(path, safe_mode=True)
+    np.testing.assert_allclose(np_(again(ids)), want, atol=1e-6)

@@ -1,7 +1,6 @@
 from pathlib import Path
 
 import keras
-import keras_hub
 import numpy as np
 import pytest
 from keras import ops
@@ -25,7 +24,13 @@ def np_(x):
     return ops.convert_to_numpy(ops.cast(x, "float32"))
 
 
+def keras_hub_layers():
+    """keras-hub's layers, or a clean skip on the core install."""
+    return pytest.importorskip("keras_hub").layers
+
+
 def copy_hub_encoder_weights(hub, ours):
+    """keras-hub's block weights into ours (encoder or decoder), by path."""
     renames = {
         "self_attention_layer/": "self_attention/",
         "feedforward_intermediate_dense": "feedforward/intermediate_dense",
@@ -38,12 +43,12 @@ def copy_hub_encoder_weights(hub, ours):
             path = path.replace(old, new)
         by_path[path] = w
     for w in ours.weights:
-        w.assign(by_path[w.path.split("/", 1)[1]])
+        w.assign(np_(by_path[w.path.split("/", 1)[1]]))
 
 
 @pytest.mark.parametrize("normalize_first", [False, True])
 def test_encoder_matches_keras_hub_after_copying_weights(normalize_first):
-    hub = keras_hub.layers.TransformerEncoder(32, 4, normalize_first=normalize_first)
+    hub = keras_hub_layers().TransformerEncoder(32, 4, normalize_first=normalize_first)
     ours = TransformerEncoderBlock(32, 4, normalize_first=normalize_first)
     want = hub(X, padding_mask=PAD)
     ours(X, padding_mask=PAD)
@@ -199,8 +204,8 @@ def test_feed_forward_formula():
 
 
 def test_bad_inputs_and_config():
-    with pytest.raises(ValueError, match=r"width \(16\).*num_heads \(3\)"):
-        TransformerEncoderBlock(32, 3)(X)
+    with pytest.raises(ValueError, match=r"width \(16\).*num_heads \(17\)"):
+        TransformerEncoderBlock(32, 17)(X)
     with pytest.raises(ValueError, match=r"`inputs` must be \(batch, length"):
         TransformerEncoderBlock(32, 4)(X[:, 0])
     with pytest.raises(ValueError, match="`intermediate_dim` must be a positive"):
@@ -245,9 +250,7 @@ def test_blocks_pass_the_keras_mask_on():
 
 
 def _build_from_shapes(layer, with_encoder):
-    if isinstance(
-        layer, (TransformerEncoderBlock, keras_hub.layers.TransformerEncoder)
-    ):
+    if "Encoder" in type(layer).__name__:
         layer.build((B, T, D))
     elif with_encoder:
         layer.build(decoder_sequence_shape=(B, T, D), encoder_sequence_shape=(B, S, D))
@@ -259,13 +262,15 @@ def _build_from_shapes(layer, with_encoder):
 @pytest.mark.parametrize(
     "ours, theirs, with_encoder",
     [
-        (TransformerEncoderBlock, keras_hub.layers.TransformerEncoder, False),
-        (TransformerDecoderBlock, keras_hub.layers.TransformerDecoder, False),
-        (TransformerDecoderBlock, keras_hub.layers.TransformerDecoder, True),
+        (TransformerEncoderBlock, "TransformerEncoder", False),
+        (TransformerDecoderBlock, "TransformerDecoder", False),
+        (TransformerDecoderBlock, "TransformerDecoder", True),
     ],
     ids=["encoder", "decoder-only", "decoder-with-cross-attention"],
 )
 def test_built_blocks_hold_the_same_variables_as_keras_hub(ours, theirs, with_encoder):
+    theirs = getattr(keras_hub_layers(), theirs)
+
     # The non-trainable variables are the dropout layers' seed states: a block
     # with an extra dropout or sublayer would not match keras-hub's counts.
     def counts(layer):
@@ -441,3 +446,231 @@ def test_padding_mask_with_a_cache_masks_the_cache_slots():
             self_attention_cache=empty,
             self_attention_cache_update_index=0,
         )
+
+
+# keras.io's "GPT text generation with KerasHub": token ids padded with 0,
+# TokenAndPositionEmbedding(mask_zero=True) of width 256, decoder-only blocks
+# with num_heads=3 (so a head size of 256 // 3 = 85), logits over the
+# vocabulary and an unmasked sparse cross-entropy. Here the same shape of use
+# at a small vocabulary and length, with keras-hub's classes and with ours.
+GPT_VOCABULARY, GPT_LENGTH, GPT_WIDTH = 40, 10, 256
+GPT_IDS = np.array(
+    [[5, 9, 3, 8, 2, 0, 0, 0, 0, 0], [7, 1, 2, 3, 4, 5, 6, 11, 0, 0]], "int32"
+)
+
+
+def gpt_shaped_model(embedding_cls, decoder_cls):
+    tokens = keras.Input((None,), dtype="int32")
+    x = embedding_cls(
+        vocabulary_size=GPT_VOCABULARY,
+        sequence_length=GPT_LENGTH,
+        embedding_dim=GPT_WIDTH,
+        mask_zero=True,
+    )(tokens)
+    for _ in range(2):
+        x = decoder_cls(num_heads=3, intermediate_dim=64)(x)
+    return keras.Model(tokens, keras.layers.Dense(GPT_VOCABULARY)(x))
+
+
+def copy_gpt_weights(hub_model, our_model):
+    hub_layers, our_layers = hub_model.layers[1:], our_model.layers[1:]
+    hub_embedding, our_embedding = hub_layers[0], our_layers[0]
+    # NumPy copies: on JAX, predict() may donate the buffers of the model it
+    # runs, which a variable assigned from the other model's would share.
+    our_embedding.token_embedding.embeddings.assign(
+        np_(hub_embedding.token_embedding.embeddings)
+    )
+    our_embedding.position_embedding.position_embeddings.assign(
+        np_(hub_embedding.position_embedding.position_embeddings)
+    )
+    for hub, ours in zip(hub_layers[1:-1], our_layers[1:-1], strict=True):
+        copy_hub_encoder_weights(hub, ours)
+    for hub_weight, our_weight in zip(
+        hub_layers[-1].weights, our_layers[-1].weights, strict=True
+    ):
+        our_weight.assign(np_(hub_weight))
+
+
+def test_gpt_example_with_three_heads_on_width_256_matches_keras_hub():
+    hub_layers = keras_hub_layers()
+    from keras_attention.layers import TokenAndPositionEmbedding
+
+    hub_model = gpt_shaped_model(
+        hub_layers.TokenAndPositionEmbedding, hub_layers.TransformerDecoder
+    )
+    our_model = gpt_shaped_model(TokenAndPositionEmbedding, TransformerDecoderBlock)
+    # keras-hub's head size: the width floored by the heads.
+    assert our_model.layers[2].self_attention.key_dim == GPT_WIDTH // 3 == 85
+    copy_gpt_weights(hub_model, our_model)
+    want = hub_model.predict(GPT_IDS, verbose=0)
+    got = our_model.predict(GPT_IDS, verbose=0)
+    # Every position, the padded ones included (the loss reads them all).
+    np.testing.assert_allclose(got, want, atol=2e-4)
+    labels = np.roll(GPT_IDS, -1, axis=1)
+    losses = []
+    for model in (hub_model, our_model):
+        model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        losses.append(model.evaluate(GPT_IDS, labels, verbose=0))
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+
+
+def test_head_size_is_the_width_floored_by_the_heads():
+    block = TransformerEncoderBlock(32, 3)
+    assert tuple(block(X).shape) == (B, T, D)
+    assert block.self_attention.key_dim == D // 3 == 5
+    # The output projection still returns the model width.
+    decoder = TransformerDecoderBlock(32, 3)
+    assert tuple(decoder(X, ENC).shape) == (B, T, D)
+    assert decoder.cross_attention.key_dim == 5
+    with pytest.raises(ValueError, match=r"width \(16\) must be at least num_heads"):
+        TransformerDecoderBlock(32, 17)(X)
+    # key_dim given explicitly still wins.
+    assert TransformerEncoderBlock(8, 3, key_dim=4).build((B, T, D)) is None
+
+
+# keras.io's examples feed the blocks the output of an embedding with
+# mask_zero=True. Their Keras masks reach keras-hub's blocks as keras-hub reads
+# them: the decoder turns them into key-side masks only (its attention layer
+# takes no query mask), so a padded position of a decoder computes like any
+# other; the encoder's keras.layers.MultiHeadAttention also takes the Keras
+# mask as its query mask, which gives a padded position no attention (zeros,
+# with a dropout rate; see test_keras_hub_encoder_padded_rows_without_dropout).
+SOURCE_IDS = np.array([[4, 4, 0, 0, 0], [1, 2, 3, 4, 5]], "int32")
+TARGET_IDS = np.array([[5, 9, 3, 0, 0, 0], [7, 1, 2, 3, 4, 0]], "int32")
+
+
+def masked_sequences(width=D):
+    """Fresh embeddings of SOURCE_IDS and TARGET_IDS carrying their Keras
+    masks, for each call (keras' MultiHeadAttention removes the masks of
+    the tensors it is given)."""
+    embedding = keras.layers.Embedding(12, width, mask_zero=True)
+    embedding.build((None, None))
+    return lambda ids: embedding(ids)
+
+
+def assert_matches_keras_hub_everywhere(hub, ours, *ids, atol=1e-5, **kwargs):
+    embed = masked_sequences()
+    hub(*map(embed, ids), **kwargs)
+    ours(*map(embed, ids), **kwargs)
+    copy_hub_encoder_weights(hub, ours)
+    want = hub(*map(embed, ids), **kwargs)
+    inputs = list(map(embed, ids))
+    got = ours(*inputs, **kwargs)
+    np.testing.assert_allclose(np_(got), np_(want), atol=atol)
+    # The output carries the Keras mask of the first input, as keras-hub's
+    # does, and ours leaves the masks of its inputs in place.
+    get_mask = keras.src.backend.get_keras_mask
+    np.testing.assert_array_equal(np_(get_mask(got)), np_(get_mask(want)))
+    np.testing.assert_array_equal(np_(get_mask(got)) > 0, ids[0] != 0)
+    assert all(get_mask(x) is not None for x in inputs)
+    return np_(got)
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+@pytest.mark.parametrize("with_encoder", [False, True], ids=["only", "cross"])
+def test_decoder_on_mask_zero_embeddings_matches_keras_hub_everywhere(
+    normalize_first, with_encoder
+):
+    hub = keras_hub_layers().TransformerDecoder(32, 4, normalize_first=normalize_first)
+    ours = TransformerDecoderBlock(32, 4, normalize_first=normalize_first)
+    ids = (TARGET_IDS, SOURCE_IDS) if with_encoder else (TARGET_IDS,)
+    got = assert_matches_keras_hub_everywhere(hub, ours, *ids)
+    # The padded positions are computed, not zeroed or left alone.
+    assert np.all(np.abs(got[TARGET_IDS == 0]).max(-1) > 0.1)
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_encoder_on_mask_zero_embeddings_matches_keras_hub_everywhere(
+    normalize_first,
+):
+    kwargs = {"normalize_first": normalize_first, "dropout": 0.1}
+    hub = keras_hub_layers().TransformerEncoder(32, 4, **kwargs)
+    ours = TransformerEncoderBlock(32, 4, **kwargs)
+    assert_matches_keras_hub_everywhere(hub, ours, TARGET_IDS)
+
+
+def test_keras_hub_encoder_padded_rows_without_dropout():
+    # A documented difference, of keras.layers.MultiHeadAttention rather than
+    # of keras-hub's block: with dropout=0 it runs the fused attention op,
+    # which gives a query that may attend to nothing the plain average of all
+    # the values, padded ones included; with a dropout rate, or when the
+    # weights are returned, it gives it zeros, as ours always does.
+    hub_layers = keras_hub_layers()
+    embed = masked_sequences()
+    ours = TransformerEncoderBlock(32, 4)
+    without_dropout = hub_layers.TransformerEncoder(32, 4)
+    with_dropout = hub_layers.TransformerEncoder(32, 4, dropout=0.1)
+    for layer in (ours, without_dropout, with_dropout):
+        layer(embed(TARGET_IDS))
+    copy_hub_encoder_weights(without_dropout, ours)
+    for source, target in zip(
+        without_dropout.weights, with_dropout.weights, strict=True
+    ):
+        target.assign(np_(source))
+    got = np_(ours(embed(TARGET_IDS)))
+    real = TARGET_IDS != 0
+    np.testing.assert_allclose(
+        got[real], np_(without_dropout(embed(TARGET_IDS)))[real], atol=1e-5
+    )
+    np.testing.assert_allclose(got, np_(with_dropout(embed(TARGET_IDS))), atol=1e-5)
+
+
+@pytest.mark.parametrize("with_encoder", [False, True], ids=["only", "cross"])
+def test_decoder_with_explicit_padding_masks_matches_keras_hub_everywhere(
+    with_encoder,
+):
+    hub = keras_hub_layers().TransformerDecoder(32, 4)
+    ours = TransformerDecoderBlock(32, 4)
+    inputs = (X, ENC) if with_encoder else (X,)
+    masks = {"decoder_padding_mask": PAD}
+    if with_encoder:
+        masks["encoder_padding_mask"] = ENC_PAD
+    hub(*inputs, **masks)
+    ours(*inputs, **masks)
+    copy_hub_encoder_weights(hub, ours)
+    want = np_(hub(*inputs, **masks))
+    np.testing.assert_allclose(np_(ours(*inputs, **masks)), want, atol=1e-5)
+
+
+def test_explicit_padding_mask_replaces_the_keras_mask_as_in_keras_hub():
+    # keras-hub reads the explicit padding mask instead of the Keras mask of
+    # the sequence (and warns); so does ours, in the decoder's self- and
+    # cross-attention alike.
+    hub = keras_hub_layers().TransformerDecoder(32, 4)
+    ours = TransformerDecoderBlock(32, 4)
+    embed = masked_sequences()
+    masks = {
+        "decoder_padding_mask": np.ones(TARGET_IDS.shape, bool),
+        "encoder_padding_mask": np.array([[True] * 5, [True] * 2 + [False] * 3]),
+    }
+    hub(embed(TARGET_IDS), embed(SOURCE_IDS), **masks)
+    ours(embed(TARGET_IDS), embed(SOURCE_IDS), **masks)
+    copy_hub_encoder_weights(hub, ours)
+    want = np_(hub(embed(TARGET_IDS), embed(SOURCE_IDS), **masks))
+    got = np_(ours(embed(TARGET_IDS), embed(SOURCE_IDS), **masks))
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_decoder_query_with_no_key_gets_zeros_as_keras_hub_with_dropout():
+    # The documented difference at a query left with no key (here the first
+    # two positions of a left-padded sequence, under the causal mask):
+    # keras-hub's block gives it zero attention with a dropout rate (as ours
+    # always does), and the unweighted mean of all values with dropout=0.
+    hub_layers = keras_hub_layers()
+    left_pad = {
+        "decoder_padding_mask": np.array([[True] * T, [False] * 2 + [True] * 4])
+    }
+    ours = TransformerDecoderBlock(32, 4)
+    without_dropout = hub_layers.TransformerDecoder(32, 4)
+    with_dropout = hub_layers.TransformerDecoder(32, 4, dropout=0.1)
+    for layer in (ours, without_dropout, with_dropout):
+        layer(X, **left_pad)
+    copy_hub_encoder_weights(without_dropout, ours)
+    for source, target in zip(
+        without_dropout.weights, with_dropout.weights, strict=True
+    ):
+        target.assign(np_(source))
+    got = np_(ours(X, **left_pad))
+    np.testing.assert_allclose(got, np_(with_dropout(X, **left_pad)), atol=1e-5)
+    differs = np.abs(got - np_(without_dropout(X, **left_pad))).max(-1) > 1e-4
+    np.testing.assert_array_equal(differs, [[False] * T, [True] * 2 + [False] * 4])
