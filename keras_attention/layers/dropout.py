@@ -62,6 +62,8 @@ class Dropout(keras.layers.Dropout):
 
     def __init__(self, rate, noise_shape=None, seed=None, **kwargs):
         keras_internals.require("draw_seed")
+        if noise_shape is not None:  # a tuple in the config on every release
+            noise_shape = tuple(noise_shape)
         super().__init__(rate, noise_shape=noise_shape, seed=seed, **kwargs)
 
     def call(self, inputs, training=False):

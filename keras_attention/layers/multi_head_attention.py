@@ -87,10 +87,15 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
       `keras.config.disable_flash_attention()`) or the weights are needed
       (`return_attention_scores=True`, attention dropout in training). The
       choice is `layers.attention_plan.plan_attention`.
-    - **fully masked query rows give zeros** (Keras gives them the mean of
-      the values), and **masked keys and values are never read**: padding or
-      cache slots holding NaN or inf reach neither the output nor the
-      gradients.
+    - **fully masked query rows get zero weights**: a query that may attend
+      to nothing (a padded position under the query's mask, a row of
+      `attention_mask` all False) attends to nothing, so its output is the
+      output projection's bias. This is the one place the layer differs from
+      Keras', which gives such a row the mean of the values (its fused path)
+      or attends it as if it were not masked (when it returns the weights);
+      the output's Keras mask marks the row as padding in both.
+    - **masked keys and values are never read**: padding or cache slots
+      holding NaN or inf reach neither the output nor the gradients.
     - a 2-D `(T, S)` or 4-D `(B, num_heads, T, S)` `attention_mask` as well
       as Keras' `(B, T, S)`.
     - **grouped-query and multi-query attention** with `num_key_value_heads`
@@ -119,9 +124,13 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             forbids the automatic switch; None chooses by length.
         chunk_size: tile size of the chunked path; setting it forces the
             chunked path whenever the weights are not needed.
-        kernel_initializer, bias_initializer, kernel_regularizer,
-            bias_regularizer, activity_regularizer, kernel_constraint,
-            bias_constraint: as for `keras.layers.EinsumDense`.
+        kernel_initializer: as for `keras.layers.EinsumDense`.
+        bias_initializer: as for `keras.layers.EinsumDense`.
+        kernel_regularizer: as for `keras.layers.EinsumDense`.
+        bias_regularizer: as for `keras.layers.EinsumDense`.
+        activity_regularizer: as for `keras.layers.EinsumDense`.
+        kernel_constraint: as for `keras.layers.EinsumDense`.
+        bias_constraint: as for `keras.layers.EinsumDense`.
         use_gate: gate the attention output with `sigmoid(query W^G)` before
             the output projection (as in Keras).
         seed: dropout seed.

@@ -4,6 +4,7 @@ import keras
 
 from keras_attention._checks import check_positive_int
 from keras_attention.decoding import LanguageModelGenerationMixin
+from keras_attention.layers.tied_embedding import TiedEmbedding, tied_embedding_class
 from keras_attention.models.saving import deserialize_optional, serialize_optional
 
 
@@ -79,13 +80,16 @@ def check_language_model_args(vocabulary_size, max_length, end_token_id, **sizes
 
 def tied_embedding(vocabulary_size, hidden_dim, dtype, initializer="uniform"):
     """The token embedding whose transpose also gives the output logits
-    (`keras.layers.ReversibleEmbedding`, called with `reverse=True`): one
-    `(vocabulary_size, hidden_dim)` matrix in and out (Press & Wolf, 2017)."""
-    return keras.layers.ReversibleEmbedding(
+    (`keras.layers.ReversibleEmbedding`, or `TiedEmbedding` on a Keras without
+    it, called with `reverse=True`): one `(vocabulary_size, hidden_dim)`
+    matrix in and out (Press & Wolf, 2017)."""
+    layer_class = tied_embedding_class()
+    tied = {"tie_weights": True} if layer_class is not TiedEmbedding else {}
+    return layer_class(
         vocabulary_size,
         hidden_dim,
-        tie_weights=True,
         embeddings_initializer=initializer,
         dtype=dtype,
         name="token_embedding",
+        **tied,
     )

@@ -1,6 +1,9 @@
 import numpy as np
 import pytest
 
+# Data from the applications (the `apps` extra), absent on a core install.
+pytest.importorskip("tensorflow")
+
 from keras_attention.data import train_word_piece
 from keras_attention.evaluation import delete_words, word_index, word_weights
 

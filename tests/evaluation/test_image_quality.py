@@ -1,6 +1,9 @@
 import numpy as np
 import pytest
 
+# Data from the applications (the `apps` extra), absent on a core install.
+pytest.importorskip("tensorflow")
+
 from keras_attention.data.labelled_images import load_digits_images
 from keras_attention.evaluation.image_quality import (
     ImageQuality,

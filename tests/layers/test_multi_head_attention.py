@@ -13,6 +13,7 @@ from keras_attention.layers import (
 )
 from keras_attention.ops import alibi_slopes
 from tests import numpy_reference as ref
+from tests.keras_versions import requires_keras_3_15_files, skip_unless_keras_accepts
 from tests.layer_test import assert_saved_model_matches, run_layer_test
 
 rng = np.random.default_rng(0)
@@ -39,6 +40,7 @@ KERAS_CONFIGS = {
 
 @pytest.mark.parametrize("config", sorted(KERAS_CONFIGS))
 def test_same_outputs_as_keras_after_loading_its_weights(config):
+    skip_unless_keras_accepts(keras.layers.MultiHeadAttention, **KERAS_CONFIGS[config])
     theirs = keras.layers.MultiHeadAttention(**KERAS_CONFIGS[config])
     ours = MultiHeadAttention(**KERAS_CONFIGS[config])
     want, want_w = theirs(
@@ -381,6 +383,7 @@ def test_sliding_window_with_causal_mask_is_a_causal_band():
 def test_sliding_window_without_weights_matches_keras(use_causal_mask, chunk_size):
     # Without weights the window goes to the attention op, which on the
     # chunked path skips the tiles outside it; Keras masks the band.
+    skip_unless_keras_accepts(keras.layers.MultiHeadAttention, sliding_window=5)
     theirs = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4, sliding_window=5)
     ours = MultiHeadAttention(
         num_heads=2, key_dim=4, sliding_window=5, chunk_size=chunk_size
@@ -464,6 +467,7 @@ def test_lora_trains_and_saves(tmp_path):
     assert_saved_model_matches(model, data, tmp_path)
 
 
+@requires_keras_3_15_files
 def test_loads_a_model_saved_before_it_subclassed_keras():
     # Saved by keras_attention 0.1.0 (cca2932), whose layer held its own
     # projections: the weights still land where they belong.

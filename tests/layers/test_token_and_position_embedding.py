@@ -9,8 +9,10 @@ import pytest
 from keras import ops
 
 from keras_attention.layers import DotProductAttention, TokenAndPositionEmbedding
+from keras_attention.layers.tied_embedding import TiedEmbedding
 from tests import numpy_reference as ref
-from tests.layer_test import run_layer_test
+from tests.keras_versions import requires_keras_3_15_files
+from tests.layer_test import assert_saved_model_matches, run_layer_test
 
 
 def np_(x):
@@ -134,6 +136,7 @@ def test_matches_keras_hub_with_its_tables_copied_by_name():
     )
 
 
+@requires_keras_3_15_files
 def test_loads_a_model_saved_by_0_1_0(tmp_path):
     # Saved by keras_attention 0.1.0 (369079b) on TensorFlow, when the
     # position table of TokenAndPositionEmbedding was the attribute
@@ -158,3 +161,24 @@ def test_loads_a_model_saved_by_0_1_0(tmp_path):
     assert not any("position_layer" in name for name in names)
     again = keras.saving.load_model(path, safe_mode=True)
     np.testing.assert_allclose(np_(again(ids)), want, atol=1e-6)
+
+
+def test_tied_embedding_maps_vectors_back_through_its_table(tmp_path):
+    # The fallback for Keras' ReversibleEmbedding on Keras 3.11.
+    layer = TiedEmbedding(11, 4)
+    ids = np.array([[1, 2, 3]])
+    vectors = layer(ids)
+    logits = layer(vectors, reverse=True)
+    table = ops.convert_to_numpy(layer.embeddings)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(logits),
+        ops.convert_to_numpy(vectors) @ table.T,
+        rtol=1e-5,
+        atol=1e-7,
+    )
+    assert layer.compute_output_shape((2, 3, 4), reverse=True) == (2, 3, 11)
+    inputs = keras.Input((3,), dtype="int32")
+    model = keras.Model(inputs, layer(layer(inputs), reverse=True))
+    assert_saved_model_matches(model, ids, tmp_path)
+    with pytest.raises(ValueError, match="mask_zero"):
+        TiedEmbedding(11, 4, mask_zero=True)

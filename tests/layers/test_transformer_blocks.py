@@ -10,6 +10,7 @@ from keras_attention.layers import (
     TransformerDecoderBlock,
     TransformerEncoderBlock,
 )
+from tests.keras_versions import requires_keras_3_15_files
 from tests.layer_test import run_layer_test
 
 rng = np.random.default_rng(0)
@@ -398,6 +399,7 @@ def test_decoder_only_cache_call_returns_output_and_cache():
     assert tuple(cache.shape) == empty.shape and np.any(np_(cache) != 0)
 
 
+@requires_keras_3_15_files
 def test_loads_pre_norm_blocks_saved_by_0_1_0():
     # Saved by keras_attention 0.1.0 (cca2932) on TensorFlow, when pre-norm was
     # spelled `norm_first`: the saved configs still build pre-norm blocks.

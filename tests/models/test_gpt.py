@@ -1,3 +1,5 @@
+import importlib.util
+
 import keras
 import numpy as np
 import pytest
@@ -105,7 +107,7 @@ def test_an_end_token_in_the_prompt_does_not_end_generation():
 
 @pytest.mark.parametrize("sampler", ["top_k", "top_p", "random"])
 def test_keras_hub_samplers_draw_valid_tokens(sampler):
-    import keras_hub
+    keras_hub = pytest.importorskip("keras_hub")
 
     model = tiny_gpt()
     prompts = token_ids(4, 3)
@@ -166,8 +168,9 @@ def test_bad_arguments_raise_clear_errors():
         model.generate(token_ids(1, 3), max_length=17)
     with pytest.raises(ValueError, match="from the prompt's length"):
         model.generate(token_ids(1, 6), max_length=4)
-    with pytest.raises(ValueError, match="sampler"):
-        model.generate(token_ids(1, 3), max_length=8, sampler="beam-ish")
+    if importlib.util.find_spec("keras_hub"):  # other samplers are keras-hub's
+        with pytest.raises(ValueError, match="sampler"):
+            model.generate(token_ids(1, 3), max_length=8, sampler="beam-ish")
     with pytest.raises(ValueError, match="input has 17 tokens|at most"):
         model(token_ids(1, 17))
 

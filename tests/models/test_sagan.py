@@ -5,6 +5,9 @@ import sys
 import keras
 import numpy as np
 import pytest
+
+# Data from the applications (the `apps` extra), absent on a core install.
+pytest.importorskip("tensorflow")
 from keras import ops
 
 from keras_attention.data.labelled_images import load_digits_images
