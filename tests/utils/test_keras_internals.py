@@ -8,6 +8,7 @@ on each Keras release of the matrix)."""
 import ast
 import inspect
 import pathlib
+import re
 
 import keras
 import numpy as np
@@ -195,3 +196,16 @@ def test_a_missing_internal_names_keras_the_tested_range_and_what(monkeypatch):
     assert "keras.src.random.gone" in message
     assert keras_internals.OLDEST_TESTED in message
     assert keras_internals.NEWEST_TESTED in message
+
+
+def test_the_tested_range_is_the_keras_matrix_and_the_declared_floor():
+    root = pathlib.Path(__file__).resolve().parents[2]
+    matrix = (root / ".ci" / "keras_matrix").read_text()
+    releases = re.search(r"releases=\(([^)]*)\)", matrix).group(1).split()
+    assert releases[0] == keras_internals.OLDEST_TESTED
+    assert releases[-1] == keras_internals.NEWEST_TESTED
+    floor = re.search(r"keras>=([\d.]+)", (root / "setup.cfg").read_text()).group(1)
+    assert keras_internals.OLDEST_TESTED.startswith(floor + ".")
+    # One release per minor version, from the floor to the newest.
+    minors = [int(release.split(".")[1]) for release in releases]
+    assert minors == list(range(minors[0], minors[-1] + 1))
