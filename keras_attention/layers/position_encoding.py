@@ -47,6 +47,8 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     def __init__(self, max_wavelength=10000, **kwargs):
         super().__init__(**kwargs)
+        # The positions of a padded sequence keep its mask.
+        self.supports_masking = True
         if not isinstance(max_wavelength, (int, float)) or max_wavelength <= 1:
             raise ValueError(
                 f"`max_wavelength` must be a number > 1; received {max_wavelength!r}."
@@ -123,6 +125,8 @@ class PositionEmbedding(keras.layers.Layer):
 
     def __init__(self, sequence_length, initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
+        # The positions of a padded sequence keep its mask.
+        self.supports_masking = True
         check_positive_int("sequence_length", sequence_length)
         self.sequence_length = sequence_length
         self.initializer = keras.initializers.get(initializer)
