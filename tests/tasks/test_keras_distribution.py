@@ -39,9 +39,20 @@ def start(env, *args):
     )
 
 
-def finish(processes, timeout=900):
+def finish(processes, timeout=600):
+    """The outputs of `processes` once all exited with status 0. Processes
+    still running after `timeout` seconds are killed, and the failure shows
+    what each had printed (a hung collective says where it hung)."""
     try:
         outputs = [p.communicate(timeout=timeout)[0].decode() for p in processes]
+    except subprocess.TimeoutExpired:
+        for process in processes:
+            stop(process)
+        printed = [p.communicate()[0].decode()[-1500:] for p in processes]
+        pytest.fail(
+            f"a run took more than {timeout} s; their outputs:\n"
+            + "\n---\n".join(printed)
+        )
     finally:
         for process in processes:
             stop(process)
