@@ -1,15 +1,20 @@
-"""The steps every training subcommand shares: build the model in the
-strategy's scope, train it resumably, save it, and write the run's metrics.
+"""The order every training subcommand follows, and the options they share.
 
-Each task (`translate`, `classify`, `caption`, `gan`) supplies only what is
-its own: the data, the model builder, the `fit` arguments, the evaluation and
-the plots.
+A task (`translate`, `classify`, `caption`, `gan`, `lm`, `pretrain`) is a
+`Task`: it supplies what is its own (the data, the model, the `fit`
+arguments, the evaluation, plots and summary line). `run` owns the order:
+make the strategy and the output folder, load the data, build the model in
+the strategy's scope, train it resumably (or load a finished run), save it,
+evaluate it and write `metrics.json`. `compare` trains several models (and
+seeds) of one task side by side and writes `comparison.json`.
 """
 
+import dataclasses
 import json
 import os
 
 import keras
+import numpy as np
 
 from keras_attention.tasks import distribute
 from keras_attention.tasks.common import (
@@ -20,6 +25,224 @@ from keras_attention.tasks.common import (
 )
 
 HISTORY_FILE = "history.json"
+COMPARISON_FILE = "comparison.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingOptions:
+    """The options every training subcommand takes (the command line's shared
+    flags), documented here once.
+
+    Args:
+        epochs: most training epochs; None: the task's default for its data.
+        batch_size: the global training batch; None: the task's default.
+        time_budget_minutes: no epoch starts that would end later than this
+            many minutes of training (comparisons at equal training time).
+        seed: seeds the splits, the initialisation and the shuffling.
+        num_train: train on only this many examples (quick runs, tests).
+        jit_compile: train with XLA; None compiles unless the `xla` suite
+            measured the model faster without XLA on this kind of device
+            (`tasks.distribute.jit_for`). Off under a distribution strategy.
+        verbose: the Keras progress bar setting.
+        callbacks: extra Keras callbacks for `fit`.
+        strategy: the `tf.distribute` strategy or Keras distribution to train
+            with, by name (`tasks.distribute.make_strategy`) or object;
+            `batch_size` is the global batch.
+    """
+
+    epochs: int | None = None
+    batch_size: int | None = None
+    time_budget_minutes: float | None = None
+    seed: int = 0
+    num_train: int | None = None
+    jit_compile: bool | None = None
+    verbose: int = 1
+    callbacks: tuple = ()
+    strategy: object = "default"
+
+    @classmethod
+    def take(cls, options=None, arguments=None):
+        """`(options, rest)`: `options` (default `TrainingOptions()`) with the
+        fields named in the dict `arguments` replaced, and what is left of
+        `arguments` (a task's own arguments)."""
+        arguments = dict(arguments or {})
+        fields = {f.name for f in dataclasses.fields(cls)}
+        given = {name: arguments.pop(name) for name in fields & set(arguments)}
+        if given.get("callbacks") is not None:
+            given["callbacks"] = tuple(given["callbacks"])
+        elif "callbacks" in given:
+            given["callbacks"] = ()
+        return dataclasses.replace(options or cls(), **given), arguments
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+class Task:
+    """What a training subcommand supplies to `run`; one instance per run.
+
+    `run` calls, in order: `load(run)` (read the data and check that the
+    options fit it, before anything trains), `build(run, jit_compile)` (in
+    the strategy's scope), `fit_arguments(run, model)`, then, once trained
+    or loaded, `report(run, model, history)`. `run` is a `Run`: the output
+    folder, the options (with the task's defaults filled in) and the
+    strategy.
+    """
+
+    # The subcommand; with `model`, the model's key in the `xla` suite.
+    command = None
+    # What the progress lines call the model; the model's key.
+    model = None
+    batch_size = 32
+    epochs = 10
+    model_file = "model.keras"
+
+    def load(self, run):
+        raise NotImplementedError
+
+    def build(self, run, jit_compile):
+        raise NotImplementedError
+
+    def fit_arguments(self, run, model):
+        raise NotImplementedError
+
+    def report(self, run, model, history):
+        """`(metrics, summary)`: the run's figures and its one-line summary;
+        writes the run's plots."""
+        raise NotImplementedError
+
+    def announce(self, run, model):
+        """The line printed before training; None: the parameter count and
+        epochs."""
+
+    def export(self, run, model):
+        """Saves what the run leaves besides `model_file` (nothing here)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """What `run` hands a task's steps."""
+
+    out_dir: str
+    options: TrainingOptions
+    strategy: object
+
+
+def run(task, out_dir, options=None):
+    """Trains (or resumes, or loads) `task`'s model in `out_dir`, evaluates
+    it and writes `metrics.json`; returns the metrics.
+
+    Re-run with the same folder, an interrupted training resumes from its
+    last finished epoch and a finished one is evaluated again without
+    training.
+    """
+    options = options or TrainingOptions()
+    options = options.replace(
+        epochs=options.epochs or task.epochs,
+        batch_size=options.batch_size or task.batch_size,
+    )
+    strategy, out_dir = distribute.prepare(
+        options.strategy, out_dir, options.batch_size, options.seed
+    )
+    context = Run(out_dir, options, strategy)
+    task.load(context)
+    model, history = train_or_load(
+        out_dir,
+        task.model,
+        strategy,
+        lambda jit_compile: task.build(context, jit_compile),
+        lambda model: task.fit_arguments(context, model),
+        options,
+        model_file=task.model_file,
+        export=lambda model: task.export(context, model),
+        announce=lambda model: task.announce(context, model),
+        model_key=f"{task.command}/{task.model}",
+    )
+    metrics, summary = task.report(context, model, history)
+    return finish_run(out_dir, metrics, summary)
+
+
+def compare(
+    out_dir,
+    make_task,
+    names,
+    options=None,
+    seeds=None,
+    summarize=None,
+    plots=(),
+    folder=None,
+):
+    """Runs `make_task(name)` for every name (and seed) under one strategy,
+    each in its own folder, then writes `comparison.json` and the plots.
+
+    Args:
+        out_dir: the comparison's folder; each run writes in a subfolder.
+        make_task: `make_task(name) -> Task`.
+        names: the models (or variants) to compare.
+        options: the `TrainingOptions` of every run.
+        seeds: the seeds to train each name with (default: `options.seed`).
+        summarize: `summarize(results) -> dict`, written as
+            `comparison.json` (`first_seed_figures` and `spread` help).
+        plots: functions `plot(results, out_dir)` drawing the comparison.
+        folder: `folder(name, seed) -> str`, a run's subfolder; default
+            `<name>` for one seed, `<name>/seed<k>` for several.
+
+    Returns:
+        `(results, summary)`: `{name: [metrics, one per seed]}` and what was
+        written to `comparison.json`.
+    """
+    options = options or TrainingOptions()
+    seeds = list(seeds or [options.seed])
+    if folder is None:
+
+        def folder(name, seed):
+            return name if len(seeds) == 1 else os.path.join(name, f"seed{seed}")
+
+    # One strategy for all runs (a multi-worker one can be made only once);
+    # each run writes in its own folder, the summary in this worker's.
+    runs_dir = out_dir
+    strategy, out_dir = distribute.prepare(options.strategy, out_dir)
+    results = {name: [] for name in names}
+    for seed in seeds:
+        for name in names:
+            results[name].append(
+                run(
+                    make_task(name),
+                    os.path.join(runs_dir, folder(name, seed)),
+                    options.replace(seed=seed, strategy=strategy),
+                )
+            )
+    summary = summarize(results)
+    write_json(os.path.join(out_dir, COMPARISON_FILE), summary, indent=2)
+    for plot in plots:
+        plot(results, out_dir)
+    phase(f"comparison written to {out_dir}")
+    return results, summary
+
+
+def first_seed_figures(results, keys):
+    """`{name: {key: value}}` of each name's first run, for the `keys` it
+    has (the summary of a comparison with one seed)."""
+    return {
+        name: {key: runs[0][key] for key in keys if key in runs[0]}
+        for name, runs in results.items()
+    }
+
+
+def spread(values):
+    """The values of a figure over seeds with their mean and standard
+    deviation."""
+    return {
+        "values": list(values),
+        "mean": float(np.mean(values)),
+        "std": float(np.std(values)),
+    }
+
+
+def read_history(run_dir):
+    """The `history.json` a finished run left in `run_dir`."""
+    with open(os.path.join(run_dir, HISTORY_FILE)) as f:
+        return json.load(f)
 
 
 def train_or_load(
@@ -28,12 +251,7 @@ def train_or_load(
     strategy,
     build,
     fit_arguments,
-    epochs,
-    seed,
-    jit_compile=None,
-    time_budget_minutes=None,
-    callbacks=None,
-    verbose=1,
+    options,
     model_file="model.keras",
     export=None,
     announce=None,
@@ -57,13 +275,9 @@ def train_or_load(
             `fit_resumable` arguments (`train_data`, `validation_data`,
             `patience`, ...). The tasks' datasets shuffle themselves, so
             `fit` does not.
-        epochs: most training epochs.
-        seed: the random seed of the initialisation.
-        jit_compile: train with XLA; None: what was measured faster for
-            `model_key` on this device (`distribute.jit_for`).
-        time_budget_minutes: no epoch starts that would end later than this.
-        callbacks: extra Keras callbacks for `fit`.
-        verbose: Keras progress bar setting.
+        options: the `TrainingOptions` (`epochs`, `seed`, `jit_compile`,
+            `time_budget_minutes`, `callbacks`, `verbose`; `jit_compile=None`
+            is what was measured faster for `model_key` on this device).
         model_file: the file name of the saved model.
         export: `export(model)` saves anything else the run leaves (the GAN's
             sampler, say).
@@ -80,8 +294,8 @@ def train_or_load(
         phase(f"{model_path} is already trained; evaluating it again")
         with open(history_path) as f:
             return keras.saving.load_model(model_path), json.load(f)
-    keras.utils.set_random_seed(seed)
-    jit_compile, why = distribute.jit_for(strategy, jit_compile, model_key)
+    keras.utils.set_random_seed(options.seed)
+    jit_compile, why = distribute.jit_for(strategy, options.jit_compile, model_key)
     phase(f"building {name} ({distribute.describe(strategy)}, {why})")
     with distribute.scope(strategy):
         model = build(jit_compile)
@@ -95,19 +309,20 @@ def train_or_load(
         arguments["validation_data"] = distribute.local_batches(
             arguments["validation_data"], strategy, uneven=True
         )
-    arguments["callbacks"] = [*arguments.get("callbacks", []), *(callbacks or [])]
+    arguments["callbacks"] = [*arguments.get("callbacks", []), *options.callbacks]
     phase(
         announce(model)
         if announce
-        else f"training {model.count_params():,} parameters for up to {epochs} epochs"
+        else f"training {model.count_params():,} parameters for up to "
+        f"{options.epochs} epochs"
     )
     with distribute.training_scope(model, strategy):
         history = fit_resumable(
             model,
             out_dir=out_dir,
-            epochs=epochs,
-            time_budget_minutes=time_budget_minutes,
-            verbose=verbose,
+            epochs=options.epochs,
+            time_budget_minutes=options.time_budget_minutes,
+            verbose=options.verbose,
             shuffle=False,
             **arguments,
         )

@@ -1,6 +1,5 @@
 """`keras-attention translate`: train, evaluate and use a translation model."""
 
-import json
 import os
 
 import numpy as np
@@ -18,16 +17,18 @@ from keras_attention.data.tokenization import (
 from keras_attention.data.translation import load_translation_pairs
 from keras_attention.decoding import mean_log_probs
 from keras_attention.models import RNNSeq2Seq, Transformer
-from keras_attention.tasks import distribute
+from keras_attention.tasks import runner
 from keras_attention.tasks.common import (
     cached_word_piece,
     check_training_size,
     phase,
 )
 from keras_attention.tasks.runner import (
+    Task,
+    TrainingOptions,
     compile_with_adam,
-    finish_run,
-    train_or_load,
+    first_seed_figures,
+    run,
 )
 from keras_attention.viz import plot_attention, plot_score_by_length
 
@@ -75,6 +76,16 @@ SETTINGS = {
     },
 }
 EVAL_BATCH_SIZE = 100
+# The figures of each model in `comparison.json`.
+SUMMARY_KEYS = (
+    "exact_match",
+    "bleu",
+    "chrf",
+    "placeholder_accuracy",
+    "placeholder_accuracy_when_present",
+    "train_seconds",
+    "epochs",
+)
 
 
 def build_model(name, source_vocabulary_size, target_vocabulary_size, settings, **kw):
@@ -193,228 +204,189 @@ def _translate_ids(model, texts, beam_width, length_penalty):
     return source_ids, _generate(model, source_ids, beam_width, length_penalty)
 
 
-def run_translate(
-    out_dir,
-    data="dates",
-    model="transformer",
-    epochs=None,
-    batch_size=64,
-    beam_width=4,
-    time_budget_minutes=None,
-    seed=0,
-    num_train=None,
-    jit_compile=None,
-    verbose=1,
-    callbacks=None,
-    strategy="default",
-    **model_kwargs,
-):
+class Translation(Task):
+    """`keras-attention translate`: a translation model trained on `data`,
+    evaluated on its test split (exact match, BLEU, chrF, by source length;
+    for messages also the placeholders kept), with attention heatmaps and
+    the score-by-length plot."""
+
+    command = "translate"
+    batch_size = 64
+
+    def __init__(self, data="dates", model="transformer", beam_width=4, **model_kwargs):
+        if model not in MODELS:
+            raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
+        self.data, self.model, self.beam_width = data, model, beam_width
+        self.model_kwargs = model_kwargs
+        self.settings = settings_for(data)
+        self.epochs = self.settings["epochs"]
+
+    def load(self, run):
+        options, settings = run.options, self.settings
+        phase(f"loading {self.data}")
+        splits = load_translation_pairs(self.data, seed=options.seed)
+        train_pairs = splits["train"][: options.num_train or None]
+        valid_pairs = splits["valid"]
+        if settings.get("placeholders"):
+            train_pairs, valid_pairs = (
+                _mask_pairs(train_pairs),
+                _mask_pairs(valid_pairs),
+            )
+        check_training_size(
+            options.batch_size,
+            len(train_pairs),
+            "pairs",
+            num_train=options.num_train,
+            available=len(splits["train"]),
+        )
+        self.test_pairs = splits["test"]
+        self.tokenizers = _tokenizers(run.out_dir, train_pairs, settings)
+        source, target = self.tokenizers
+        phase(
+            f"{len(train_pairs)} training pairs, {len(self.test_pairs)} test pairs; "
+            f"vocabularies {source.vocabulary_size()} (source), "
+            f"{target.vocabulary_size()} (target)"
+        )
+        dataset_args = {
+            "source_tokenizer": source,
+            "target_tokenizer": target,
+            "batch_size": options.batch_size,
+            "max_source_length": settings["max_source_length"],
+            "max_target_length": settings["max_target_length"],
+            "bucket_boundaries": settings["bucket_boundaries"],
+        }
+        # Full batches only: every training batch then has one of a few static
+        # shapes, and XLA compiles each once instead of again for every new
+        # remainder size that reshuffling produces.
+        self.train_data, self.num_kept = translation_dataset(
+            train_pairs,
+            shuffle=True,
+            seed=options.seed,
+            drop_remainder=True,
+            **dataset_args,
+        )
+        check_training_size(
+            options.batch_size, self.num_kept, "pairs within the length limits"
+        )
+        self.valid_data, _ = translation_dataset(valid_pairs, **dataset_args)
+
+    def build(self, run, jit_compile):
+        source, target = self.tokenizers
+        net = build_model(
+            self.model,
+            source.vocabulary_size(),
+            target.vocabulary_size(),
+            self.settings,
+            source_tokenizer=source,
+            target_tokenizer=target,
+            **self.model_kwargs,
+        )
+        return compile_with_adam(net, jit_compile)
+
+    def fit_arguments(self, run, model):
+        return {
+            "train_data": self.train_data,
+            "validation_data": self.valid_data,
+            # Real corpora are small enough to overfit: keep the best epoch.
+            "patience": None if self.data == "dates" else 3,
+        }
+
+    def report(self, run, net, history):
+        test_pairs, beam_width = self.test_pairs, self.beam_width
+        placeholders = self.settings.get("placeholders", False)
+        phase(f"translating {len(test_pairs)} test sentences (greedy)")
+        metrics = evaluate(net, test_pairs, self.settings["length_buckets"])
+        if beam_width > 1:
+            phase(f"translating again with beam search (width {beam_width})")
+            beam = evaluate(net, test_pairs, (), beam_width=beam_width)
+            metrics.update(
+                {f"beam{beam_width}_{k}": v for k, v in beam.items() if k != "samples"}
+            )
+        samples = metrics.pop("samples")
+        _plot_alignments(
+            net,
+            _long_messages(test_pairs) if placeholders else test_pairs[:3],
+            run.out_dir,
+            self.model,
+        )
+        plot_score_by_length(
+            {self.model: metrics["by_length"]},
+            path=os.path.join(run.out_dir, "score_by_length.png"),
+            metric="bleu",
+        )
+        metrics.update(
+            {
+                "model": self.model,
+                "data": self.data,
+                "train_pairs": self.num_kept,
+                "test_pairs": len(test_pairs),
+                "parameters": net.count_params(),
+                "epochs": history["epochs"],
+                "train_seconds": history["train_seconds"],
+                "final_train_token_accuracy": history["accuracy"][-1],
+                "final_valid_token_accuracy": history["val_accuracy"][-1],
+                "samples": samples[:5],
+            }
+        )
+        summary = (
+            f"{self.model} on {self.data}: exact match "
+            f"{metrics['exact_match']:.3f}, BLEU {metrics['bleu']:.1f}, "
+            f"chrF {metrics['chrf']:.1f}"
+        )
+        if placeholders:
+            summary += f", placeholders kept {metrics['placeholder_accuracy']:.3f}"
+        if beam_width > 1:
+            summary += (
+                f"; beam {beam_width}: BLEU {metrics[f'beam{beam_width}_bleu']:.1f}"
+            )
+        return metrics, summary + f"; trained {history['train_seconds']:.0f} s"
+
+
+def run_translate(out_dir, data="dates", model="transformer", beam_width=4, **kwargs):
     """Trains `model` on `data`, evaluates it on the test split and writes
     `metrics.json`, `model.keras`, attention heatmaps and the score-by-length
-    plot under `out_dir`. Re-run with the same folder, an interrupted training
-    resumes from its last finished epoch, and a finished one is evaluated
-    again without training.
+    plot under `out_dir` (`runner.run`: an interrupted training resumes, a
+    finished one is evaluated again).
 
     Args:
         out_dir: output folder.
         data: `"dates"`, `"de-en"`, `"messages-de"` or the path of a
             `source<TAB>target` file.
         model: one of `MODELS`.
-        epochs: training epochs (default per dataset).
-        batch_size: training batch size.
         beam_width: beam width of the beam-search evaluation (1 skips it).
-        time_budget_minutes: stop training after this many minutes (the end of
-            the running epoch), for comparisons at equal training time.
-        seed: seed of the splits, the initialisation and the shuffling.
-        num_train: use only this many training pairs (quick runs, tests).
-        jit_compile: train with XLA; None (default) compiles unless the `xla`
-            suite measured this model faster without XLA on this kind of
-            device (`tasks.distribute.jit_for`). Off under a distribution
-            strategy.
-        verbose: Keras progress bar setting.
-        callbacks: extra Keras callbacks for `fit`.
-        strategy: `tf.distribute` strategy to train with, by name (see
-            `keras_attention.tasks.distribute.make_strategy`) or object;
-            `batch_size` is the global batch.
-        **model_kwargs: extra constructor arguments of the model.
+        **kwargs: `options` (a `TrainingOptions`) or its fields by name
+            (`epochs`, `batch_size`, `seed`, ...; default batch 64, epochs
+            per dataset); the rest go to the model's constructor.
 
     Returns:
         The metrics dict.
     """
-    if model not in MODELS:
-        raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
-    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, seed)
-    settings = settings_for(data)
-    epochs = epochs or settings["epochs"]
-
-    phase(f"loading {data}")
-    splits = load_translation_pairs(data, seed=seed)
-    train_pairs = splits["train"][:num_train] if num_train else splits["train"]
-    valid_pairs = splits["valid"]
-    if settings.get("placeholders"):
-        train_pairs, valid_pairs = _mask_pairs(train_pairs), _mask_pairs(valid_pairs)
-    check_training_size(
-        batch_size,
-        len(train_pairs),
-        "pairs",
-        num_train=num_train,
-        available=len(splits["train"]),
-    )
-    test_pairs = splits["test"]
-    source_tokenizer, target_tokenizer = _tokenizers(out_dir, train_pairs, settings)
-    phase(
-        f"{len(train_pairs)} training pairs, {len(test_pairs)} test pairs; "
-        f"vocabularies {source_tokenizer.vocabulary_size()} (source), "
-        f"{target_tokenizer.vocabulary_size()} (target)"
-    )
-    dataset_args = {
-        "source_tokenizer": source_tokenizer,
-        "target_tokenizer": target_tokenizer,
-        "batch_size": batch_size,
-        "max_source_length": settings["max_source_length"],
-        "max_target_length": settings["max_target_length"],
-        "bucket_boundaries": settings["bucket_boundaries"],
-    }
-    # Full batches only: every training batch then has one of a few static
-    # shapes, and XLA compiles each once instead of again for every new
-    # remainder size that reshuffling produces.
-    train_data, num_kept = translation_dataset(
-        train_pairs, shuffle=True, seed=seed, drop_remainder=True, **dataset_args
-    )
-    check_training_size(batch_size, num_kept, "pairs within the length limits")
-    valid_data, _ = translation_dataset(valid_pairs, **dataset_args)
-
-    def build(jit_compile):
-        net = build_model(
-            model,
-            source_tokenizer.vocabulary_size(),
-            target_tokenizer.vocabulary_size(),
-            settings,
-            source_tokenizer=source_tokenizer,
-            target_tokenizer=target_tokenizer,
-            **model_kwargs,
-        )
-        return compile_with_adam(net, jit_compile)
-
-    def fit_arguments(net):
-        return {
-            "train_data": train_data,
-            "validation_data": valid_data,
-            # Real corpora are small enough to overfit: keep the best epoch.
-            "patience": None if data == "dates" else 3,
-        }
-
-    net, history = train_or_load(
-        out_dir,
-        model,
-        strategy,
-        build,
-        fit_arguments,
-        epochs,
-        seed,
-        jit_compile,
-        time_budget_minutes,
-        callbacks,
-        verbose,
-        model_key=f"translate/{model}",
-    )
-
-    phase(f"translating {len(test_pairs)} test sentences (greedy)")
-    metrics = evaluate(net, test_pairs, settings["length_buckets"], beam_width=1)
-    placeholders = settings.get("placeholders", False)
-    if beam_width > 1:
-        phase(f"translating again with beam search (width {beam_width})")
-        beam = evaluate(net, test_pairs, (), beam_width=beam_width)
-        metrics.update(
-            {f"beam{beam_width}_{k}": v for k, v in beam.items() if k != "samples"}
-        )
-    samples = metrics.pop("samples")
-    _plot_alignments(
-        net,
-        _long_messages(test_pairs) if placeholders else test_pairs[:3],
-        out_dir,
-        model,
-    )
-    plot_score_by_length(
-        {model: metrics["by_length"]},
-        path=os.path.join(out_dir, "score_by_length.png"),
-        metric="bleu",
-    )
-    metrics.update(
-        {
-            "model": model,
-            "data": data,
-            "train_pairs": num_kept,
-            "test_pairs": len(test_pairs),
-            "parameters": net.count_params(),
-            "epochs": history["epochs"],
-            "train_seconds": history["train_seconds"],
-            "final_train_token_accuracy": history["accuracy"][-1],
-            "final_valid_token_accuracy": history["val_accuracy"][-1],
-            "samples": samples[:5],
-        }
-    )
-    return finish_run(
-        out_dir,
-        metrics,
-        f"{model} on {data}: exact match {metrics['exact_match']:.3f}, "
-        f"BLEU {metrics['bleu']:.1f}, chrF {metrics['chrf']:.1f}"
-        + (
-            f", placeholders kept {metrics['placeholder_accuracy']:.3f}"
-            if placeholders
-            else ""
-        )
-        + (
-            f"; beam {beam_width}: BLEU {metrics[f'beam{beam_width}_bleu']:.1f}"
-            if beam_width > 1
-            else ""
-        )
-        + f"; trained {history['train_seconds']:.0f} s",
-    )
+    options, model_kwargs = TrainingOptions.take(kwargs.pop("options", None), kwargs)
+    return run(Translation(data, model, beam_width, **model_kwargs), out_dir, options)
 
 
-def compare(out_dir, models, data="dates", **kwargs):
+def compare(out_dir, models, data="dates", beam_width=4, **kwargs):
     """Runs `run_translate` for each model in `out_dir/<model>` and plots the
     score of every model by source length on one chart."""
-    # One strategy for all runs (a multi-worker one can be made only once);
-    # each run writes in its own folder, the summary in this worker's.
-    runs_dir = out_dir
-    strategy, out_dir = distribute.prepare(kwargs.pop("strategy", "default"), out_dir)
-    results = {}
-    for name in models:
-        results[name] = run_translate(
-            os.path.join(runs_dir, name),
-            data=data,
-            model=name,
-            strategy=strategy,
-            **kwargs,
-        )
+    options, model_kwargs = TrainingOptions.take(kwargs.pop("options", None), kwargs)
     metric = "exact_match" if data == "dates" else "bleu"
-    plot_score_by_length(
-        {name: r["by_length"] for name, r in results.items()},
-        path=os.path.join(out_dir, "score_by_length.png"),
-        metric=metric,
+
+    def plot(results, folder):
+        plot_score_by_length(
+            {name: runs[0]["by_length"] for name, runs in results.items()},
+            path=os.path.join(folder, "score_by_length.png"),
+            metric=metric,
+        )
+
+    results, _ = runner.compare(
+        out_dir,
+        lambda name: Translation(data, name, beam_width, **model_kwargs),
+        models,
+        options,
+        summarize=lambda results: first_seed_figures(results, SUMMARY_KEYS),
+        plots=[plot],
     )
-    summary = {
-        name: {
-            k: r[k]
-            for k in (
-                "exact_match",
-                "bleu",
-                "chrf",
-                "placeholder_accuracy",
-                "placeholder_accuracy_when_present",
-                "train_seconds",
-                "epochs",
-            )
-            if k in r
-        }
-        for name, r in results.items()
-    }
-    with open(os.path.join(out_dir, "comparison.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    phase(f"comparison written to {out_dir}/comparison.json and score_by_length.png")
-    return results
+    return {name: runs[0] for name, runs in results.items()}
 
 
 def evaluate(model, pairs, length_buckets, beam_width=1, length_penalty=0.6):

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attention.tasks.runner import finish_run, train_or_load
+from keras_attention.tasks.runner import TrainingOptions, finish_run, train_or_load
 
 
 def tiny_build(jit_compile):
@@ -30,9 +30,7 @@ def test_a_run_is_trained_saved_and_then_loaded_instead_of_trained(tmp_path, cap
         None,
         tiny_build,
         tiny_fit_arguments,
-        epochs=2,
-        seed=0,
-        verbose=0,
+        TrainingOptions(epochs=2, verbose=0),
         export=exported.append,
         announce=lambda m: f"tiny model of {m.count_params()} parameters",
     )
@@ -51,7 +49,12 @@ def test_a_run_is_trained_saved_and_then_loaded_instead_of_trained(tmp_path, cap
         raise AssertionError("a finished run was built again")
 
     loaded, loaded_history = train_or_load(
-        str(tmp_path), "tiny", None, must_not_build, tiny_fit_arguments, 2, 0
+        str(tmp_path),
+        "tiny",
+        None,
+        must_not_build,
+        tiny_fit_arguments,
+        TrainingOptions(epochs=2),
     )
     assert loaded_history == history
     x = np.ones((2, 3), "float32")
@@ -89,10 +92,7 @@ def test_xla_is_what_was_measured_faster_on_a_cpu_unless_forced(
         None,
         build,
         tiny_fit_arguments,
-        epochs=1,
-        seed=0,
-        jit_compile=jit_compile,
-        verbose=0,
+        TrainingOptions(epochs=1, jit_compile=jit_compile, verbose=0),
         model_key=model_key,
     )
     assert built == [compiled] and model.jit_compile is compiled
@@ -111,9 +111,7 @@ def test_the_same_seed_builds_the_same_model(tmp_path):
         None,
         tiny_build,
         tiny_fit_arguments,
-        1,
-        3,
-        verbose=0,
+        TrainingOptions(epochs=1, seed=3, verbose=0),
     )
     second, _ = train_or_load(
         str(tmp_path / "b"),
@@ -121,9 +119,7 @@ def test_the_same_seed_builds_the_same_model(tmp_path):
         None,
         tiny_build,
         tiny_fit_arguments,
-        1,
-        3,
-        verbose=0,
+        TrainingOptions(epochs=1, seed=3, verbose=0),
     )
     for a, b in zip(first.get_weights(), second.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
@@ -149,12 +145,22 @@ def test_a_training_without_a_step_saves_nothing_and_the_next_run_trains(tmp_pat
 
     with pytest.raises(RuntimeError, match="epoch 1 had no full batch"):
         train_or_load(
-            str(tmp_path), "tiny", None, tiny_build, no_full_batch, 3, 0, verbose=0
+            str(tmp_path),
+            "tiny",
+            None,
+            tiny_build,
+            no_full_batch,
+            TrainingOptions(epochs=3, verbose=0),
         )
     assert list(tmp_path.iterdir()) == []
 
     _, history = train_or_load(
-        str(tmp_path), "tiny", None, tiny_build, tiny_fit_arguments, 2, 0, verbose=0
+        str(tmp_path),
+        "tiny",
+        None,
+        tiny_build,
+        tiny_fit_arguments,
+        TrainingOptions(epochs=2, verbose=0),
     )
     assert history["epochs"] == 2 and len(history["loss"]) == 2
     assert (tmp_path / "model.keras").exists()
@@ -173,3 +179,56 @@ def test_a_kill_while_writing_keeps_the_previous_metrics(tmp_path, monkeypatch):
     monkeypatch.undo()
     written = json.loads((tmp_path / "metrics.json").read_text())
     assert written["accuracy"] == pytest.approx(0.5)
+
+
+def test_training_options_take_their_fields_and_leave_a_tasks_own():
+    options, rest = TrainingOptions.take(
+        TrainingOptions(seed=3), {"epochs": 2, "callbacks": None, "units": 16}
+    )
+    assert options == TrainingOptions(epochs=2, seed=3)
+    assert rest == {"units": 16}
+    callback = keras.callbacks.Callback()
+    options, _ = TrainingOptions.take(None, {"callbacks": [callback]})
+    assert options.callbacks == (callback,)
+
+
+def test_a_comparison_runs_every_name_and_seed_and_writes_its_summary(tmp_path):
+    from keras_attention.tasks import runner
+
+    class Tiny(runner.Task):
+        command = "tiny"
+        epochs = 1
+
+        def __init__(self, name):
+            self.model = name
+
+        def load(self, run):
+            self.seed = run.options.seed
+
+        def build(self, run, jit_compile):
+            return tiny_build(jit_compile)
+
+        def fit_arguments(self, run, model):
+            return tiny_fit_arguments(model)
+
+        def report(self, run, model, history):
+            return {"model": self.model, "seed": self.seed}, f"{self.model} done"
+
+    drawn = []
+    results, summary = runner.compare(
+        str(tmp_path),
+        Tiny,
+        ["a", "b"],
+        TrainingOptions(verbose=0),
+        seeds=[0, 1],
+        summarize=lambda results: {
+            name: runner.spread([r["seed"] for r in runs])
+            for name, runs in results.items()
+        },
+        plots=[lambda results, folder: drawn.append(folder)],
+    )
+    assert [r["seed"] for r in results["b"]] == [0, 1]
+    assert summary["a"] == {"values": [0, 1], "mean": 0.5, "std": 0.5}
+    assert json.loads((tmp_path / "comparison.json").read_text()) == summary
+    assert (tmp_path / "b" / "seed1" / "metrics.json").exists()
+    assert drawn == [str(tmp_path)]
