@@ -89,9 +89,8 @@ class Task:
     strategy.
     """
 
-    # The subcommand; with `model`, the model's key in the `xla` suite.
+    # The subcommand; `command/model` is the model's key in the `xla` suite.
     command = None
-    # What the progress lines call the model; the model's key.
     model = None
     batch_size = 32
     epochs = 10
@@ -110,6 +109,11 @@ class Task:
         """`(metrics, summary)`: the run's figures and its one-line summary;
         writes the run's plots."""
         raise NotImplementedError
+
+    @property
+    def title(self):
+        """What the progress lines call the model (default: `model`)."""
+        return self.model
 
     def announce(self, run, model):
         """The line printed before training; None: the parameter count and
@@ -148,7 +152,7 @@ def run(task, out_dir, options=None):
     task.load(context)
     model, history = train_or_load(
         out_dir,
-        task.model,
+        task.title,
         strategy,
         lambda jit_compile: task.build(context, jit_compile),
         lambda model: task.fit_arguments(context, model),
