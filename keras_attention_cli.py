@@ -3,9 +3,10 @@
 It lives outside the `keras_attention` package because importing the package
 imports Keras (its layers register themselves, so that `.keras` files load),
 and Keras imports TensorFlow: seconds before `--help` could answer or a bad
-argument be refused. `keras_attention/cli.py` needs only the standard library
-until a subcommand starts its work, so it is loaded from its file here, and
-the package is imported by the subcommand that uses it.
+argument be refused. The command line (`keras_attention/cli/`) and the names
+it checks arguments against (`keras_attention/names.py`) need only the
+standard library until a subcommand starts its work, so they are loaded from
+their files here, and the package is imported by the subcommand that uses it.
 """
 
 import importlib.util
@@ -13,13 +14,25 @@ import os
 import sys
 
 
+def _load(name, path, package=False):
+    """Loads the module `name` from `path` without importing its parent
+    package, and registers it under its name."""
+    locations = [os.path.dirname(path)] if package else None
+    spec = importlib.util.spec_from_file_location(
+        name, path, submodule_search_locations=locations
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def main():
-    package = importlib.util.find_spec("keras_attention")
-    path = os.path.join(package.submodule_search_locations[0], "cli.py")
-    spec = importlib.util.spec_from_file_location("keras_attention.cli", path)
-    cli = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = cli
-    spec.loader.exec_module(cli)
+    root = importlib.util.find_spec("keras_attention").submodule_search_locations[0]
+    _load("keras_attention.names", os.path.join(root, "names.py"))
+    cli = _load(
+        "keras_attention.cli", os.path.join(root, "cli", "__init__.py"), package=True
+    )
     return cli.main()
 
 

@@ -9,7 +9,7 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_attention"
 LIBRARY = ("ops", "layers", "models", "decoding", "evaluation", "utils")
-APPLICATIONS = ("data", "tasks", "bench", "viz", "cli")
+APPLICATIONS = ("names", "data", "tasks", "bench", "viz", "cli")
 # What each part of the library may import from the package (besides itself).
 ALLOWED = {
     "utils": {"_checks"},

@@ -51,18 +51,6 @@ def test_every_option_has_help_and_its_default(command):
             assert "(default" in action.help or f"(default:{action.default})" in text
 
 
-def test_the_command_lists_match_the_tasks():
-    from keras_attention.bench import SUITES
-    from keras_attention.tasks import caption, classify, distribute, lm, translate
-
-    assert cli.TRANSLATION_MODELS == translate.MODELS
-    assert cli.CLASSIFICATION_MODELS == classify.MODELS
-    assert cli.CAPTION_MODELS == tuple(caption.MODELS)
-    assert (cli.LM_MODELS, cli.LM_SAMPLERS) == (lm.MODELS, lm.SAMPLERS)
-    assert cli.BENCH_SUITES == SUITES
-    assert cli.STRATEGIES == distribute.STRATEGIES
-
-
 def test_help_and_argument_errors_load_no_framework(tmp_path):
     # The entry point the console script runs: `--help` and a refused
     # argument answer without importing Keras or TensorFlow.
@@ -311,7 +299,7 @@ def test_a_failure_is_one_line_and_debug_shows_the_traceback(
         raise RuntimeError("the data vanished\nsecond line")
 
     out = tmp_path / "run"
-    monkeypatch.setattr(cli, "_translate", fail)
+    monkeypatch.setattr(cli.translate, "run", fail)
     status, line = _error(["translate", "--out", str(out)], capsys)
     assert (status, line) == (
         1,
@@ -338,8 +326,8 @@ def test_lines_from_standard_input(monkeypatch):
 
     monkeypatch.setattr(sys, "stdin", Terminal())
     # At a terminal, each line is answered before the next is read.
-    assert list(cli._inputs([], "sentences")) == [["a date"], ["another"]]
-    assert list(cli._inputs(["given"], "sentences")) == [["given"]]
+    assert list(cli.read_inputs([], "sentences")) == [["a date"], ["another"]]
+    assert list(cli.read_inputs(["given"], "sentences")) == [["given"]]
 
 
 @pytest.mark.slow
@@ -385,7 +373,7 @@ def test_an_interrupted_training_says_how_to_resume(tmp_path, monkeypatch, capsy
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_translate", interrupted)
+    monkeypatch.setattr(cli.translate, "run", interrupted)
     status, line = _error(["translate", "--out", str(tmp_path)], capsys)
     assert (status, line) == (
         130,

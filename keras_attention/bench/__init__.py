@@ -4,7 +4,7 @@ runs them without the CLI (and without TensorFlow, as on a GPU machine)."""
 
 import importlib
 
-SUITES = ("attention", "seq2seq", "decode", "xla", "layers", "scaling")
+from keras_attention.names import BENCH_SUITES as SUITES
 
 
 def run_suites(suites, quick=False, out="runs/bench"):

@@ -19,13 +19,15 @@ import os
 
 import keras
 
+from keras_attention.names import (
+    KERAS_DISTRIBUTIONS,
+    SLOWER_WITH_XLA_ON_CPU,
+    STRATEGIES,
+    TF_STRATEGIES,
+)
 from keras_attention.tasks.common import prepare_output
 from keras_attention.utils import keras_internals
 from keras_attention.utils.backend import num_workers
-
-TF_STRATEGIES = ("mirrored", "multi-worker", "tpu")
-KERAS_DISTRIBUTIONS = ("data-parallel", "model-parallel")
-STRATEGIES = ("default", *TF_STRATEGIES, *KERAS_DISTRIBUTIONS)
 
 
 def make_strategy(strategy="default", model_shards=None):
@@ -224,18 +226,6 @@ def num_replicas(strategy):
 def scope(strategy):
     """The context to build and compile a model in, for `strategy`."""
     return contextlib.nullcontext() if strategy is None else strategy.scope()
-
-
-# The train steps that `keras-attention bench --suite xla` measured slower
-# with XLA than as a TensorFlow graph on a CPU (time with XLA / without, three
-# runs on a 2-core AMD EPYC, November 2026): the HAN 1.01-1.13, the captioner
-# 1.02-1.03, the SAGAN 1.20-1.31. Their GRUs, LSTM cells and convolutions run
-# TensorFlow's own CPU kernels in a graph. Every other model trains faster with
-# XLA there (1.1-2.6x), and accelerators always compile. The LSTM language
-# model was timed alone (not by the suite): at the `lm` subcommand's sizes
-# (batch 32 x 256 characters, 2 x 224 units) 2.17 s per step with XLA, 0.92
-# without, on the same machine; its GPT takes 0.56 with XLA, 1.03 without.
-SLOWER_WITH_XLA_ON_CPU = ("classify/han", "caption/attention", "gan/sagan", "lm/lstm")
 
 
 def jit_for(strategy, jit_compile, model_key=None):

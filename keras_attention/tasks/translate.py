@@ -17,6 +17,7 @@ from keras_attention.data.tokenization import (
 from keras_attention.data.translation import load_translation_pairs
 from keras_attention.decoding import mean_log_probs
 from keras_attention.models import RNNSeq2Seq, Transformer
+from keras_attention.names import TRANSLATION_MODELS
 from keras_attention.tasks import runner
 from keras_attention.tasks.common import (
     cached_word_piece,
@@ -32,16 +33,7 @@ from keras_attention.tasks.runner import (
 )
 from keras_attention.viz import plot_attention, plot_score_by_length
 
-MODELS = (
-    "transformer",
-    "transformer-base",
-    "rnn",
-    "rnn-bahdanau",
-    "rnn-luong-dot",
-    "rnn-luong-general",
-    "rnn-luong-concat",
-    "rnn-location",
-)
+MODELS = TRANSLATION_MODELS
 # Per-dataset defaults: vocabulary, lengths in tokens, training budget.
 SETTINGS = {
     "dates": {

@@ -1,0 +1,119 @@
+"""`keras-attention lm`."""
+
+from keras_attention.cli.arguments import (
+    add_training_options,
+    at_least,
+    dataset,
+    load_model,
+    model_list,
+    positive_float,
+    positive_int,
+    probability,
+    read_inputs,
+    training_options,
+)
+from keras_attention.names import LM_DATA, LM_MODELS, LM_SAMPLERS
+
+HELP = (
+    "train a character-level language model (GPT, or an LSTM with as many "
+    "parameters) and measure its held-out perplexity, or continue text with a "
+    "trained one"
+)
+TRAINS = True
+
+
+def add_arguments(parser):
+    parser.add_argument(
+        "--data",
+        type=dataset(LM_DATA, "file"),
+        default="fortunes",
+        help="fortunes (Debian fortunes, 2.5 million characters) or a text file "
+        "of documents separated by lines holding only %% (or by blank lines)",
+    )
+    parser.add_argument(
+        "--model",
+        type=model_list(LM_MODELS),
+        default=("gpt",),
+        help="gpt or lstm; gpt,lstm trains each in OUT/<model> and compares "
+        "them (default: gpt)",
+    )
+    parser.add_argument(
+        "--steps-per-epoch",
+        type=positive_int,
+        default=100,
+        help="training batches per epoch",
+    )
+    parser.add_argument(
+        "--prompt",
+        action="append",
+        dest="prompts",
+        default=None,
+        metavar="TEXT",
+        help="with --load: text to continue (repeat for several; default: "
+        "standard input, one per line)",
+    )
+    parser.add_argument(
+        "--sampler",
+        choices=LM_SAMPLERS,
+        default="top_p",
+        help="how the next character is chosen (keras-hub samplers); a training "
+        "run writes samples.txt with greedy search and this one",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=positive_float,
+        default=0.8,
+        help="divides the logits before sampling (below 1: safer choices)",
+    )
+    parser.add_argument(
+        "--top-k", type=positive_int, default=10, help="k of --sampler top_k"
+    )
+    parser.add_argument(
+        "--top-p", type=probability, default=0.9, help="p of --sampler top_p"
+    )
+    parser.add_argument(
+        "--length",
+        type=at_least(2),
+        default=None,
+        help="with --load: characters to generate, prompt included (default: "
+        "the model's window, 256)",
+    )
+    add_training_options(
+        parser,
+        out="runs/lm",
+        batch_size=32,
+        epochs=10,
+        num_train_help="train on this many documents only (default: all)",
+        seed_help="random seed (of the split, the training and the samples)",
+    )
+    parser.set_defaults(inputs="prompts")
+
+
+def run(args):
+    from keras_attention.tasks import lm
+
+    sampling = {
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+    }
+    if args.load:
+        model = load_model(args.load)
+        sampler = lm.make_sampler(args.sampler, seed=args.seed, **sampling)
+        first = True
+        for prompts in read_inputs(args.prompts, "prompts"):
+            for text in lm.continue_texts(model, prompts, args.length, sampler):
+                print(text if first else f"%\n{text}", flush=True)
+                first = False
+        return
+    task_arguments = {
+        **sampling,
+        "data": args.data,
+        "sampler": args.sampler,
+        "steps_per_epoch": args.steps_per_epoch,
+        "options": training_options(args),
+    }
+    if len(args.model) == 1:
+        lm.run_lm(args.out, model=args.model[0], **task_arguments)
+    else:
+        lm.compare(args.out, list(args.model), **task_arguments)

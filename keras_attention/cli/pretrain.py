@@ -1,0 +1,70 @@
+"""`keras-attention pretrain`."""
+
+from keras_attention.cli.arguments import (
+    add_training_options,
+    dataset,
+    positive_float,
+    training_options,
+)
+from keras_attention.cli.checks import CommandError
+from keras_attention.names import CLASSIFICATION_DATA, PRETRAIN_EXTRA_TEXTS
+
+HELP = (
+    "pretrain the Transformer classifier's encoder as a masked language model "
+    "(BERT's masking, keras-hub) on unlabelled text, for "
+    "`classify --encoder OUT/encoder.keras`"
+)
+TRAINS = True
+
+
+def add_arguments(parser):
+    parser.add_argument(
+        "--data",
+        type=dataset(CLASSIFICATION_DATA, "file"),
+        default="reviews",
+        help="the classification data whose training texts (labels unused) are "
+        "pretrained on and whose vocabulary is learned: reviews, fortunes or a "
+        "CSV file with text,label columns; its validation texts are held out",
+    )
+    parser.add_argument(
+        "--add-text",
+        dest="extra_texts",
+        action="append",
+        type=dataset(PRETRAIN_EXTRA_TEXTS, "file"),
+        default=[],
+        metavar="TEXT",
+        help="more unlabelled text: fortunes (all Debian fortunes, 16,000 texts) "
+        "or a text file of documents separated by %% lines or blank lines "
+        "(repeat for several)",
+    )
+    parser.add_argument(
+        "--learning-rate", type=positive_float, default=1e-3, help="Adam's"
+    )
+    add_training_options(
+        parser,
+        out="runs/pretrain",
+        batch_size=32,
+        epochs=30,
+        num_train_help="pretrain on this many texts of --data only (default: all)",
+        load=False,
+    )
+    parser.set_defaults(load=None)
+
+
+def check(args):
+    if args.data == "fortunes" and "fortunes" in args.extra_texts:
+        raise CommandError(
+            "--add-text fortunes holds the held-out fortunes of --data fortunes", 2
+        )
+
+
+def run(args):
+    from keras_attention.tasks.pretrain import run_pretrain
+
+    run_pretrain(
+        args.out,
+        data=args.data,
+        extra_texts=args.extra_texts,
+        learning_rate=args.learning_rate,
+        options=training_options(args),
+    )

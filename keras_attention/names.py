@@ -1,0 +1,66 @@
+"""The names the applications accept: each task's models and data, the
+samplers, the strategies, the benchmark suites, the saved models each
+subcommand reads.
+
+Standard library only, and imported by both sides: the tasks, `bench` and
+`distribute` take their lists from here, and the command line checks its
+arguments against them before it imports Keras or TensorFlow (the console
+script loads this file without importing the package, whose import loads
+Keras).
+"""
+
+TRANSLATION_MODELS = (
+    "transformer",
+    "transformer-base",
+    "rnn",
+    "rnn-bahdanau",
+    "rnn-luong-dot",
+    "rnn-luong-general",
+    "rnn-luong-concat",
+    "rnn-location",
+)
+TRANSLATION_DATA = ("dates", "de-en", "messages-de")
+CLASSIFICATION_MODELS = ("transformer", "han", "bilstm", "bag")
+CLASSIFICATION_DATA = ("reviews", "fortunes")
+CAPTION_MODELS = ("attention", "no-attention")
+CAPTION_DATA = ("scenes",)
+GAN_DATA = ("fashion-mnist", "mnist", "digits")
+LM_MODELS = ("gpt", "lstm")
+LM_DATA = ("fortunes",)
+LM_SAMPLERS = ("greedy", "top_k", "top_p")
+PRETRAIN_EXTRA_TEXTS = ("fortunes",)
+BENCH_SUITES = ("attention", "seq2seq", "decode", "xla", "layers", "scaling")
+
+TF_STRATEGIES = ("mirrored", "multi-worker", "tpu")
+KERAS_DISTRIBUTIONS = ("data-parallel", "model-parallel")
+STRATEGIES = ("default", *TF_STRATEGIES, *KERAS_DISTRIBUTIONS)
+
+# The train steps that `keras-attention bench --suite xla` measured slower
+# with XLA than as a TensorFlow graph on a CPU (time with XLA / without, three
+# runs on a 2-core AMD EPYC, November 2026): the HAN 1.01-1.13, the captioner
+# 1.02-1.03, the SAGAN 1.20-1.31. Their GRUs, LSTM cells and convolutions run
+# TensorFlow's own CPU kernels in a graph. Every other model trains faster with
+# XLA there (1.1-2.6x), and accelerators always compile. The LSTM language
+# model was timed alone (not by the suite): at the `lm` subcommand's sizes
+# (batch 32 x 256 characters, 2 x 224 units) 2.17 s per step with XLA, 0.92
+# without, on the same machine; its GPT takes 0.56 with XLA, 1.03 without.
+# There, training runs them without XLA unless told otherwise.
+SLOWER_WITH_XLA_ON_CPU = ("classify/han", "caption/attention", "gan/sagan", "lm/lstm")
+
+# The model classes that each subcommand's `--load` reads, by the
+# `registered_name` (or, for functional models, the name) in a `.keras`
+# archive's config.json.
+LOADABLE_MODELS = {
+    "translate": ("keras_attention>Transformer", "keras_attention>RNNSeq2Seq"),
+    "classify": (
+        "keras_attention>TransformerClassifier",
+        "keras_attention>HierarchicalAttentionNetwork",
+        "keras_attention>BiLSTMClassifier",
+        "keras_attention>BagOfEmbeddingsClassifier",
+    ),
+    "caption": ("keras_attention>ShowAttendTell",),
+    "gan": ("generator", "ema_generator"),
+    "lm": ("keras_attention>GPT", "keras_attention>LSTMLanguageModel"),
+}
+# What `classify --encoder` reads: the encoder `keras-attention pretrain` writes.
+ENCODER_MODELS = ("keras_attention>TransformerTextEncoder",)
