@@ -1,7 +1,6 @@
 """`keras-attention lm`: train a character-level language model (GPT or its
 LSTM baseline), measure its held-out perplexity, and continue text with it."""
 
-import json
 import math
 import os
 
@@ -19,18 +18,19 @@ from keras_attention.data.pipeline import (
 )
 from keras_attention.data.tokenization import END_ID, PAD_ID
 from keras_attention.models import GPT, LSTMLanguageModel
-from keras_attention.tasks import distribute
+from keras_attention.tasks import runner
 from keras_attention.tasks.common import (
     ArgumentError,
     check_training_size,
     phase,
-    write_json,
 )
 from keras_attention.tasks.runner import (
-    HISTORY_FILE,
+    Task,
+    TrainingOptions,
     compile_with_adam,
-    finish_run,
-    train_or_load,
+    first_seed_figures,
+    read_history,
+    run,
 )
 from keras_attention.viz import plot_curves
 
@@ -55,6 +55,14 @@ SETTINGS = {
 # so that the model starts a new fortune).
 SAMPLE_PROMPTS = ("", "The ", "Q:", "A man ")
 SAMPLE_LENGTH = 200
+# The figures of each model in `comparison.json`.
+SUMMARY_KEYS = (
+    "perplexity",
+    "parameters",
+    "train_seconds",
+    "epochs",
+    "train_characters",
+)
 
 
 def build_model(name, vocabulary_size, sequence_length, tokenizer=None, **kwargs):
@@ -113,8 +121,7 @@ def make_sampler(name="greedy", temperature=1.0, top_k=10, top_p=0.9, seed=None)
     """The keras-hub sampler called `name` (one of `SAMPLERS`)."""
     import keras_hub
 
-    if name not in SAMPLERS:
-        raise ValueError(f"`sampler` must be one of {SAMPLERS}; received {name!r}.")
+    check_sampler(name)
     if name == "greedy":
         return keras_hub.samplers.GreedySampler(temperature=temperature)
     if name == "top_k":
@@ -122,6 +129,12 @@ def make_sampler(name="greedy", temperature=1.0, top_k=10, top_p=0.9, seed=None)
             k=top_k, temperature=temperature, seed=seed
         )
     return keras_hub.samplers.TopPSampler(p=top_p, temperature=temperature, seed=seed)
+
+
+def check_sampler(name):
+    """Raises `ValueError` unless `name` is one of `SAMPLERS`."""
+    if name not in SAMPLERS:
+        raise ValueError(f"`sampler` must be one of {SAMPLERS}; received {name!r}.")
 
 
 def continue_texts(model, prompts, max_length=None, sampler="greedy"):
@@ -156,179 +169,170 @@ def continue_texts(model, prompts, max_length=None, sampler="greedy"):
     return [decode_tokens(model.tokenizer, row) for row in tokens]
 
 
-def run_lm(
-    out_dir,
-    data="fortunes",
-    model="gpt",
-    epochs=None,
-    batch_size=32,
-    time_budget_minutes=None,
-    seed=0,
-    num_train=None,
-    jit_compile=None,
-    verbose=1,
-    callbacks=None,
-    strategy="default",
-    steps_per_epoch=None,
-    sampler="top_p",
-    temperature=0.8,
-    top_k=10,
-    top_p=0.9,
-    **model_kwargs,
-):
+class LanguageModelling(Task):
+    """`keras-attention lm`: a character-level language model trained on
+    `data`, its perplexity measured on the held-out test documents, with
+    samples of its text; its arguments are `run_lm`'s own."""
+
+    command = "lm"
+    epochs = SETTINGS["epochs"]
+
+    def __init__(
+        self,
+        data="fortunes",
+        model="gpt",
+        steps_per_epoch=None,
+        sampler="top_p",
+        temperature=0.8,
+        top_k=10,
+        top_p=0.9,
+        **model_kwargs,
+    ):
+        if model not in MODELS:
+            raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
+        check_sampler(sampler)
+        self.data, self.model = data, model
+        self.steps_per_epoch = steps_per_epoch or SETTINGS["steps_per_epoch"]
+        self.sampling = (sampler, temperature, top_k, top_p)
+        self.sequence_length = model_kwargs.pop(
+            "sequence_length", SETTINGS["sequence_length"]
+        )
+        self.model_kwargs = model_kwargs
+
+    def load(self, run):
+        options, sequence_length = run.options, self.sequence_length
+        sampler, temperature, top_k, top_p = self.sampling
+        self.samplers = {"greedy": make_sampler("greedy")}
+        self.samplers[sampler] = make_sampler(
+            sampler, temperature, top_k, top_p, options.seed
+        )
+        phase(f"loading {self.data}")
+        splits = load_language_model_texts(self.data, seed=options.seed)
+        available = len(splits["train"])
+        check_training_size(1, available, "documents", options.num_train, available)
+        self.train_texts = splits["train"][: options.num_train or None]
+        self.test_documents = len(splits["test"])
+        self.tokenizer = character_tokenizer()
+        train, valid, self.test_stream = (
+            token_stream(texts, self.tokenizer)
+            for texts in (self.train_texts, splits["valid"], splits["test"])
+        )
+        self.train_data, num_windows = language_model_dataset(
+            train,
+            sequence_length,
+            options.batch_size,
+            shuffle=True,
+            seed=options.seed,
+            repeat=True,
+        )
+        check_training_size(
+            options.batch_size, num_windows, f"windows of {sequence_length} characters"
+        )
+        self.valid_data, _ = language_model_dataset(
+            valid, sequence_length, options.batch_size
+        )
+        phase(
+            f"{len(self.train_texts):,} training documents ({len(train):,} "
+            f"characters), {len(splits['valid']):,} validation and "
+            f"{self.test_documents:,} test documents ({len(self.test_stream):,} "
+            f"characters); {self.tokenizer.vocabulary_size()} character ids"
+        )
+
+    def build(self, run, jit_compile):
+        net = build_model(
+            self.model,
+            self.tokenizer.vocabulary_size(),
+            self.sequence_length,
+            tokenizer=self.tokenizer,
+            **self.model_kwargs,
+        )
+        return compile_with_adam(net, jit_compile)
+
+    def fit_arguments(self, run, net):
+        return {
+            "train_data": self.train_data,
+            "validation_data": self.valid_data,
+            "steps_per_epoch": self.steps_per_epoch,
+        }
+
+    def announce(self, run, net):
+        options = run.options
+        return (
+            f"training {net.count_params():,} parameters for up to "
+            f"{options.epochs} epochs of {self.steps_per_epoch} batches of "
+            f"{options.batch_size} x {self.sequence_length} characters"
+        )
+
+    def report(self, run, net, history):
+        batch_size, test = run.options.batch_size, self.test_stream
+        phase(f"measuring perplexity on {len(test):,} test characters")
+        test_perplexity = perplexity(net, test, self.sequence_length, batch_size)
+        plot_curves(
+            {"training": history["loss"], "validation": history["val_loss"]},
+            path=os.path.join(run.out_dir, "loss.png"),
+            xlabel=f"epoch ({self.steps_per_epoch} batches)",
+            ylabel="cross-entropy (nats per character)",
+            title=f"{self.model} on {self.data}",
+        )
+        samples_path = os.path.join(run.out_dir, "samples.txt")
+        phase(f"writing samples to {samples_path}")
+        samples = write_samples(net, samples_path, self.samplers)
+        metrics = {
+            "model": self.model,
+            "data": self.data,
+            "perplexity": test_perplexity,
+            "bits_per_character": math.log2(test_perplexity),
+            "parameters": net.count_params(),
+            "epochs": history["epochs"],
+            "train_seconds": history["train_seconds"],
+            "train_characters": history["epochs"]
+            * self.steps_per_epoch
+            * batch_size
+            * self.sequence_length,
+            "train_documents": len(self.train_texts),
+            "test_documents": self.test_documents,
+            "test_characters": len(test),
+            "sequence_length": self.sequence_length,
+            "final_train_loss": history["loss"][-1],
+            "final_valid_loss": history["val_loss"][-1],
+            "samples": samples,
+        }
+        return metrics, (
+            f"{self.model} on {self.data}: held-out perplexity "
+            f"{test_perplexity:.3f} ({metrics['bits_per_character']:.3f} bits per "
+            f"character), {metrics['parameters']:,} parameters; trained "
+            f"{history['train_seconds']:.0f} s"
+        )
+
+
+def run_lm(out_dir, data="fortunes", model="gpt", **kwargs):
     """Trains a character-level language model on `data`, measures its
     perplexity on the held-out test documents and writes `metrics.json`,
-    `loss.png`, `samples.txt` and `model.keras` under `out_dir`. Re-run with
-    the same folder, an interrupted training resumes from its last finished
-    epoch, and a finished one is evaluated again without training.
+    `loss.png`, `samples.txt` and `model.keras` under `out_dir`
+    (`runner.run`: an interrupted training resumes, a finished one is
+    evaluated again).
 
     Args:
         out_dir: output folder.
         data: `"fortunes"` (Debian `fortunes`) or the path of a text file
             (see `keras_attention.data.language_modeling.read_documents`).
         model: `"gpt"` or `"lstm"` (its parameter count matched to GPT's).
-        epochs: training epochs of `steps_per_epoch` batches each.
-        batch_size: windows of `sequence_length` characters per batch.
-        time_budget_minutes: stop training before an epoch that would end
-            after this many minutes, for comparisons at equal training time.
-        seed: seed of the split, the initialisation, the shuffling and the
-            samples.
-        num_train: use only this many training documents (quick runs, tests).
-        jit_compile: train with XLA; None (default) compiles unless measured
-            slower on this kind of device (`tasks.distribute.jit_for`).
-        verbose: Keras progress bar setting.
-        callbacks: extra Keras callbacks for `fit`.
-        strategy: `tf.distribute` strategy to train with, by name or object;
-            `batch_size` is the global batch.
         steps_per_epoch: batches per epoch (default 100).
         sampler: the sampler of `samples.txt` besides greedy search: one of
-            `SAMPLERS`, with `temperature`, `top_k` and `top_p` (see
-            `make_sampler`).
-        temperature: the sampler's temperature.
-        top_k: k of the top-k sampler.
-        top_p: p of the top-p sampler.
-        **model_kwargs: GPT's sizes (`hidden_dim`, `num_layers`, ...;
+            `SAMPLERS` (default `"top_p"`), with `temperature` (0.8), `top_k`
+            (10) and `top_p` (0.9) (see `make_sampler`; seeded with `seed`).
+        **kwargs: the task's own arguments above (`LanguageModelling`'s);
+            `options` (a `TrainingOptions`) or its fields by name (`epochs`
+            of `steps_per_epoch` batches, default 10; `batch_size`, windows
+            of `sequence_length` characters, default 32; `seed`, ...); the
+            rest are GPT's sizes (`hidden_dim`, `num_layers`, ...;
             `sequence_length` sets the window), which the LSTM matches.
 
     Returns:
         The metrics dict.
     """
-    if model not in MODELS:
-        raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
-    samplers = {"greedy": make_sampler("greedy")}
-    samplers[sampler] = make_sampler(sampler, temperature, top_k, top_p, seed)
-    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, seed)
-    sequence_length = model_kwargs.pop("sequence_length", SETTINGS["sequence_length"])
-    epochs = epochs or SETTINGS["epochs"]
-    steps_per_epoch = steps_per_epoch or SETTINGS["steps_per_epoch"]
-
-    phase(f"loading {data}")
-    splits = load_language_model_texts(data, seed=seed)
-    available = len(splits["train"])
-    check_training_size(1, available, "documents", num_train, available)
-    train_texts = splits["train"][:num_train] if num_train else splits["train"]
-    tokenizer = character_tokenizer()
-    streams = {
-        "train": token_stream(train_texts, tokenizer),
-        **{name: token_stream(splits[name], tokenizer) for name in ("valid", "test")},
-    }
-    train_data, num_windows = language_model_dataset(
-        streams["train"],
-        sequence_length,
-        batch_size,
-        shuffle=True,
-        seed=seed,
-        repeat=True,
-    )
-    check_training_size(
-        batch_size, num_windows, f"windows of {sequence_length} characters"
-    )
-    valid_data, _ = language_model_dataset(
-        streams["valid"], sequence_length, batch_size
-    )
-    phase(
-        f"{len(train_texts):,} training documents ({len(streams['train']):,} "
-        f"characters), {len(splits['valid']):,} validation and "
-        f"{len(splits['test']):,} test documents ({len(streams['test']):,} "
-        f"characters); {tokenizer.vocabulary_size()} character ids"
-    )
-
-    def build(jit_compile):
-        net = build_model(
-            model,
-            tokenizer.vocabulary_size(),
-            sequence_length,
-            tokenizer=tokenizer,
-            **model_kwargs,
-        )
-        return compile_with_adam(net, jit_compile)
-
-    def fit_arguments(net):
-        return {
-            "train_data": train_data,
-            "validation_data": valid_data,
-            "steps_per_epoch": steps_per_epoch,
-        }
-
-    net, history = train_or_load(
-        out_dir,
-        model,
-        strategy,
-        build,
-        fit_arguments,
-        epochs,
-        seed,
-        jit_compile,
-        time_budget_minutes,
-        callbacks,
-        verbose,
-        announce=lambda net: (
-            f"training {net.count_params():,} parameters for up to {epochs} epochs "
-            f"of {steps_per_epoch} batches of {batch_size} x {sequence_length} "
-            "characters"
-        ),
-        model_key=f"lm/{model}",
-    )
-
-    phase(f"measuring perplexity on {len(streams['test']):,} test characters")
-    test_perplexity = perplexity(net, streams["test"], sequence_length, batch_size)
-    plot_curves(
-        {"training": history["loss"], "validation": history["val_loss"]},
-        path=os.path.join(out_dir, "loss.png"),
-        xlabel=f"epoch ({steps_per_epoch} batches)",
-        ylabel="cross-entropy (nats per character)",
-        title=f"{model} on {data}",
-    )
-    phase(f"writing samples to {os.path.join(out_dir, 'samples.txt')}")
-    samples = write_samples(net, os.path.join(out_dir, "samples.txt"), samplers)
-    metrics = {
-        "model": model,
-        "data": data,
-        "perplexity": test_perplexity,
-        "bits_per_character": math.log2(test_perplexity),
-        "parameters": net.count_params(),
-        "epochs": history["epochs"],
-        "train_seconds": history["train_seconds"],
-        "train_characters": history["epochs"]
-        * steps_per_epoch
-        * batch_size
-        * sequence_length,
-        "train_documents": len(train_texts),
-        "test_documents": len(splits["test"]),
-        "test_characters": len(streams["test"]),
-        "sequence_length": sequence_length,
-        "final_train_loss": history["loss"][-1],
-        "final_valid_loss": history["val_loss"][-1],
-        "samples": samples,
-    }
-    return finish_run(
-        out_dir,
-        metrics,
-        f"{model} on {data}: held-out perplexity {test_perplexity:.3f} "
-        f"({metrics['bits_per_character']:.3f} bits per character), "
-        f"{metrics['parameters']:,} parameters; trained "
-        f"{history['train_seconds']:.0f} s",
-    )
+    options, own = TrainingOptions.take(kwargs.pop("options", None), kwargs)
+    return run(LanguageModelling(data, model, **own), out_dir, options)
 
 
 def write_samples(model, path, samplers):
@@ -352,31 +356,26 @@ def write_samples(model, path, samplers):
 def compare(out_dir, models, data="fortunes", **kwargs):
     """Runs `run_lm` for each model in `out_dir/<model>`, draws their
     validation losses on one chart (`loss.png`) and writes
-    `comparison.json`."""
-    runs_dir = out_dir
-    strategy, out_dir = distribute.prepare(kwargs.pop("strategy", "default"), out_dir)
-    results = {
-        name: run_lm(
-            os.path.join(runs_dir, name),
-            data=data,
-            model=name,
-            strategy=strategy,
-            **kwargs,
+    `comparison.json`; returns `{model: metrics}`."""
+    options, own = TrainingOptions.take(kwargs.pop("options", None), kwargs)
+
+    def plot(results, folder):
+        plot_curves(
+            {
+                name: read_history(os.path.join(out_dir, name))["val_loss"]
+                for name in results
+            },
+            path=os.path.join(folder, "loss.png"),
+            ylabel="validation cross-entropy (nats per character)",
+            title=f"language models on {data}",
         )
-        for name in models
-    }
-    curves = {}
-    for name in models:
-        with open(os.path.join(runs_dir, name, HISTORY_FILE)) as f:
-            curves[name] = json.load(f)["val_loss"]
-    plot_curves(
-        curves,
-        path=os.path.join(out_dir, "loss.png"),
-        ylabel="validation cross-entropy (nats per character)",
-        title=f"language models on {data}",
+
+    results, _ = runner.compare(
+        out_dir,
+        lambda name: LanguageModelling(data, name, **own),
+        models,
+        options,
+        summarize=lambda results: first_seed_figures(results, SUMMARY_KEYS),
+        plots=[plot],
     )
-    keys = ("perplexity", "parameters", "train_seconds", "epochs", "train_characters")
-    summary = {name: {k: r[k] for k in keys} for name, r in results.items()}
-    write_json(os.path.join(out_dir, "comparison.json"), summary, indent=2)
-    phase(f"comparison written to {out_dir}/comparison.json and loss.png")
-    return results
+    return {name: runs[0] for name, runs in results.items()}
