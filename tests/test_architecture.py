@@ -1,9 +1,11 @@
-"""The import graph of DESIGN.md: ops below layers below models, and the
-library (ops, layers, models, decoding, evaluation, utils) never importing the
-applications (data, tasks, bench, viz, cli)."""
+"""The import graph that docs/architecture.md describes: ops below layers below
+models, and the library (ops, layers, models, decoding, evaluation, utils)
+never importing the applications (names, data, tasks, bench, viz, cli); and
+every repository path that page names exists."""
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -64,3 +66,19 @@ def test_every_part_of_the_package_is_library_or_application():
         if not p.name.startswith(("_", ".")) and (p.is_dir() or p.suffix == ".py")
     }
     assert parts == set(LIBRARY) | set(APPLICATIONS)
+
+
+# A backticked repository path on docs/architecture.md: under one of these
+# folders, or a root file; placeholders such as `<name>` are not paths.
+NAMED_PATH = re.compile(
+    r"`((?:keras_attention|tests|benchmarks|docs|examples|\.ci)/[\w./-]*"
+    r"|[\w-]+\.(?:py|cfg|toml|yml))`"
+)
+
+
+def test_the_paths_of_the_architecture_page_exist():
+    root = PACKAGE.parent
+    named = set(NAMED_PATH.findall((root / "docs" / "architecture.md").read_text()))
+    assert len(named) > 20, named  # the pattern still finds the page's paths
+    missing = sorted(path for path in named if not (root / path).exists())
+    assert not missing, f"docs/architecture.md names missing paths: {missing}"
