@@ -1,7 +1,6 @@
 """`keras-attention classify`: train, evaluate, explain and use a text
 classifier."""
 
-import json
 import os
 
 import keras
@@ -23,12 +22,14 @@ from keras_attention.models import (
     HierarchicalAttentionNetwork,
     TransformerClassifier,
 )
-from keras_attention.tasks import distribute
+from keras_attention.tasks import runner
 from keras_attention.tasks.common import cached_word_piece, check_training_size, phase
 from keras_attention.tasks.runner import (
+    Task,
+    TrainingOptions,
     compile_with_adam,
-    finish_run,
-    train_or_load,
+    run,
+    spread,
 )
 from keras_attention.viz import (
     highlight_html,
@@ -52,6 +53,9 @@ SETTINGS = {
     "epochs": 15,
     "patience": 3,
 }
+# The figures of each model and seed in `comparison.json` (and, for attention
+# models, the deletion check's).
+SUMMARY_KEYS = ("accuracy", "macro_f1", "train_seconds", "epochs")
 
 
 def build_model(name, vocabulary_size, num_classes, settings=SETTINGS, **kwargs):
@@ -118,140 +122,111 @@ def classify_texts(model, texts, num_top_words=5):
     return results
 
 
-def run_classify(
-    out_dir,
-    data="reviews",
-    model="transformer",
-    epochs=None,
-    batch_size=32,
-    time_budget_minutes=None,
-    seed=0,
-    num_train=None,
-    num_explanations=3,
-    jit_compile=None,
-    verbose=1,
-    callbacks=None,
-    strategy="default",
-    encoder=None,
-    **model_kwargs,
-):
-    """Trains `model` on `data`, evaluates it on the test split and writes
-    `metrics.json` (accuracy, macro-F1, the per-class report and, for
-    attention models, the deletion check), `confusion_matrix.png`,
-    `explanation_*.html`/`.png` (attention models) and `model.keras` under
-    `out_dir`. Re-run with the same folder, an interrupted training resumes
-    from its last finished epoch, and a finished one is evaluated again.
+class Classification(Task):
+    """`keras-attention classify`: a text classifier trained on `data`,
+    evaluated on its test split (accuracy, macro-F1, the per-class report,
+    the confusion matrix and, for attention models, the deletion check),
+    with highlighted explanations of test texts. Training stops after
+    `SETTINGS["patience"]` epochs without a better validation loss, and the
+    weights of the best epoch are kept."""
 
-    Args:
-        out_dir: output folder.
-        data: `"reviews"`, `"fortunes"` or the path of a `text,label` CSV.
-        model: one of `MODELS`.
-        epochs: most training epochs (default `SETTINGS["epochs"]`); training
-            stops after `SETTINGS["patience"]` epochs without a better
-            validation loss, and the weights of the best epoch are kept.
-        batch_size: training batch size.
-        time_budget_minutes: stop training before an epoch that would end
-            later than this.
-        seed: seed of the splits, the initialisation and the shuffling.
-        num_train: use only this many training texts (quick runs, tests).
-        num_explanations: test documents to explain with highlights.
-        jit_compile: train with XLA; None (default) compiles unless the `xla`
-            suite measured this model faster without XLA on this kind of
-            device (`tasks.distribute.jit_for`). Off under a distribution
-            strategy.
-        verbose: Keras progress bar setting.
-        callbacks: extra Keras callbacks for `fit`.
-        strategy: `tf.distribute` strategy to train with, by name (see
-            `keras_attention.tasks.distribute.make_strategy`) or object;
-            `batch_size` is the global batch.
-        encoder: a pretrained `TransformerTextEncoder` (or the path of its
-            `.keras` file, as `keras-attention pretrain` writes it) that the
-            Transformer starts from (`TransformerClassifier.
-            from_pretrained_encoder`), with its sizes and its tokenizer;
-            only with `model="transformer"`.
-        **model_kwargs: extra constructor arguments of the model.
+    command = "classify"
+    epochs = SETTINGS["epochs"]
 
-    Returns:
-        The metrics dict.
-    """
-    if model not in MODELS:
-        raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
-    if encoder is not None and model != "transformer":
-        raise ValueError(f"`encoder` starts a Transformer; received model={model!r}.")
-    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, seed)
-    epochs = epochs or SETTINGS["epochs"]
-
-    phase(f"loading {data}")
-    splits = load_classification_data(data, seed=seed)
-    train = splits.train
-    train_texts = train.texts[:num_train] if num_train else train.texts
-    check_training_size(
-        batch_size,
-        len(train_texts),
-        "texts",
-        num_train=num_train,
-        available=len(train.texts),
-    )
-    train_labels = train.labels[: len(train_texts)]
-    encoder_path = None
-    if isinstance(encoder, (str, os.PathLike)):
-        encoder_path = os.fspath(encoder)
-        phase(f"loading the pretrained encoder {encoder_path}")
-        encoder = keras.saving.load_model(encoder_path)
-    if encoder is not None:
-        if encoder.tokenizer is None:
+    def __init__(
+        self,
+        data="reviews",
+        model="transformer",
+        num_explanations=3,
+        encoder=None,
+        **model_kwargs,
+    ):
+        if model not in MODELS:
+            raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
+        if encoder is not None and model != "transformer":
             raise ValueError(
-                "The encoder has no tokenizer; pretrain it with `keras-attention "
-                "pretrain`, or give it `tokenizer=`."
+                f"`encoder` starts a Transformer; received model={model!r}."
             )
-        tokenizer = encoder.tokenizer
-    else:
-        tokenizer = cached_word_piece(
-            os.path.join(out_dir, "vocabulary.txt"),
-            train_texts,
-            SETTINGS["vocabulary_size"],
-            lowercase=SETTINGS["lowercase"],
-        )
-    num_classes = len(splits.class_names)
-    phase(
-        f"{len(train_texts)} training, {len(splits.valid)} validation and "
-        f"{len(splits.test)} test texts; {num_classes} classes "
-        f"{list(splits.class_names)}; vocabulary {tokenizer.vocabulary_size()}"
-    )
+        self.data, self.model = data, model
+        self.num_explanations, self.encoder = num_explanations, encoder
+        self.model_kwargs = model_kwargs
 
-    def build(jit_compile):
-        if encoder is not None:
+    def load(self, run):
+        options = run.options
+        phase(f"loading {self.data}")
+        self.splits = splits = load_classification_data(self.data, seed=options.seed)
+        train = splits.train
+        self.train_texts = train.texts[: options.num_train or None]
+        check_training_size(
+            options.batch_size,
+            len(self.train_texts),
+            "texts",
+            num_train=options.num_train,
+            available=len(train.texts),
+        )
+        self.train_labels = train.labels[: len(self.train_texts)]
+        # The pretrained encoder (loaded from `encoder`'s path) and its path.
+        self.pretrained, self.encoder_path = self.encoder, None
+        if isinstance(self.encoder, (str, os.PathLike)):
+            self.encoder_path = os.fspath(self.encoder)
+            phase(f"loading the pretrained encoder {self.encoder_path}")
+            self.pretrained = keras.saving.load_model(self.encoder_path)
+        if self.pretrained is not None:
+            if self.pretrained.tokenizer is None:
+                raise ValueError(
+                    "The encoder has no tokenizer; pretrain it with "
+                    "`keras-attention pretrain`, or give it `tokenizer=`."
+                )
+            self.tokenizer = self.pretrained.tokenizer
+        else:
+            self.tokenizer = cached_word_piece(
+                os.path.join(run.out_dir, "vocabulary.txt"),
+                self.train_texts,
+                SETTINGS["vocabulary_size"],
+                lowercase=SETTINGS["lowercase"],
+            )
+        phase(
+            f"{len(self.train_texts)} training, {len(splits.valid)} validation and "
+            f"{len(splits.test)} test texts; {len(splits.class_names)} classes "
+            f"{list(splits.class_names)}; vocabulary "
+            f"{self.tokenizer.vocabulary_size()}"
+        )
+
+    def build(self, run, jit_compile):
+        num_classes, class_names = len(self.splits.class_names), self.splits.class_names
+        if self.pretrained is not None:
             net = TransformerClassifier.from_pretrained_encoder(
-                encoder,
+                self.pretrained,
                 num_classes,
-                class_names=splits.class_names,
-                tokenizer=tokenizer,
-                **model_kwargs,
+                class_names=class_names,
+                tokenizer=self.tokenizer,
+                **self.model_kwargs,
             )
         else:
             net = build_model(
-                model,
-                tokenizer.vocabulary_size(),
+                self.model,
+                self.tokenizer.vocabulary_size(),
                 num_classes,
-                class_names=splits.class_names,
-                tokenizer=tokenizer,
-                **model_kwargs,
+                class_names=class_names,
+                tokenizer=self.tokenizer,
+                **self.model_kwargs,
             )
         # The classifiers output probabilities.
         return compile_with_adam(
             net, jit_compile, from_logits=False, weighted_accuracy=False
         )
 
-    def fit_arguments(net):
-        phase(f"encoding texts for {model}")
+    def fit_arguments(self, run, net):
+        batch_size, valid = run.options.batch_size, self.splits.valid
+        phase(f"encoding texts for {self.model}")
         hierarchical = isinstance(net, HierarchicalAttentionNetwork)
         # Full batches only: each of the few batch shapes compiles once.
         train_data = classification_dataset(
-            encode_for_model(net, train_texts),
-            train_labels,
+            encode_for_model(net, self.train_texts),
+            self.train_labels,
             batch_size,
             shuffle=True,
-            seed=seed,
+            seed=run.options.seed,
             bucket_boundaries=SETTINGS[
                 "sentence_buckets" if hierarchical else "token_buckets"
             ],
@@ -260,132 +235,147 @@ def run_classify(
         return {
             "train_data": train_data,
             "validation_data": classification_dataset(
-                encode_for_model(net, splits.valid.texts),
-                splits.valid.labels,
-                batch_size,
+                encode_for_model(net, valid.texts), valid.labels, batch_size
             ),
             "patience": SETTINGS["patience"],
         }
 
-    net, history = train_or_load(
-        out_dir,
-        model,
-        strategy,
-        build,
-        fit_arguments,
-        epochs,
-        seed,
-        jit_compile,
-        time_budget_minutes,
-        callbacks,
-        verbose,
-        model_key=f"classify/{model}",
-    )
+    def report(self, run, net, history):
+        test, out_dir, seed = self.splits.test, run.out_dir, run.options.seed
+        phase(f"classifying {len(test)} test texts")
+        x_test = encode_for_model(net, test.texts)
+        probabilities = np.asarray(net.predict(x_test, batch_size=128, verbose=0))
+        metrics = evaluate(
+            test.labels, probabilities, self.splits.class_names, out_dir, self.model
+        )
+        if net.has_attention:
+            phase(
+                f"deletion check: removing the {NUM_DELETED_WORDS} most-attended "
+                f"vs {NUM_DELETED_WORDS} random words of each test text"
+            )
+            metrics["deletion"] = deletion_check(net, x_test, probabilities, seed=seed)
+            if self.num_explanations:
+                explain(net, test.texts[: self.num_explanations], out_dir)
+        best = history["best_epoch"]
+        metrics.update(
+            {
+                "model": self.model,
+                "data": self.data,
+                "classes": list(self.splits.class_names),
+                "train_texts": len(self.train_texts),
+                "test_texts": len(test),
+                "parameters": net.count_params(),
+                "seed": seed,
+                "epochs": history["epochs"],
+                "train_seconds": history["train_seconds"],
+                "best_epoch": best,
+                "best_valid_accuracy": history["val_accuracy"][best - 1],
+            }
+        )
+        if self.pretrained is not None:
+            metrics["encoder"] = self.encoder_path or self.pretrained.name
+        summary = (
+            f"{self.model} on {self.data}: accuracy {metrics['accuracy']:.3f}, "
+            f"macro-F1 {metrics['macro_f1']:.3f}"
+        )
+        deletion = metrics.get("deletion")
+        if deletion:
+            summary += (
+                f"; probability change deleting top-{NUM_DELETED_WORDS} words "
+                f"{deletion['top_attended']:.3f} vs random {deletion['random']:.3f}"
+            )
+        return metrics, summary + f"; trained {history['train_seconds']:.0f} s"
 
-    phase(f"classifying {len(splits.test)} test texts")
-    x_test = encode_for_model(net, splits.test.texts)
-    probabilities = np.asarray(net.predict(x_test, batch_size=128, verbose=0))
-    metrics = evaluate(
-        splits.test.labels, probabilities, splits.class_names, out_dir, model
-    )
-    if net.has_attention:
-        phase(
-            f"deletion check: removing the {NUM_DELETED_WORDS} most-attended vs "
-            f"{NUM_DELETED_WORDS} random words of each test text"
-        )
-        metrics["deletion"] = deletion_check(net, x_test, probabilities, seed=seed)
-        if num_explanations:
-            explain(net, splits.test.texts[:num_explanations], out_dir)
-    metrics.update(
-        {
-            "model": model,
-            "data": data,
-            "classes": list(splits.class_names),
-            "train_texts": len(train_texts),
-            "test_texts": len(splits.test),
-            "parameters": net.count_params(),
-            "seed": seed,
-            "epochs": history["epochs"],
-            "train_seconds": history["train_seconds"],
-            "best_epoch": history["best_epoch"],
-            "best_valid_accuracy": history["val_accuracy"][history["best_epoch"] - 1],
-        }
-    )
-    if encoder is not None:
-        metrics["encoder"] = encoder_path or encoder.name
-    deletion = metrics.get("deletion")
-    return finish_run(
-        out_dir,
-        metrics,
-        f"{model} on {data}: accuracy {metrics['accuracy']:.3f}, macro-F1 "
-        f"{metrics['macro_f1']:.3f}"
-        + (
-            f"; probability change deleting top-{NUM_DELETED_WORDS} words "
-            f"{deletion['top_attended']:.3f} vs random {deletion['random']:.3f}"
-            if deletion
-            else ""
-        )
-        + f"; trained {history['train_seconds']:.0f} s",
-    )
+
+def run_classify(
+    out_dir,
+    data="reviews",
+    model="transformer",
+    num_explanations=3,
+    encoder=None,
+    **kwargs,
+):
+    """Trains `model` on `data`, evaluates it on the test split and writes
+    `metrics.json` (accuracy, macro-F1, the per-class report and, for
+    attention models, the deletion check), `confusion_matrix.png`,
+    `explanation_*.html`/`.png` (attention models) and `model.keras` under
+    `out_dir` (`runner.run`: an interrupted training resumes, a finished one
+    is evaluated again).
+
+    Args:
+        out_dir: output folder.
+        data: `"reviews"`, `"fortunes"` or the path of a `text,label` CSV.
+        model: one of `MODELS`.
+        num_explanations: test documents to explain with highlights.
+        encoder: a pretrained `TransformerTextEncoder` (or the path of its
+            `.keras` file, as `keras-attention pretrain` writes it) that the
+            Transformer starts from (`TransformerClassifier.
+            from_pretrained_encoder`), with its sizes and its tokenizer;
+            only with `model="transformer"`.
+        **kwargs: `options` (a `TrainingOptions`) or its fields by name
+            (`epochs`, `batch_size`, `seed`, ...; default batch 32, at most
+            `SETTINGS["epochs"]` epochs); the rest go to the model's
+            constructor.
+
+    Returns:
+        The metrics dict.
+    """
+    options, model_kwargs = TrainingOptions.take(kwargs.pop("options", None), kwargs)
+    task = Classification(data, model, num_explanations, encoder, **model_kwargs)
+    return run(task, out_dir, options)
 
 
 def compare(out_dir, models, data="reviews", seeds=(0,), **kwargs):
     """Runs `run_classify` for every model and seed, in `out_dir/<model>`
     (one seed) or `out_dir/<model>/seed<k>`, and writes `comparison.json`
     (each figure's per-seed values, mean and standard deviation) and
-    `comparison.png`."""
-    # One strategy for all runs (a multi-worker one can be made only once);
-    # each run writes in its own folder, the summary in this worker's.
-    runs_dir = out_dir
-    strategy, out_dir = distribute.prepare(kwargs.pop("strategy", "default"), out_dir)
+    `comparison.png`. `kwargs` are `run_classify`'s."""
+    options, task_kwargs = TrainingOptions.take(kwargs.pop("options", None), kwargs)
     seeds = list(seeds)
-    figures = ("accuracy", "macro_f1", "train_seconds", "epochs")
-    per_seed = {}
-    for name in models:
-        per_seed[name] = {figure: [] for figure in figures}
-        for seed in seeds:
-            folder = os.path.join(runs_dir, name)
-            if len(seeds) > 1:
-                folder = os.path.join(folder, f"seed{seed}")
-            result = run_classify(
-                folder, data=data, model=name, seed=seed, strategy=strategy, **kwargs
-            )
-            for figure in figures:
-                per_seed[name][figure].append(result[figure])
+
+    def per_seed(results):
+        """`{name: {figure: [value of each seed]}}`."""
+        figures = {}
+        for name, runs in results.items():
+            figures[name] = {key: [r[key] for r in runs] for key in SUMMARY_KEYS}
             for key in ("top_attended", "random"):
-                if "deletion" in result:
-                    per_seed[name].setdefault(f"deletion_{key}", []).append(
-                        result["deletion"][key]
-                    )
-    summary = {
-        "data": data,
-        "seeds": seeds,
-        "models": {
-            name: {
-                figure: {
-                    "values": values,
-                    "mean": float(np.mean(values)),
-                    "std": float(np.std(values)),
-                }
-                for figure, values in results.items()
-            }
-            for name, results in per_seed.items()
-        },
-    }
-    with open(os.path.join(out_dir, "comparison.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    plot_metric_spread(
-        per_seed,
-        path=os.path.join(out_dir, "comparison.png"),
-        title=f"{data}: test accuracy and macro-F1 over {len(seeds)} seed(s)",
-    )
-    for name, figures_ in summary["models"].items():
-        phase(
-            f"{name}: accuracy {figures_['accuracy']['mean']:.3f} ± "
-            f"{figures_['accuracy']['std']:.3f}, macro-F1 "
-            f"{figures_['macro_f1']['mean']:.3f} ± {figures_['macro_f1']['std']:.3f}"
+                values = [r["deletion"][key] for r in runs if "deletion" in r]
+                if values:
+                    figures[name][f"deletion_{key}"] = values
+        return figures
+
+    def summarize(results):
+        return {
+            "data": data,
+            "seeds": seeds,
+            "models": {
+                name: {figure: spread(values) for figure, values in figures.items()}
+                for name, figures in per_seed(results).items()
+            },
+        }
+
+    def plot(results, folder):
+        plot_metric_spread(
+            per_seed(results),
+            path=os.path.join(folder, "comparison.png"),
+            title=f"{data}: test accuracy and macro-F1 over {len(seeds)} seed(s)",
         )
-    phase(f"comparison written to {out_dir}/comparison.json and comparison.png")
+
+    _, summary = runner.compare(
+        out_dir,
+        lambda name: Classification(data, name, **task_kwargs),
+        models,
+        options,
+        seeds=seeds,
+        summarize=summarize,
+        plots=[plot],
+    )
+    for name, figures in summary["models"].items():
+        accuracy, macro_f1 = figures["accuracy"], figures["macro_f1"]
+        phase(
+            f"{name}: accuracy {accuracy['mean']:.3f} ± {accuracy['std']:.3f}, "
+            f"macro-F1 {macro_f1['mean']:.3f} ± {macro_f1['std']:.3f}"
+        )
     return summary
 
 
