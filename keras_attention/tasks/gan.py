@@ -1,6 +1,6 @@
 """`keras-attention gan`: train and evaluate SAGAN, and its ablation."""
 
-import json
+import dataclasses
 import os
 
 import keras
@@ -17,9 +17,15 @@ from keras_attention.models.sagan import (
     generator_inputs,
     to_unit_range,
 )
-from keras_attention.tasks import distribute
+from keras_attention.tasks import distribute, runner
 from keras_attention.tasks.common import check_training_size, phase, prepare_output
-from keras_attention.tasks.runner import finish_run, save_model, train_or_load
+from keras_attention.tasks.runner import (
+    Task,
+    TrainingOptions,
+    run,
+    save_model,
+    spread,
+)
 from keras_attention.viz import (
     plot_curves,
     plot_gan_history,
@@ -38,6 +44,9 @@ SETTINGS = {
 GRID_COLUMNS = 8
 NUM_ATTENTION_IMAGES = 4
 CLASSIFIER_FILE = "classifier.keras"
+VARIANTS = ("attention", "no-attention")
+# The figures of each variant in the ablation's `comparison.json`.
+SUMMARY_KEYS = ("fid", "inception_score", "train_seconds")
 
 
 def image_dataset(images, labels=None, batch_size=64, seed=0, repeat=False):
@@ -121,29 +130,200 @@ def _evaluator(images, out_dir, classifier_path, seed):
     return classifier, accuracy
 
 
-def run_gan(
-    out_dir,
-    data="fashion-mnist",
-    attention=True,
-    conditional=False,
-    epochs=SETTINGS["epochs"],
-    batch_size=SETTINGS["batch_size"],
-    steps_per_epoch=None,
-    num_train=None,
-    width=SETTINGS["width"],
-    latent_dim=SETTINGS["latent_dim"],
-    attention_resolution=None,
-    ema_decay=None,
-    fid_samples=SETTINGS["fid_samples"],
-    classifier_path=None,
-    jit_compile=None,
-    time_budget_minutes=None,
-    seed=0,
-    image_size=32,
-    channels=1,
-    callbacks=None,
-    strategy="default",
-):
+@dataclasses.dataclass(eq=False)
+class ImageGeneration(Task):
+    """`keras-attention gan`: SAGAN (or its ablation without self-attention)
+    trained on an image set and measured every epoch; its arguments are
+    `run_gan`'s own."""
+
+    data: str = "fashion-mnist"
+    attention: bool = True
+    conditional: bool = False
+    steps_per_epoch: int | None = None
+    width: int = SETTINGS["width"]
+    latent_dim: int = SETTINGS["latent_dim"]
+    attention_resolution: int | None = None
+    ema_decay: float | None = None
+    fid_samples: int = SETTINGS["fid_samples"]
+    classifier_path: str | None = None
+    image_size: int = 32
+    channels: int = 1
+
+    command = "gan"
+    # The `xla` suite's key is "gan/sagan" whatever the variant.
+    model = "sagan"
+    batch_size = SETTINGS["batch_size"]
+    epochs = SETTINGS["epochs"]
+    # The whole GAN (both networks and optimizers); the sampler, which is
+    # what a user generates with, goes to model.keras (`export`).
+    model_file = "gan.keras"
+
+    @property
+    def title(self):
+        return "SAGAN" if self.attention else "SAGAN without attention"
+
+    def load(self, run):
+        options, data = run.options, self.data
+        phase(f"loading {data}")
+        images = load_image_set(data, self.image_size, self.channels)
+        check_training_size(
+            options.batch_size,
+            min(options.num_train or len(images.images), len(images.images)),
+            "images",
+            num_train=options.num_train,
+            available=len(images.images),
+        )
+        if options.num_train is not None:
+            images = images._replace(
+                images=images.images[: options.num_train],
+                labels=None
+                if images.labels is None
+                else images.labels[: options.num_train],
+            )
+        if self.conditional and images.labels is None:
+            raise ValueError(
+                f"A conditional GAN needs classes; '{data}' has none (put the "
+                "images in one subfolder per class)."
+            )
+        self.images = images
+        self.resolution = self.attention_resolution
+        if self.resolution is None:
+            self.resolution = min(16, attention_resolutions(images.images.shape[1])[-1])
+        classifier, self.classifier_accuracy = _evaluator(
+            images, run.out_dir, self.classifier_path, options.seed
+        )
+        self.quality = None
+        # The first `fid_samples` images of this order are the FID reference,
+        # the next ones measure the real-data floor.
+        self.order = np.random.default_rng(options.seed).permutation(len(images.images))
+        if classifier is not None:
+            self.quality = ImageQuality(
+                classifier, images.images[self.order[: self.fid_samples]]
+            )
+        self.row_titles = list(images.class_names) if self.conditional else None
+
+    def build(self, run, jit_compile):
+        width, images = self.width, self.images
+        gan = SAGAN(
+            image_shape=images.images.shape[1:],
+            latent_dim=self.latent_dim,
+            generator_width=width,
+            discriminator_width=width,
+            num_classes=images.num_classes if self.conditional else None,
+            attention=self.attention,
+            attention_resolution=self.resolution,
+            ema_decay=self.ema_decay,
+            seed=run.options.seed,
+            synchronized_batch_norm=distribute.num_replicas(run.strategy) > 1,
+        )
+        gan.compile(jit_compile=jit_compile)
+        return gan
+
+    def fit_arguments(self, run, gan):
+        options, images = run.options, self.images
+        monitor = GANMonitor(
+            run.out_dir,
+            grid_inputs(gan),
+            self.quality,
+            self.fid_samples,
+            row_titles=self.row_titles,
+        )
+        return {
+            "train_data": image_dataset(
+                images.images,
+                images.labels if self.conditional else None,
+                options.batch_size,
+                options.seed,
+                repeat=self.steps_per_epoch is not None,
+            ),
+            "validation_data": None,
+            "callbacks": [keras.callbacks.TerminateOnNaN()],
+            "epoch_metrics": [monitor],
+            "steps_per_epoch": self.steps_per_epoch,
+        }
+
+    def announce(self, run, gan):
+        images = self.images.images
+        return (
+            f"{self.title}{' (class-conditional)' if self.conditional else ''} on "
+            f"{self.data}: {len(images)} images {images.shape[1:]}, generator "
+            f"{gan.generator.count_params():,} and discriminator "
+            f"{gan.discriminator.count_params():,} parameters, up to "
+            f"{run.options.epochs} epochs"
+        )
+
+    def export(self, run, gan):
+        save_model(gan.sampler, os.path.join(run.out_dir, "model.keras"))
+
+    def report(self, run, gan, history):
+        options, images, name = run.options, self.images.images, self.title
+        quality, fid_samples, seed = self.quality, self.fid_samples, options.seed
+        metrics = {
+            "model": "sagan" if self.attention else "sagan-no-attention",
+            "data": self.data,
+            "conditional": self.conditional,
+            "seed": seed,
+            "epochs": history["epochs"],
+            "steps": history["epochs"]
+            * (self.steps_per_epoch or len(images) // options.batch_size),
+            "train_seconds": history["train_seconds"],
+            "train_images": len(images),
+            "generator_parameters": gan.generator.count_params(),
+            "discriminator_parameters": gan.discriminator.count_params(),
+            "final_d_loss": history["d_loss"][-1],
+            "final_g_loss": history["g_loss"][-1],
+            "nan_free": bool(
+                np.all(np.isfinite(history["d_loss"] + history["g_loss"]))
+            ),
+        }
+        if self.attention:
+            for network, key in (
+                (gan.sampler, "generator"),
+                (gan.discriminator, "discriminator"),
+            ):
+                metrics[f"attention_gamma_{key}"] = float(
+                    keras.ops.convert_to_numpy(
+                        network.get_layer("self_attention").gamma
+                    )
+                )
+        if quality is not None:
+            phase(f"measuring {fid_samples} generated images")
+            scores = quality(gan.sample(fid_samples, seed=seed + 12345))
+            floor = quality(images[self.order[fid_samples : 2 * fid_samples]])
+            metrics.update(
+                {
+                    **scores,
+                    "fid_samples": fid_samples,
+                    "fid_real_floor": floor["fid"],
+                    "inception_score_real": floor["inception_score"],
+                    "classifier_held_out_accuracy": self.classifier_accuracy,
+                    "fid_per_epoch": [round(v, 3) for v in history.get("fid", [])],
+                }
+            )
+        plot_image_grid(
+            to_unit_range(gan.sampler.predict(grid_inputs(gan), verbose=0)),
+            os.path.join(run.out_dir, "samples.png"),
+            columns=GRID_COLUMNS,
+            row_titles=self.row_titles,
+            title=f"{name} on {self.data}, {history['epochs']} epochs",
+        )
+        plot_gan_history(
+            history,
+            os.path.join(run.out_dir, "losses.png"),
+            title=f"{name} on {self.data}",
+        )
+        if self.attention:
+            plot_attention_maps(
+                gan.sampler, os.path.join(run.out_dir, "attention.png"), seed
+            )
+        fid_text = f"FID {metrics['fid']:.2f}, " if "fid" in metrics else ""
+        return metrics, (
+            f"{name} on {self.data}: {fid_text}{history['epochs']} epochs in "
+            f"{history['train_seconds']:.0f} s"
+        )
+
+
+def run_gan(out_dir, data="fashion-mnist", **kwargs):
     """Trains SAGAN (or its no-attention ablation) on an image set, measures
     it every epoch, and writes everything to `out_dir`.
 
@@ -153,204 +333,39 @@ def run_gan(
     `attention.png` (where generated images attend), `model.keras` (the
     generator, the weight average with `ema_decay`) and `gan.keras` (both
     networks). Training checkpoints every epoch and a re-run with the same
-    `out_dir` resumes; a finished run is evaluated again without training.
+    `out_dir` resumes; a finished run is evaluated again without training
+    (`runner.run`).
 
     Args:
         out_dir: output folder.
         data: `"fashion-mnist"`, `"mnist"`, `"digits"` or a folder of images
             (class subfolders for labels).
-        attention: use self-attention in both networks.
+        attention: use self-attention in both networks (default True).
         conditional: class-conditional (needs labels).
-        epochs: training epochs.
-        batch_size: images per step.
         steps_per_epoch: steps per epoch (default: one pass over the images).
-        num_train: use only the first this many images.
-        width: channels of the networks at full resolution.
-        latent_dim: size of `z`.
+        width: channels of the networks at full resolution (default 16).
+        latent_dim: size of `z` (default 128).
         attention_resolution: map size of the attention (default 16, or the
             largest the image allows).
         ema_decay: keep an average of the generator's weights.
-        fid_samples: images generated for FID (and real images as reference).
+        fid_samples: images generated for FID (and real images as reference;
+            default 5000).
         classifier_path: where the evaluation classifier is (or is to be)
             cached; default `out_dir/classifier.keras`. Runs that are compared
             must share it.
-        jit_compile: train with XLA; None (default) compiles unless the `xla`
-            suite measured this model faster without XLA on this kind of
-            device (`tasks.distribute.jit_for`). Off under a distribution
-            strategy.
-        time_budget_minutes: stop before an epoch that would end later.
-        seed: seed of initialization, data order and latent vectors.
-        image_size: side of a folder's images after resizing.
-        channels: 1 or 3 for a folder's images.
-        callbacks: extra training callbacks.
-        strategy: `tf.distribute` strategy to train with, by name (see
-            `keras_attention.tasks.distribute.make_strategy`) or object;
-            `batch_size` is the global batch. Over several replicas the
-            generator's batch norm is synchronized, so that a step is the
-            same as on one device.
+        image_size: side of a folder's images after resizing (default 32).
+        channels: 1 or 3 for a folder's images (default 1).
+        **kwargs: the GAN's own arguments above (`ImageGeneration`'s fields),
+            and `options` (a `TrainingOptions`) or its fields by name
+            (`epochs`, `batch_size`, `seed`, ...; default 5 epochs of batches
+            of 64). Over several replicas the generator's batch norm is
+            synchronized, so that a step is the same as on one device.
 
     Returns:
         The metrics dict.
     """
-    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, seed)
-    phase(f"loading {data}")
-    images = load_image_set(data, image_size, channels)
-    check_training_size(
-        batch_size,
-        min(num_train or len(images.images), len(images.images)),
-        "images",
-        num_train=num_train,
-        available=len(images.images),
-    )
-    if num_train is not None:
-        images = images._replace(
-            images=images.images[:num_train],
-            labels=None if images.labels is None else images.labels[:num_train],
-        )
-    if conditional and images.labels is None:
-        raise ValueError(
-            f"A conditional GAN needs classes; '{data}' has none (put the images "
-            "in one subfolder per class)."
-        )
-    size = images.images.shape[1]
-    if attention_resolution is None:
-        attention_resolution = min(16, attention_resolutions(size)[-1])
-    classifier, classifier_accuracy = _evaluator(images, out_dir, classifier_path, seed)
-    quality = None
-    # The first `fid_samples` images of this order are the FID reference, the
-    # next ones measure the real-data floor.
-    order = np.random.default_rng(seed).permutation(len(images.images))
-    if classifier is not None:
-        quality = ImageQuality(classifier, images.images[order[:fid_samples]])
-
-    name = "SAGAN" if attention else "SAGAN without attention"
-
-    def build(jit_compile):
-        gan = SAGAN(
-            image_shape=images.images.shape[1:],
-            latent_dim=latent_dim,
-            generator_width=width,
-            discriminator_width=width,
-            num_classes=images.num_classes if conditional else None,
-            attention=attention,
-            attention_resolution=attention_resolution,
-            ema_decay=ema_decay,
-            seed=seed,
-            synchronized_batch_norm=distribute.num_replicas(strategy) > 1,
-        )
-        gan.compile(jit_compile=jit_compile)
-        return gan
-
-    def fit_arguments(gan):
-        monitor = GANMonitor(
-            out_dir,
-            grid_inputs(gan),
-            quality,
-            fid_samples,
-            row_titles=list(images.class_names) if conditional else None,
-        )
-        return {
-            "train_data": image_dataset(
-                images.images,
-                images.labels if conditional else None,
-                batch_size,
-                seed,
-                repeat=steps_per_epoch is not None,
-            ),
-            "validation_data": None,
-            "callbacks": [keras.callbacks.TerminateOnNaN()],
-            "epoch_metrics": [monitor],
-            "steps_per_epoch": steps_per_epoch,
-        }
-
-    def announce(gan):
-        return (
-            f"{name}{' (class-conditional)' if conditional else ''} on {data}: "
-            f"{len(images.images)} images {images.images.shape[1:]}, generator "
-            f"{gan.generator.count_params():,} and discriminator "
-            f"{gan.discriminator.count_params():,} parameters, up to {epochs} epochs"
-        )
-
-    # The whole GAN (both networks and optimizers) in gan.keras; the sampler,
-    # which is what a user generates with, in model.keras.
-    gan, history = train_or_load(
-        out_dir,
-        name,
-        strategy,
-        build,
-        fit_arguments,
-        epochs,
-        seed,
-        jit_compile,
-        time_budget_minutes,
-        callbacks,
-        model_file="gan.keras",
-        export=lambda gan: save_model(
-            gan.sampler, os.path.join(out_dir, "model.keras")
-        ),
-        announce=announce,
-        model_key="gan/sagan",
-    )
-
-    metrics = {
-        "model": "sagan" if attention else "sagan-no-attention",
-        "data": data,
-        "conditional": conditional,
-        "seed": seed,
-        "epochs": history["epochs"],
-        "steps": history["epochs"]
-        * (steps_per_epoch or len(images.images) // batch_size),
-        "train_seconds": history["train_seconds"],
-        "train_images": len(images.images),
-        "generator_parameters": gan.generator.count_params(),
-        "discriminator_parameters": gan.discriminator.count_params(),
-        "final_d_loss": history["d_loss"][-1],
-        "final_g_loss": history["g_loss"][-1],
-        "nan_free": bool(np.all(np.isfinite(history["d_loss"] + history["g_loss"]))),
-    }
-    if attention:
-        metrics["attention_gamma_generator"] = float(
-            keras.ops.convert_to_numpy(gan.sampler.get_layer("self_attention").gamma)
-        )
-        metrics["attention_gamma_discriminator"] = float(
-            keras.ops.convert_to_numpy(
-                gan.discriminator.get_layer("self_attention").gamma
-            )
-        )
-    if quality is not None:
-        phase(f"measuring {fid_samples} generated images")
-        scores = quality(gan.sample(fid_samples, seed=seed + 12345))
-        floor = quality(images.images[order[fid_samples : 2 * fid_samples]])
-        metrics.update(
-            {
-                **scores,
-                "fid_samples": fid_samples,
-                "fid_real_floor": floor["fid"],
-                "inception_score_real": floor["inception_score"],
-                "classifier_held_out_accuracy": classifier_accuracy,
-                "fid_per_epoch": [round(v, 3) for v in history.get("fid", [])],
-            }
-        )
-    inputs = grid_inputs(gan)
-    plot_image_grid(
-        to_unit_range(gan.sampler.predict(inputs, verbose=0)),
-        os.path.join(out_dir, "samples.png"),
-        columns=GRID_COLUMNS,
-        row_titles=list(images.class_names) if conditional else None,
-        title=f"{name} on {data}, {history['epochs']} epochs",
-    )
-    plot_gan_history(
-        history, os.path.join(out_dir, "losses.png"), title=f"{name} on {data}"
-    )
-    if attention:
-        plot_attention_maps(gan.sampler, os.path.join(out_dir, "attention.png"), seed)
-    fid_text = f"FID {metrics['fid']:.2f}, " if "fid" in metrics else ""
-    return finish_run(
-        out_dir,
-        metrics,
-        f"{name} on {data}: {fid_text}{history['epochs']} epochs in "
-        f"{history['train_seconds']:.0f} s",
-    )
+    options, own = TrainingOptions.take(kwargs.pop("options", None), kwargs)
+    return run(ImageGeneration(data, **own), out_dir, options)
 
 
 def plot_attention_maps(generator, path, seed=0, num_images=NUM_ATTENTION_IMAGES):
@@ -374,69 +389,68 @@ def plot_attention_maps(generator, path, seed=0, num_images=NUM_ATTENTION_IMAGES
 
 def ablation(out_dir, seeds=(0, 1), data="fashion-mnist", **kwargs):
     """SAGAN with and without self-attention, trained with the same settings
-    and seeds, in `out_dir/<variant>-seed<k>`, measured with one shared
-    classifier; writes `comparison.json` (mean and spread of FID and the
-    score per variant), `comparison.png` and `fid_curves.png` (FID per epoch
-    of every run).
+    (`run_gan`'s arguments) and seeds, in `out_dir/<variant>-seed<k>`,
+    measured with one shared classifier; writes `comparison.json` (mean and
+    spread of FID and the score per variant), `comparison.png` and
+    `fid_curves.png` (FID per epoch of every run).
 
     Returns:
         `{variant: [metrics per seed]}`.
     """
-    # One strategy for all runs (a multi-worker one can be made only once);
-    # each run writes in its own folder, the summary in this worker's.
-    runs_dir = out_dir
-    strategy, out_dir = distribute.prepare(kwargs.pop("strategy", "default"), out_dir)
-    kwargs.setdefault("classifier_path", os.path.join(out_dir, CLASSIFIER_FILE))
-    results = {"attention": [], "no-attention": []}
-    for seed in seeds:
-        for variant in results:
-            results[variant].append(
-                run_gan(
-                    os.path.join(runs_dir, f"{variant}-seed{seed}"),
-                    data=data,
-                    attention=variant == "attention",
-                    seed=seed,
-                    strategy=strategy,
-                    **kwargs,
-                )
-            )
-    keys = ("fid", "inception_score", "train_seconds")
-    summary = {}
-    for variant, runs in results.items():
-        summary[variant] = {"seeds": list(seeds)}
-        for key in keys:
-            if key in runs[0]:
-                values = [r[key] for r in runs]
-                summary[variant][key] = values
-                summary[variant][f"{key}_mean"] = float(np.mean(values))
-                summary[variant][f"{key}_std"] = float(np.std(values))
-    with open(os.path.join(out_dir, "comparison.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    if "fid" in results["attention"][0]:
+    options, own = TrainingOptions.take(kwargs.pop("options", None), kwargs)
+    # The shared classifier in this worker's folder of the comparison.
+    strategy, summary_dir = distribute.prepare(options.strategy, out_dir)
+    own.setdefault("classifier_path", os.path.join(summary_dir, CLASSIFIER_FILE))
+
+    def summarize(results):
+        summary = {}
+        for variant, runs in results.items():
+            summary[variant] = {"seeds": list(seeds)}
+            for key in SUMMARY_KEYS:
+                if key in runs[0]:
+                    figures = spread([r[key] for r in runs])
+                    summary[variant][key] = figures["values"]
+                    summary[variant][f"{key}_mean"] = figures["mean"]
+                    summary[variant][f"{key}_std"] = figures["std"]
+        return summary
+
+    def plot(results, folder):
+        if "fid" not in results["attention"][0]:
+            return
+        fid = {v: spread([r["fid"] for r in runs]) for v, runs in results.items()}
         plot_metric_spread(
-            {v: {"fid": s["fid"]} for v, s in summary.items()},
+            {variant: {"fid": figures["values"]} for variant, figures in fid.items()},
             metrics=("fid",),
-            path=os.path.join(out_dir, "comparison.png"),
+            path=os.path.join(folder, "comparison.png"),
             title=f"SAGAN on {data}: FID with and without self-attention "
             f"({len(seeds)} seeds; lower is better)",
         )
         plot_curves(
             {
-                f"{variant}, seed {seed}": run["fid_per_epoch"]
+                f"{variant}, seed {seed}": metrics["fid_per_epoch"]
                 for variant, runs in results.items()
-                for seed, run in zip(seeds, runs, strict=True)
+                for seed, metrics in zip(seeds, runs, strict=True)
             },
-            path=os.path.join(out_dir, "fid_curves.png"),
+            path=os.path.join(folder, "fid_curves.png"),
             ylabel="FID (lower is better)",
             title=f"SAGAN on {data}: FID per epoch",
         )
         phase(
-            "FID with attention "
-            f"{summary['attention']['fid_mean']:.2f} +- "
-            f"{summary['attention']['fid_std']:.2f}, without "
-            f"{summary['no-attention']['fid_mean']:.2f} +- "
-            f"{summary['no-attention']['fid_std']:.2f}"
+            f"FID with attention {fid['attention']['mean']:.2f} +- "
+            f"{fid['attention']['std']:.2f}, without "
+            f"{fid['no-attention']['mean']:.2f} +- {fid['no-attention']['std']:.2f}"
         )
+
+    results, _ = runner.compare(
+        out_dir,
+        lambda variant: ImageGeneration(data, attention=variant == "attention", **own),
+        VARIANTS,
+        options.replace(strategy=strategy),
+        seeds=seeds,
+        summarize=summarize,
+        plots=[plot],
+        folder=lambda variant, seed: f"{variant}-seed{seed}",
+    )
     return results
 
 

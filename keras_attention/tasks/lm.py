@@ -18,6 +18,7 @@ from keras_attention.data.pipeline import (
 )
 from keras_attention.data.tokenization import END_ID, PAD_ID
 from keras_attention.models import GPT, LSTMLanguageModel
+from keras_attention.names import LM_MODELS, LM_SAMPLERS
 from keras_attention.tasks import runner
 from keras_attention.tasks.common import (
     ArgumentError,
@@ -34,8 +35,8 @@ from keras_attention.tasks.runner import (
 )
 from keras_attention.viz import plot_curves
 
-MODELS = ("gpt", "lstm")
-SAMPLERS = ("greedy", "top_k", "top_p")
+MODELS = LM_MODELS
+SAMPLERS = LM_SAMPLERS
 # Characters per window (GPT's positions), batches per epoch, and GPT's sizes:
 # 0.84 M parameters, which the LSTM matches with 2 layers of 225 units.
 SETTINGS = {
