@@ -285,8 +285,8 @@ def train_or_load(
         model_file: the file name of the saved model.
         export: `export(model)` saves anything else the run leaves (the GAN's
             sampler, say).
-        announce: `announce(model) -> str`, the line printed before training
-            (default: the parameter count and epochs).
+        announce: `announce(model) -> str or None`, the line printed before
+            training (None: the parameter count and epochs).
         model_key: `"task/model"`, the model's name in the `xla` suite.
 
     Returns:
@@ -314,10 +314,10 @@ def train_or_load(
             arguments["validation_data"], strategy, uneven=True
         )
     arguments["callbacks"] = [*arguments.get("callbacks", []), *options.callbacks]
+    line = announce(model) if announce else None
     phase(
-        announce(model)
-        if announce
-        else f"training {model.count_params():,} parameters for up to "
+        line
+        or f"training {model.count_params():,} parameters for up to "
         f"{options.epochs} epochs"
     )
     with distribute.training_scope(model, strategy):

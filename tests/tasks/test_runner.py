@@ -192,7 +192,9 @@ def test_training_options_take_their_fields_and_leave_a_tasks_own():
     assert options.callbacks == (callback,)
 
 
-def test_a_comparison_runs_every_name_and_seed_and_writes_its_summary(tmp_path):
+def test_a_comparison_runs_every_name_and_seed_and_writes_its_summary(
+    tmp_path, capsys
+):
     from keras_attention.tasks import runner
 
     class Tiny(runner.Task):
@@ -232,3 +234,5 @@ def test_a_comparison_runs_every_name_and_seed_and_writes_its_summary(tmp_path):
     assert json.loads((tmp_path / "comparison.json").read_text()) == summary
     assert (tmp_path / "b" / "seed1" / "metrics.json").exists()
     assert drawn == [str(tmp_path)]
+    # A task without its own announcement gets the runner's.
+    assert "training 4 parameters for up to 1 epochs" in capsys.readouterr().out
