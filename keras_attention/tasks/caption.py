@@ -1,6 +1,5 @@
 """`keras-attention caption`: train, evaluate and use an image captioner."""
 
-import json
 import os
 
 import numpy as np
@@ -11,16 +10,18 @@ from keras_attention.data.pipeline import caption_dataset, encode_captions
 from keras_attention.data.tokenization import END_ID
 from keras_attention.decoding import mean_log_probs
 from keras_attention.models import ShowAttendTell
-from keras_attention.tasks import distribute
+from keras_attention.tasks import runner
 from keras_attention.tasks.common import (
     cached_word_piece,
     check_training_size,
     phase,
 )
 from keras_attention.tasks.runner import (
+    Task,
+    TrainingOptions,
     compile_with_adam,
-    finish_run,
-    train_or_load,
+    first_seed_figures,
+    run,
 )
 from keras_attention.viz import (
     plot_caption_attention,
@@ -41,6 +42,18 @@ SETTINGS = {
 EVAL_BATCH_SIZE = 100
 NUM_OVERLAYS = 4
 NUM_GRID_IMAGES = 16
+# The figures of each model in `comparison.json`.
+SUMMARY_KEYS = (
+    "bleu1",
+    "bleu2",
+    "bleu3",
+    "bleu4",
+    "exact_caption_rate",
+    "attention_in_box",
+    "attention_chance",
+    "train_seconds",
+    "epochs",
+)
 # The words of a caption that name a scene's item, mapped to its class.
 NAME_WORDS = {
     word: label
@@ -263,229 +276,195 @@ def localization_metrics(located):
     }
 
 
-def run_caption(
-    out_dir,
-    data="scenes",
-    model="attention",
-    epochs=None,
-    batch_size=32,
-    beam_width=3,
-    time_budget_minutes=None,
-    seed=0,
-    num_train=None,
-    jit_compile=None,
-    verbose=1,
-    callbacks=None,
-    strategy="default",
-    **model_kwargs,
-):
+class Captioning(Task):
+    """`keras-attention caption`: an image captioner trained on `data`,
+    evaluated on its test split (BLEU-1..4, exact captions and, with
+    attention on scenes with boxes, how much attention falls on the named
+    item), with per-word attention overlays, a caption grid and the
+    localization histogram. Early stopping on validation loss keeps the best
+    epoch."""
+
+    command = "caption"
+    epochs = SETTINGS["epochs"]
+
+    def __init__(self, data="scenes", model="attention", beam_width=3, **model_kwargs):
+        if model not in MODELS:
+            raise ValueError(
+                f"`model` must be one of {list(MODELS)}; received {model!r}."
+            )
+        self.data, self.model, self.beam_width = data, model, beam_width
+        self.model_kwargs = model_kwargs
+
+    def load(self, run):
+        options = run.options
+        phase(f"loading {self.data}")
+        self.splits = splits = load_caption_data(
+            self.data, seed=options.seed, num_train=options.num_train
+        )
+        check_training_size(options.batch_size, len(splits["train"]), "images")
+        texts = [c for captions in splits["train"].captions for c in captions]
+        self.tokenizer = cached_word_piece(
+            os.path.join(run.out_dir, "vocabulary.txt"),
+            texts,
+            SETTINGS["vocabulary_size"],
+            lowercase=True,
+        )
+        self.image_shape = splits["train"].images.shape[1:]
+        phase(
+            f"{len(splits['train'])} training images ({len(texts)} captions), "
+            f"{len(splits['test'])} test images, vocabulary "
+            f"{self.tokenizer.vocabulary_size()}, images {self.image_shape}"
+        )
+
+    def build(self, run, jit_compile):
+        net = build_model(
+            self.model,
+            self.tokenizer.vocabulary_size(),
+            self.image_shape,
+            SETTINGS,
+            tokenizer=self.tokenizer,
+            **self.model_kwargs,
+        )
+        return compile_with_adam(net, jit_compile)
+
+    def fit_arguments(self, run, model):
+        def dataset(scenes, **kwargs):
+            ids = encode_captions(
+                scenes.captions, self.tokenizer, SETTINGS["max_caption_length"]
+            )
+            return caption_dataset(
+                scenes.images,
+                ids,
+                run.options.batch_size,
+                seed=run.options.seed,
+                **kwargs,
+            )
+
+        return {
+            "train_data": dataset(
+                self.splits["train"], shuffle=True, drop_remainder=True
+            ),
+            "validation_data": dataset(self.splits["valid"]),
+            "patience": SETTINGS["patience"],
+        }
+
+    def report(self, run, net, history):
+        test, out_dir, beam_width = self.splits["test"], run.out_dir, self.beam_width
+        phase(f"captioning {len(test)} test images (greedy)")
+        metrics, captions, token_ids = evaluate(net, test)
+        located = None
+        if net.attention and test.boxes is not None:
+            # Measured on the greedy captions only: the beam-search pass below
+            # reports BLEU and exact captions.
+            located = localization(net, test, token_ids)
+            metrics.update(localization_metrics(located))
+        if beam_width > 1:
+            phase(f"captioning again with beam search (width {beam_width})")
+            beam, _, _ = evaluate(net, test, beam_width=beam_width)
+            metrics.update(
+                {
+                    f"beam{beam_width}_{k}": v
+                    for k, v in beam.items()
+                    if k.startswith(("bleu", "exact"))
+                }
+            )
+        plot_caption_grid(
+            test.images[:NUM_GRID_IMAGES],
+            captions[:NUM_GRID_IMAGES],
+            os.path.join(out_dir, "captions.png"),
+            references=test.captions[:NUM_GRID_IMAGES],
+        )
+        if net.attention:
+            for i in range(min(NUM_OVERLAYS, len(test))):
+                plot_overlay(
+                    net,
+                    test.images[i],
+                    os.path.join(out_dir, f"attention_{i}.png"),
+                    boxes=None if test.boxes is None else test.boxes[i],
+                )
+            if located is not None and len(located["in_box"]):
+                plot_localization(
+                    located["in_box"],
+                    located["chance"],
+                    os.path.join(out_dir, "localization.png"),
+                )
+        metrics.update(
+            {
+                "model": self.model,
+                "data": self.data,
+                "train_images": len(self.splits["train"]),
+                "test_images": len(test),
+                "parameters": net.count_params(),
+                "epochs": history["epochs"],
+                "train_seconds": history["train_seconds"],
+                "final_valid_token_accuracy": history["val_accuracy"][-1],
+                "samples": [
+                    {"generated": c, "references": r}
+                    for c, r in zip(captions[:5], test.captions[:5], strict=True)
+                ],
+            }
+        )
+        summary = (
+            f"{self.model} on {self.data}: BLEU-4 {metrics['bleu4']:.1f}, exact "
+            f"captions {metrics['exact_caption_rate']:.3f}"
+        )
+        if "attention_in_box" in metrics:
+            summary += (
+                f"; attention in box {metrics['attention_in_box']:.2f} vs chance "
+                f"{metrics['attention_chance']:.2f}"
+            )
+        return metrics, summary + f"; trained {history['train_seconds']:.0f} s"
+
+
+def run_caption(out_dir, data="scenes", model="attention", beam_width=3, **kwargs):
     """Trains a captioner, evaluates it on the test split and writes
     `metrics.json`, `model.keras`, per-word attention overlays, a caption
-    grid and the localization histogram under `out_dir`. Re-run with the same
-    folder, an interrupted training resumes from its last finished epoch,
-    and a finished one is evaluated again without training.
+    grid and the localization histogram under `out_dir` (`runner.run`: an
+    interrupted training resumes, a finished one is evaluated again).
 
     Args:
         out_dir: output folder.
         data: `"scenes"` or a folder of images with `captions.tsv`.
         model: `"attention"` (Show, Attend and Tell) or `"no-attention"` (the
             same decoder with the image vector only).
-        epochs: most training epochs (early stopping on validation loss
-            keeps the best).
-        batch_size: training batch size.
         beam_width: beam width of a second evaluation (1 skips it).
-        time_budget_minutes: stop training after this many minutes.
-        seed: seed of the data, the initialisation and the shuffling.
-        num_train: number of training scenes (`"scenes"` only).
-        jit_compile: train with XLA; None (default) compiles unless the `xla`
-            suite measured this model faster without XLA on this kind of
-            device (`tasks.distribute.jit_for`). Off under a distribution
-            strategy.
-        verbose: Keras progress bar setting.
-        callbacks: extra Keras callbacks for `fit`.
-        strategy: `tf.distribute` strategy to train with, by name (see
-            `keras_attention.tasks.distribute.make_strategy`) or object;
-            `batch_size` is the global batch. The doubly stochastic penalty
+        **kwargs: `options` (a `TrainingOptions`) or its fields by name
+            (`epochs`, `batch_size`, `seed`, ...; default batch 32, at most
+            `SETTINGS["epochs"]` epochs; `num_train` is the number of
+            training scenes, `"scenes"` only); the rest go to
+            `ShowAttendTell`. Under a strategy, the doubly stochastic penalty
             is a model loss, which Keras scales per replica like the others.
-        **model_kwargs: extra constructor arguments of `ShowAttendTell`.
 
     Returns:
         The metrics dict.
     """
-    if model not in MODELS:
-        raise ValueError(f"`model` must be one of {list(MODELS)}; received {model!r}.")
-    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, seed)
-    settings = SETTINGS
-    epochs = epochs or settings["epochs"]
-
-    phase(f"loading {data}")
-    splits = load_caption_data(data, seed=seed, num_train=num_train)
-    check_training_size(batch_size, len(splits["train"]), "images")
-    texts = [c for captions in splits["train"].captions for c in captions]
-    tokenizer = cached_word_piece(
-        os.path.join(out_dir, "vocabulary.txt"),
-        texts,
-        settings["vocabulary_size"],
-        lowercase=True,
-    )
-    image_shape = splits["train"].images.shape[1:]
-    phase(
-        f"{len(splits['train'])} training images ({len(texts)} captions), "
-        f"{len(splits['test'])} test images, vocabulary "
-        f"{tokenizer.vocabulary_size()}, images {image_shape}"
-    )
-
-    def dataset(scenes, **kwargs):
-        ids = encode_captions(
-            scenes.captions, tokenizer, settings["max_caption_length"]
-        )
-        return caption_dataset(scenes.images, ids, batch_size, seed=seed, **kwargs)
-
-    def build(jit_compile):
-        net = build_model(
-            model,
-            tokenizer.vocabulary_size(),
-            image_shape,
-            settings,
-            tokenizer=tokenizer,
-            **model_kwargs,
-        )
-        return compile_with_adam(net, jit_compile)
-
-    def fit_arguments(net):
-        return {
-            "train_data": dataset(splits["train"], shuffle=True, drop_remainder=True),
-            "validation_data": dataset(splits["valid"]),
-            "patience": settings["patience"],
-        }
-
-    net, history = train_or_load(
-        out_dir,
-        model,
-        strategy,
-        build,
-        fit_arguments,
-        epochs,
-        seed,
-        jit_compile,
-        time_budget_minutes,
-        callbacks,
-        verbose,
-        model_key=f"caption/{model}",
-    )
-
-    test = splits["test"]
-    phase(f"captioning {len(test)} test images (greedy)")
-    metrics, captions, token_ids = evaluate(net, test)
-    located = None
-    if net.attention and test.boxes is not None:
-        # Measured on the greedy captions only: the beam-search pass below
-        # reports BLEU and exact captions.
-        located = localization(net, test, token_ids)
-        metrics.update(localization_metrics(located))
-    if beam_width > 1:
-        phase(f"captioning again with beam search (width {beam_width})")
-        beam, _, _ = evaluate(net, test, beam_width=beam_width)
-        metrics.update(
-            {
-                f"beam{beam_width}_{k}": v
-                for k, v in beam.items()
-                if k.startswith(("bleu", "exact"))
-            }
-        )
-    plot_caption_grid(
-        test.images[:NUM_GRID_IMAGES],
-        captions[:NUM_GRID_IMAGES],
-        os.path.join(out_dir, "captions.png"),
-        references=test.captions[:NUM_GRID_IMAGES],
-    )
-    if net.attention:
-        for i in range(min(NUM_OVERLAYS, len(test))):
-            plot_overlay(
-                net,
-                test.images[i],
-                os.path.join(out_dir, f"attention_{i}.png"),
-                boxes=None if test.boxes is None else test.boxes[i],
-            )
-        if located is not None and len(located["in_box"]):
-            plot_localization(
-                located["in_box"],
-                located["chance"],
-                os.path.join(out_dir, "localization.png"),
-            )
-    metrics.update(
-        {
-            "model": model,
-            "data": data,
-            "train_images": len(splits["train"]),
-            "test_images": len(test),
-            "parameters": net.count_params(),
-            "epochs": history["epochs"],
-            "train_seconds": history["train_seconds"],
-            "final_valid_token_accuracy": history["val_accuracy"][-1],
-            "samples": [
-                {"generated": c, "references": r}
-                for c, r in zip(captions[:5], test.captions[:5], strict=True)
-            ],
-        }
-    )
-    located_text = (
-        f"; attention in box {metrics['attention_in_box']:.2f} vs chance "
-        f"{metrics['attention_chance']:.2f}"
-        if "attention_in_box" in metrics
-        else ""
-    )
-    return finish_run(
-        out_dir,
-        metrics,
-        f"{model} on {data}: BLEU-4 {metrics['bleu4']:.1f}, exact captions "
-        f"{metrics['exact_caption_rate']:.3f}{located_text}; trained "
-        f"{history['train_seconds']:.0f} s",
-    )
+    options, model_kwargs = TrainingOptions.take(kwargs.pop("options", None), kwargs)
+    return run(Captioning(data, model, beam_width, **model_kwargs), out_dir, options)
 
 
-def compare(out_dir, models=tuple(MODELS), data="scenes", **kwargs):
+def compare(out_dir, models=tuple(MODELS), data="scenes", beam_width=3, **kwargs):
     """Runs `run_caption` for each model in `out_dir/<model>` and writes
     `comparison.json` and `comparison.png` (BLEU-1..4 side by side)."""
-    # One strategy for all runs (a multi-worker one can be made only once);
-    # each run writes in its own folder, the summary in this worker's.
-    runs_dir = out_dir
-    strategy, out_dir = distribute.prepare(kwargs.pop("strategy", "default"), out_dir)
-    results = {
-        name: run_caption(
-            os.path.join(runs_dir, name),
-            data=data,
-            model=name,
-            strategy=strategy,
-            **kwargs,
+    options, model_kwargs = TrainingOptions.take(kwargs.pop("options", None), kwargs)
+    bleu = ("bleu1", "bleu2", "bleu3", "bleu4")
+
+    def plot(results, folder):
+        plot_metric_spread(
+            {name: {k: [runs[0][k]] for k in bleu} for name, runs in results.items()},
+            metrics=bleu,
+            path=os.path.join(folder, "comparison.png"),
+            title=f"Captioning {data}: BLEU on the test images",
         )
-        for name in models
-    }
-    keys = (
-        "bleu1",
-        "bleu2",
-        "bleu3",
-        "bleu4",
-        "exact_caption_rate",
-        "attention_in_box",
-        "attention_chance",
-        "train_seconds",
-        "epochs",
+
+    results, _ = runner.compare(
+        out_dir,
+        lambda name: Captioning(data, name, beam_width, **model_kwargs),
+        models,
+        options,
+        summarize=lambda results: first_seed_figures(results, SUMMARY_KEYS),
+        plots=[plot],
     )
-    summary = {name: {k: r[k] for k in keys if k in r} for name, r in results.items()}
-    with open(os.path.join(out_dir, "comparison.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    plot_metric_spread(
-        {
-            name: {k: [r[k]] for k in ("bleu1", "bleu2", "bleu3", "bleu4")}
-            for name, r in results.items()
-        },
-        metrics=("bleu1", "bleu2", "bleu3", "bleu4"),
-        path=os.path.join(out_dir, "comparison.png"),
-        title=f"Captioning {data}: BLEU on the test images",
-    )
-    phase(f"comparison written to {out_dir}/comparison.json and comparison.png")
-    return results
+    return {name: runs[0] for name, runs in results.items()}
 
 
 def plot_overlay(model, image, path, boxes=None):
