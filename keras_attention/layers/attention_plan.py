@@ -51,6 +51,7 @@ def plan_attention(
     use_causal_mask=False,
     sliding_window=None,
     alibi=False,
+    own_bias=False,
     dense_bias=False,
     needs_weights=False,
     flash_attention=None,
@@ -66,7 +67,12 @@ def plan_attention(
         custom_attention: a subclass overrides `_compute_attention` (it gets
             every mask materialized, as Keras gives it).
         use_causal_mask, sliding_window: the masks the call asks for.
-        alibi: ALiBi's bias is wanted (`position_encoding="alibi"`).
+        alibi: ALiBi's bias is wanted (`attention_positions="alibi"`).
+        own_bias: a dense `(T, S)` bias that the layer makes itself is
+            added (T5's relative bias, `attention_positions="relative"`).
+            It, and ALiBi's bias when it cannot be computed in the op (with
+            weights, a cache, a dense bias), keep the standard path even
+            with a forced chunk size, which serves the layer's other calls.
         dense_bias: an `attention_bias` tensor is passed.
         needs_weights: the `(T, S)` weights must exist (returned, or dropped
             out in training).
@@ -89,7 +95,7 @@ def plan_attention(
     return AttentionPlan(
         multi_axis=False,
         chunk_size=_chunk_size(
-            needs_weights,
+            needs_weights or own_bias or (alibi and not alibi_in_op),
             flash_attention,
             chunk_size,
             dense_bias,
@@ -103,15 +109,18 @@ def plan_attention(
 
 
 def _chunk_size(
-    needs_weights, flash_attention, chunk_size, dense_bias, key_length, skips_tiles
+    needs_scores, flash_attention, chunk_size, dense_bias, key_length, skips_tiles
 ):
     """The chunked path's tile size, or None for the standard path.
 
     The chunked path never builds the weights, nor the `(T, S)` scores a dense
-    bias adds to; a causal mask or a sliding window lets it skip tiles, which
-    moves its crossover down. A length only known when the graph runs (a
-    symbolic dimension) keeps the standard path unless it is forced."""
-    if needs_weights:
+    bias adds to: `needs_scores` (the weights, or a bias of the layer's own)
+    keeps the standard path; a user's `attention_bias` keeps it unless a
+    chunk size is forced (which the op then refuses). A causal mask or a
+    sliding window lets the chunked path skip tiles, which moves its
+    crossover down. A length only known when the graph runs (a symbolic
+    dimension) keeps the standard path unless it is forced."""
+    if needs_scores:
         return None
     if chunk_size is not None:
         return chunk_size

@@ -47,7 +47,7 @@ class GroupedQueryAttention(MultiHeadAttention):
         use_gate: gate the attention output with `sigmoid(query W^G)`.
         seed: dropout seed.
         **kwargs: `MultiHeadAttention`'s other arguments (`chunk_size`,
-            `position_encoding`, `max_wavelength`, `alibi_bias_max`) and the
+            `attention_positions`, `max_wavelength`, `alibi_bias_max`) and the
             base layer arguments.
 
     Call arguments:
@@ -210,8 +210,8 @@ class GroupedQueryAttention(MultiHeadAttention):
             config["flash_attention"] = self._flash_attention_argument
         if self._chunk_size is not None:
             config["chunk_size"] = self._chunk_size
-        if self._position_encoding is not None:
-            config["position_encoding"] = self._position_encoding
+        if self._attention_positions is not None:
+            config["attention_positions"] = self._attention_positions
             config["max_wavelength"] = self._max_wavelength
             config["alibi_bias_max"] = self._alibi_bias_max
         return config

@@ -13,7 +13,7 @@ from keras_attention._checks import (
 )
 from keras_attention.layers.attention_plan import plan_attention
 from keras_attention.layers.dropout import Dropout
-from keras_attention.layers.rotary_embedding import RotaryEmbedding
+from keras_attention.layers.positions import ATTENTION_POSITIONS, positions_from_alias
 from keras_attention.ops.attention import (
     apply_attention_weights,
     attention_weights,
@@ -31,27 +31,20 @@ from keras_attention.ops.multi_axis import (
     attention_equations,
     multi_axis_attention_weights,
 )
-from keras_attention.ops.positions import alibi_bias, alibi_slopes
+from keras_attention.ops.positions import alibi_bias
 from keras_attention.utils import keras_internals
 from keras_attention.utils.initializers import clone_initializer
 
-POSITION_ENCODINGS = (None, "rotary", "alibi")
 
-
-def check_heads_and_positions(num_heads, num_key_value_heads, position_encoding):
+def check_key_value_heads(num_heads, num_key_value_heads):
     """Raises a ValueError for key/value heads that do not divide the query
-    heads, or an unknown position encoding."""
+    heads."""
     check_positive_int("num_key_value_heads", num_key_value_heads, allow_none=True)
     if num_key_value_heads is not None and num_heads % num_key_value_heads:
         raise ValueError(
             "`num_key_value_heads` must divide `num_heads` (each group of "
             f"query heads shares one key/value head); received num_heads="
             f"{num_heads}, num_key_value_heads={num_key_value_heads}."
-        )
-    if position_encoding not in POSITION_ENCODINGS:
-        raise ValueError(
-            f"`position_encoding` must be one of {POSITION_ENCODINGS}; "
-            f"received {position_encoding!r}."
         )
 
 
@@ -101,10 +94,11 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     - **grouped-query and multi-query attention** with `num_key_value_heads`
       below `num_heads` (see `GroupedQueryAttention`); the cache holds only
       the key/value heads.
-    - **positions inside attention**: `position_encoding="rotary"` (RoPE) or
-      `"alibi"`, on both paths and with the cache, and an `attention_bias`
-      call argument for any `(B, N, T, S)` bias, such as T5's
-      `RelativePositionBias`.
+    - **positions inside attention**: `attention_positions="rotary"` (RoPE)
+      or `"alibi"` (on both paths and with the cache) or `"relative"` (T5's
+      bucketed bias, a table of this layer; the standard path), and an
+      `attention_bias` call argument for any `(B, N, T, S)` bias, such as
+      one `RelativePositionBias` shared by the blocks of a stack as in T5.
 
     Args:
         num_heads: number of attention heads.
@@ -123,7 +117,9 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             refuses attention dropout and `return_attention_scores`); False
             forbids the automatic switch; None chooses by length.
         chunk_size: tile size of the chunked path; setting it forces the
-            chunked path whenever the weights are not needed.
+            chunked path whenever the weights are not needed and the layer
+            adds no dense bias of its own (`attention_positions="relative"`,
+            or ALiBi's with a cache).
         kernel_initializer: as for `keras.layers.EinsumDense`.
         bias_initializer: as for `keras.layers.EinsumDense`.
         kernel_regularizer: as for `keras.layers.EinsumDense`.
@@ -136,8 +132,14 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         seed: dropout seed.
         num_key_value_heads: heads of the key and value projections, a divisor
             of `num_heads` (default `num_heads`; 1 is multi-query attention).
-        position_encoding: None, `"rotary"` or `"alibi"`: relative positions
-            inside attention, counted from `cache_update_index` with a cache.
+        attention_positions: None, `"rotary"`, `"alibi"` or `"relative"`:
+            relative positions inside attention, counted from
+            `cache_update_index` with a cache (the names of
+            `keras_attention.layers.positions.ATTENTION_POSITIONS`).
+            `"relative"` is T5's bias with its 32 buckets up to offsets of
+            128, both directions, in a table of this layer.
+            `position_encoding`, the earlier name, is read as a deprecated
+            alias.
         max_wavelength: the rotary embedding's longest wavelength.
         alibi_bias_max: ALiBi's slopes run from `2^(-alibi_bias_max / N)` to
             `2^(-alibi_bias_max)` (keras-hub's name and default, 8).
@@ -204,7 +206,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         use_gate=False,
         seed=None,
         num_key_value_heads=None,
-        position_encoding=None,
+        attention_positions=None,
         max_wavelength=10000,
         alibi_bias_max=8,
         **kwargs,
@@ -217,7 +219,14 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         check_rate("dropout", dropout)
         check_positive_int("sliding_window", sliding_window, allow_none=True)
         check_positive_int("chunk_size", chunk_size, allow_none=True)
-        check_heads_and_positions(num_heads, num_key_value_heads, position_encoding)
+        (attention_positions,) = positions_from_alias(
+            kwargs,
+            MultiHeadAttention.__init__,
+            type(self).__name__,
+            attention_positions=attention_positions,
+        )
+        check_key_value_heads(num_heads, num_key_value_heads)
+        ATTENTION_POSITIONS.check(attention_positions)
         if flash_attention not in (None, True, False):
             raise ValueError(
                 f"`flash_attention` must be None, True or False; received "
@@ -259,17 +268,25 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         self._flash_attention_argument = flash_attention
         self._chunk_size = chunk_size
         self._num_key_value_heads = num_key_value_heads or num_heads
-        self._position_encoding = position_encoding
+        self._attention_positions = attention_positions
         self._max_wavelength = max_wavelength
         self._alibi_bias_max = alibi_bias_max
-        self._rotary = None
-        if position_encoding == "rotary":
-            self._rotary = RotaryEmbedding(
-                max_wavelength=max_wavelength, dtype=self.dtype_policy, name="rotary"
+        self._rotary, self._alibi_slopes, self._relative_bias = (
+            ATTENTION_POSITIONS.build(
+                attention_positions,
+                num_heads=num_heads,
+                max_wavelength=max_wavelength,
+                alibi_bias_max=alibi_bias_max,
+                dtype=self.dtype_policy,
             )
-        self._alibi_slopes = None
-        if position_encoding == "alibi":
-            self._alibi_slopes = alibi_slopes(num_heads, alibi_bias_max)
+        )
+        if self._relative_bias is not None and flash_attention:
+            raise ValueError(
+                f"`attention_positions={attention_positions!r}` adds a dense "
+                "(T, S) bias to the scores, which the chunked path never "
+                "builds: the layer takes the standard path, so it cannot be "
+                "combined with flash_attention=True."
+            )
 
     @property
     def chunk_size(self):
@@ -280,8 +297,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         return self._num_key_value_heads
 
     @property
-    def position_encoding(self):
-        return self._position_encoding
+    def attention_positions(self):
+        return self._attention_positions
 
     # -- build -------------------------------------------------------------
 
@@ -300,6 +317,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             "value", value_shape, kv_heads, self.value_dim
         )
         self._build_attention(len(query_shape) + 1)
+        if self._relative_bias is not None:
+            self._relative_bias.build(query_shape, key_shape)
         output_dims = self._output_dims or (query_shape[-1],)
         self._output_dense = self._dense(
             _projection_equation(len(query_shape) - 1, 2, len(output_dims)),
@@ -342,7 +361,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         if len(self._attention_axes) != 1:
             for option, value in (
                 ("num_key_value_heads", self._num_key_value_heads != self.num_heads),
-                ("position_encoding", self._position_encoding),
+                ("attention_positions", self._attention_positions),
             ):
                 if value:
                     raise ValueError(
@@ -426,6 +445,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             use_causal_mask=use_causal_mask,
             sliding_window=self._sliding_window,
             alibi=self._alibi_slopes is not None,
+            own_bias=self._relative_bias is not None,
             dense_bias=attention_bias is not None,
             needs_weights=self._needs_weights(return_attention_scores, training),
             flash_attention=self._flash_attention,
@@ -475,6 +495,11 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         elif self._alibi_slopes is not None:
             bias = alibi_bias(self._alibi_slopes, query_length, key_length, offset)
             attention_bias = _add(attention_bias, bias[None])
+        if self._relative_bias is not None:
+            bias = self._relative_bias(
+                projected_query, projected_key, query_offset=offset
+            )
+            attention_bias = _add(attention_bias, bias)
         if attention_bias is not None:
             extra["attention_bias"] = attention_bias
         output, scores = self._attend(
@@ -603,10 +628,16 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         needs_weights = self._needs_weights(return_attention_scores, training)
         scale = 1.0 / math.sqrt(self.key_dim)
         if not needs_weights:
+            # The layer's own bias, already in `attention_bias`: T5's, or
+            # ALiBi's when `call` could not leave it to the op.
+            own_bias = self._relative_bias is not None or (
+                self._alibi_slopes is not None and alibi_slopes is None
+            )
             plan = plan_attention(
                 use_causal_mask=use_causal_mask,
                 sliding_window=sliding_window,
                 alibi=alibi_slopes is not None,
+                own_bias=own_bias,
                 dense_bias=attention_bias is not None,
                 flash_attention=self._flash_attention,
                 chunk_size=self._chunk_size,
@@ -719,7 +750,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 "flash_attention": self._flash_attention_argument,
                 "chunk_size": self._chunk_size,
                 "num_key_value_heads": self._num_key_value_heads,
-                "position_encoding": self._position_encoding,
+                "attention_positions": self._attention_positions,
                 "max_wavelength": self._max_wavelength,
                 "alibi_bias_max": self._alibi_bias_max,
             }

@@ -3,11 +3,8 @@ import math
 import keras
 from keras import ops
 
-from keras_attention._checks import check_choice, check_positive_int
-from keras_attention.layers.position_encoding import (
-    PositionEmbedding,
-    SinusoidalPositionEncoding,
-)
+from keras_attention._checks import check_positive_int
+from keras_attention.layers.positions import INPUT_POSITIONS, positions_from_alias
 from keras_attention.utils.initializers import clone_initializer
 
 
@@ -22,10 +19,14 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     Args:
         vocabulary_size: number of token ids.
         sequence_length: the longest input (size of the learned position table;
-            also checked for the sinusoidal encoding).
+            also checked for the other encodings).
         embedding_dim: the model width.
-        position_encoding: "learned" (`PositionEmbedding`) or "sinusoidal"
-            (`SinusoidalPositionEncoding`).
+        input_positions: the positions added to the token embeddings (the
+            names of `keras_attention.layers.positions.INPUT_POSITIONS`):
+            `"learned"` (`PositionEmbedding`), `"sinusoidal"`
+            (`SinusoidalPositionEncoding`) or None (token embeddings only,
+            for a model whose positions are inside attention).
+            `position_encoding`, the earlier name, is a deprecated alias.
         mask_zero: treat id 0 as padding and emit a mask.
         scale_embeddings: multiply token embeddings by `sqrt(embedding_dim)`,
             as in the Transformer paper, so that they are not swamped by the
@@ -43,8 +44,9 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     Attributes:
         token_embedding: the token table (a `keras.layers.Embedding`).
         position_embedding: the position part (`PositionEmbedding` or
-            `SinusoidalPositionEncoding`); keras-hub's name, also reachable
-            as `position_layer`, this package's earlier one.
+            `SinusoidalPositionEncoding`, None without input positions);
+            keras-hub's name, also reachable as `position_layer`, this
+            package's earlier one.
 
     Example:
 
@@ -67,21 +69,27 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         vocabulary_size,
         sequence_length,
         embedding_dim,
-        position_encoding="learned",
+        input_positions="learned",
         mask_zero=False,
         scale_embeddings=False,
         embeddings_initializer="uniform",
         **kwargs,
     ):
+        (input_positions,) = positions_from_alias(
+            kwargs,
+            TokenAndPositionEmbedding.__init__,
+            type(self).__name__,
+            input_positions=input_positions,
+        )
         super().__init__(**kwargs)
         check_positive_int("vocabulary_size", vocabulary_size)
         check_positive_int("sequence_length", sequence_length)
         check_positive_int("embedding_dim", embedding_dim)
-        check_choice("position_encoding", position_encoding, ("learned", "sinusoidal"))
+        INPUT_POSITIONS.check(input_positions)
         self.vocabulary_size = vocabulary_size
         self.sequence_length = sequence_length
         self.embedding_dim = embedding_dim
-        self.position_encoding = position_encoding
+        self.input_positions = input_positions
         self.mask_zero = mask_zero
         self.scale_embeddings = scale_embeddings
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
@@ -96,22 +104,19 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         # keras-hub's attribute names (`token_embedding`, `position_embedding`)
         # for the two parts; `position_layer`, this package's earlier name, is
         # an alias, under which `.keras` files saved before hold the table.
-        if position_encoding == "learned":
-            self.position_embedding = PositionEmbedding(
-                sequence_length,
-                initializer=clone_initializer(self.embeddings_initializer),
-                dtype=self.dtype_policy,
-                name="position_embedding",
-            )
-        else:
-            self.position_embedding = SinusoidalPositionEncoding(
-                dtype=self.dtype_policy, name="position_encoding"
-            )
+        self.position_embedding = INPUT_POSITIONS.build(
+            input_positions,
+            sequence_length=sequence_length,
+            initializer=clone_initializer(self.embeddings_initializer),
+            dtype=self.dtype_policy,
+            name="position_embedding",
+        )
 
     def build(self, input_shape):
         self._check_length(input_shape[-1])
         self.token_embedding.build(input_shape)
-        self.position_embedding.build((*input_shape, self.embedding_dim))
+        if self.position_embedding is not None:
+            self.position_embedding.build((*input_shape, self.embedding_dim))
 
     @property
     def position_layer(self):
@@ -135,6 +140,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             embedded = embedded * ops.cast(
                 math.sqrt(self.embedding_dim), embedded.dtype
             )
+        if self.position_embedding is None:
+            return embedded
         return embedded + self.position_embedding(
             embedded, start_index=start_index, positions=positions
         )
@@ -154,7 +161,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 "vocabulary_size": self.vocabulary_size,
                 "sequence_length": self.sequence_length,
                 "embedding_dim": self.embedding_dim,
-                "position_encoding": self.position_encoding,
+                "input_positions": self.input_positions,
                 "mask_zero": self.mask_zero,
                 "scale_embeddings": self.scale_embeddings,
                 "embeddings_initializer": keras.initializers.serialize(

@@ -10,8 +10,9 @@ from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.feed_forward import FeedForward
 from keras_attention.layers.multi_head_attention import (
     MultiHeadAttention,
-    check_heads_and_positions,
+    check_key_value_heads,
 )
+from keras_attention.layers.positions import ATTENTION_POSITIONS, positions_from_alias
 from keras_attention.utils import keras_internals
 from keras_attention.utils.initializers import clone_initializer
 
@@ -22,7 +23,8 @@ class TransformerBlockBase(keras.layers.Layer):
     (`x + Dropout(Sublayer(LayerNorm(x)))`, which trains deep stacks more
     stably). Arguments follow keras-hub's `TransformerEncoder` /
     `TransformerDecoder`; `norm_first`, this package's earlier name for
-    `normalize_first`, is still read from saved configs.
+    `normalize_first`, is still read from saved configs, and so is
+    `position_encoding`, its earlier name for `attention_positions`.
     """
 
     def __init__(
@@ -38,11 +40,17 @@ class TransformerBlockBase(keras.layers.Layer):
         key_dim=None,
         chunk_size=None,
         num_key_value_heads=None,
-        position_encoding=None,
+        attention_positions=None,
         **kwargs,
     ):
         if "norm_first" in kwargs:
             normalize_first = kwargs.pop("norm_first")
+        (attention_positions,) = positions_from_alias(
+            kwargs,
+            TransformerBlockBase.__init__,
+            type(self).__name__,
+            attention_positions=attention_positions,
+        )
         super().__init__(**kwargs)
         keras_internals.require("get_keras_mask", "set_keras_mask")
         check_positive_int("intermediate_dim", intermediate_dim)
@@ -60,9 +68,9 @@ class TransformerBlockBase(keras.layers.Layer):
         self.normalize_first = normalize_first
         self.key_dim = key_dim
         self.chunk_size = chunk_size
-        check_heads_and_positions(num_heads, num_key_value_heads, position_encoding)
+        check_key_value_heads(num_heads, num_key_value_heads)
         self.num_key_value_heads = num_key_value_heads
-        self.position_encoding = position_encoding
+        self.attention_positions = ATTENTION_POSITIONS.check(attention_positions)
         self.supports_masking = True
 
     def _head_size(self, hidden_dim):
@@ -85,12 +93,12 @@ class TransformerBlockBase(keras.layers.Layer):
             )
         return head_size
 
-    def _attention(self, name, hidden_dim, position_encoding=None):
+    def _attention(self, name, hidden_dim, attention_positions=None):
         return MultiHeadAttention(
             num_heads=self.num_heads,
             key_dim=self._head_size(hidden_dim),
             num_key_value_heads=self.num_key_value_heads,
-            position_encoding=position_encoding,
+            attention_positions=attention_positions,
             dropout=self.dropout,
             chunk_size=self.chunk_size,
             kernel_initializer=clone_initializer(self.kernel_initializer),
@@ -203,7 +211,7 @@ class TransformerBlockBase(keras.layers.Layer):
                 "key_dim": self.key_dim,
                 "chunk_size": self.chunk_size,
                 "num_key_value_heads": self.num_key_value_heads,
-                "position_encoding": self.position_encoding,
+                "attention_positions": self.attention_positions,
             }
         )
         return config

@@ -36,8 +36,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
         chunk_size: force the memory-efficient attention path with this block.
         num_key_value_heads: key/value heads of the attention (grouped-query
             attention; default `num_heads`).
-        position_encoding: None, `"rotary"` or `"alibi"`: positions inside the
-            self-attention (see `MultiHeadAttention`).
+        attention_positions: None, `"rotary"`, `"alibi"` or `"relative"`:
+            positions inside the self-attention (see `MultiHeadAttention`;
+            `position_encoding`, the earlier name, is a deprecated alias).
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -124,7 +125,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
         self._check_inputs("decoder_sequence", decoder_sequence_shape)
         hidden_dim = decoder_sequence_shape[-1]
         self.self_attention = self._attention(
-            "self_attention", hidden_dim, self.position_encoding
+            "self_attention", hidden_dim, self.attention_positions
         )
         self.self_attention.build(decoder_sequence_shape, decoder_sequence_shape)
         self.self_attention_layer_norm = self._norm("self_attention_layer_norm")

@@ -32,8 +32,9 @@ class TransformerEncoderBlock(TransformerBlockBase):
         chunk_size: force the memory-efficient attention path with this block.
         num_key_value_heads: key/value heads of the attention (grouped-query
             attention; default `num_heads`).
-        position_encoding: None, `"rotary"` or `"alibi"`: positions inside the
-            self-attention (see `MultiHeadAttention`).
+        attention_positions: None, `"rotary"`, `"alibi"` or `"relative"`:
+            positions inside the self-attention (see `MultiHeadAttention`;
+            `position_encoding`, the earlier name, is a deprecated alias).
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -80,7 +81,7 @@ class TransformerEncoderBlock(TransformerBlockBase):
         self._check_inputs("inputs", inputs_shape)
         hidden_dim = inputs_shape[-1]
         self.self_attention = self._attention(
-            "self_attention", hidden_dim, self.position_encoding
+            "self_attention", hidden_dim, self.attention_positions
         )
         self.self_attention.build(inputs_shape, inputs_shape)
         self.self_attention_layer_norm = self._norm("self_attention_layer_norm")

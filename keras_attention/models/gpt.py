@@ -3,9 +3,10 @@ from keras import ops
 
 from keras_attention._checks import check_rate
 from keras_attention.layers.dropout import Dropout
-from keras_attention.layers.position_encoding import (
-    PositionEmbedding,
-    SinusoidalPositionEncoding,
+from keras_attention.layers.positions import (
+    ATTENTION_POSITIONS,
+    INPUT_POSITIONS,
+    positions_from_alias,
 )
 from keras_attention.layers.transformer_decoder import TransformerDecoderBlock
 from keras_attention.models.language_model import (
@@ -13,8 +14,6 @@ from keras_attention.models.language_model import (
     check_language_model_args,
     tied_embedding,
 )
-
-POSITION_ENCODINGS = ("learned", "sinusoidal", "rotary", "alibi")
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -42,12 +41,19 @@ class GPT(LanguageModel):
         dropout: dropout on the embeddings, attention weights and sub-layers.
         activation: feed-forward activation (GPT's `"gelu"`).
         layer_norm_epsilon: epsilon of the layer normalizations.
-        position_encoding: how positions enter: `"learned"` (GPT's learned
-            position embeddings, added to the tokens), `"sinusoidal"` (the
-            2017 Transformer's, added), or inside the attention, `"rotary"`
-            (RoPE) or `"alibi"` (ALiBi). With the last three the model also
+        input_positions: positions added to the token embeddings:
+            `"learned"` (GPT's), `"sinusoidal"` (the 2017 Transformer's) or
+            None (see `keras_attention.layers.positions.INPUT_POSITIONS`).
+        attention_positions: positions inside the attention: None,
+            `"rotary"` (RoPE), `"alibi"` (ALiBi) or `"relative"` (T5's
+            bucketed bias, a table per block), usually with
+            `input_positions=None`. Without learned positions the model also
             reads and generates sequences longer than `max_length`, the
             length it is trained on (ALiBi was designed to extrapolate).
+            `position_encoding`, the earlier single argument, is a
+            deprecated alias: `"learned"` or `"sinusoidal"` there are
+            `input_positions`, `"rotary"` or `"alibi"` are
+            `attention_positions` with `input_positions=None`.
         num_key_value_heads: key/value heads of the attention (grouped-query
             attention: a smaller decoding cache); default `num_heads`.
         end_token_id: optional token at which `generate` stops.
@@ -93,7 +99,8 @@ class GPT(LanguageModel):
         dropout=0.1,
         activation="gelu",
         layer_norm_epsilon=1e-5,
-        position_encoding="learned",
+        input_positions="learned",
+        attention_positions=None,
         num_key_value_heads=None,
         end_token_id=None,
         tokenizer=None,
@@ -109,12 +116,16 @@ class GPT(LanguageModel):
             num_layers=num_layers,
             intermediate_dim=intermediate_dim,
         )
+        input_positions, attention_positions = positions_from_alias(
+            kwargs,
+            GPT.__init__,
+            type(self).__name__,
+            input_positions=input_positions,
+            attention_positions=attention_positions,
+        )
         check_rate("dropout", dropout)
-        if position_encoding not in POSITION_ENCODINGS:
-            raise ValueError(
-                f"`position_encoding` must be one of {POSITION_ENCODINGS}; "
-                f"received {position_encoding!r}."
-            )
+        INPUT_POSITIONS.check(input_positions)
+        ATTENTION_POSITIONS.check(attention_positions)
         if hidden_dim % num_heads:
             raise ValueError(
                 f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
@@ -128,19 +139,13 @@ class GPT(LanguageModel):
         token_embedding = tied_embedding(
             vocabulary_size, hidden_dim, dtype, initializer()
         )
-        position_embedding = None
-        if position_encoding == "learned":
-            position_embedding = PositionEmbedding(
-                max_length,
-                initializer=initializer(),
-                dtype=dtype,
-                name="position_embedding",
-            )
-        elif position_encoding == "sinusoidal":
-            position_embedding = SinusoidalPositionEncoding(
-                dtype=dtype, name="position_embedding"
-            )
-        in_attention = position_encoding in ("rotary", "alibi")
+        position_embedding = INPUT_POSITIONS.build(
+            input_positions,
+            sequence_length=max_length,
+            initializer=initializer(),
+            dtype=dtype,
+            name="position_embedding",
+        )
         embedding_dropout = Dropout(dropout, dtype=dtype, name="embedding_dropout")
         blocks = [
             TransformerDecoderBlock(
@@ -152,7 +157,7 @@ class GPT(LanguageModel):
                 kernel_initializer=initializer(),
                 normalize_first=True,
                 num_key_value_heads=num_key_value_heads,
-                position_encoding=position_encoding if in_attention else None,
+                attention_positions=attention_positions,
                 dtype=dtype,
                 name=f"decoder_block_{i}",
             )
@@ -190,7 +195,8 @@ class GPT(LanguageModel):
         self.dropout = dropout
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
-        self.position_encoding = position_encoding
+        self.input_positions = input_positions
+        self.attention_positions = attention_positions
         self.num_key_value_heads = num_key_value_heads
         self.token_embedding = token_embedding
         self.position_embedding = position_embedding
@@ -200,7 +206,9 @@ class GPT(LanguageModel):
     def initial_cache(self, batch_size, max_length):
         """Empty key/value caches of the blocks,
         `(B, 2, max_length, num_key_value_heads, H)` each."""
-        if self.position_encoding == "learned" and max_length > self.max_length:
+        # Only a table of positions (learned) ends at the model's max_length.
+        table = getattr(self.position_embedding, "sequence_length", None)
+        if table is not None and max_length > table:
             raise ValueError(
                 f"`max_length` must be at most the model's max_length="
                 f"{self.max_length} (its positions); received max_length={max_length}."
@@ -247,7 +255,8 @@ class GPT(LanguageModel):
                     keras.activations.get(self.activation)
                 ),
                 "layer_norm_epsilon": self.layer_norm_epsilon,
-                "position_encoding": self.position_encoding,
+                "input_positions": self.input_positions,
+                "attention_positions": self.attention_positions,
                 "num_key_value_heads": self.num_key_value_heads,
             }
         )

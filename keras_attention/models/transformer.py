@@ -3,6 +3,12 @@ from keras import ops
 
 from keras_attention._checks import check_choice, check_positive_int, check_rate
 from keras_attention.layers.dropout import Dropout
+from keras_attention.layers.multi_head_attention import check_key_value_heads
+from keras_attention.layers.positions import (
+    ATTENTION_POSITIONS,
+    INPUT_POSITIONS,
+    positions_from_alias,
+)
 from keras_attention.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
@@ -38,7 +44,8 @@ class Transformer(Seq2Seq):
     """The encoder-decoder Transformer of Vaswani et al. (2017).
 
     Token embeddings scaled by `sqrt(hidden_dim)` plus sinusoidal (or learned)
-    positions, `num_encoder_layers` encoder blocks (self-attention and
+    positions (or positions inside the self-attention: rotary, ALiBi, T5's
+    relative bias), `num_encoder_layers` encoder blocks (self-attention and
     feed-forward) and `num_decoder_layers` decoder blocks (causal
     self-attention, cross-attention over the encoder output, feed-forward),
     then a linear layer to the target vocabulary. Generation reuses the keys
@@ -58,7 +65,20 @@ class Transformer(Seq2Seq):
         num_decoder_layers: decoder blocks.
         intermediate_dim: feed-forward hidden size.
         dropout: dropout on embeddings, attention weights and sub-layers.
-        position_encoding: `"sinusoidal"` (the paper) or `"learned"`.
+        input_positions: positions added to the token embeddings:
+            `"sinusoidal"` (the paper), `"learned"` or None (see
+            `keras_attention.layers.positions.INPUT_POSITIONS`).
+        attention_positions: positions inside the self-attention of every
+            block (encoder and decoder; cross-attention has none): None (the
+            paper), `"rotary"`, `"alibi"` or `"relative"`, usually with
+            `input_positions=None`. `position_encoding`, the earlier name of
+            `input_positions`, is a deprecated alias.
+        num_key_value_heads: key/value heads of every attention layer
+            (grouped-query attention: a smaller decoding cache); default
+            `num_heads`.
+        chunk_size: tile size of the memory-efficient attention path, which
+            every block then takes where it needs no weights (see
+            `MultiHeadAttention`); default None (chosen by length).
         share_embeddings: one embedding table for source and target (needs a
             joint vocabulary: equal vocabulary sizes).
         normalize_first: pre-norm blocks (plus a final layer norm) instead of
@@ -111,7 +131,10 @@ class Transformer(Seq2Seq):
         num_decoder_layers=2,
         intermediate_dim=512,
         dropout=0.1,
-        position_encoding="sinusoidal",
+        input_positions="sinusoidal",
+        attention_positions=None,
+        num_key_value_heads=None,
+        chunk_size=None,
         share_embeddings=False,
         normalize_first=False,
         max_source_length=64,
@@ -125,6 +148,13 @@ class Transformer(Seq2Seq):
     ):
         if "norm_first" in kwargs:
             normalize_first = kwargs.pop("norm_first")
+        input_positions, attention_positions = positions_from_alias(
+            kwargs,
+            Transformer.__init__,
+            type(self).__name__,
+            input_positions=input_positions,
+            attention_positions=attention_positions,
+        )
         for name, value in (
             ("source_vocabulary_size", source_vocabulary_size),
             ("target_vocabulary_size", target_vocabulary_size),
@@ -138,7 +168,10 @@ class Transformer(Seq2Seq):
         ):
             check_positive_int(name, value)
         check_rate("dropout", dropout)
-        check_choice("position_encoding", position_encoding, ("sinusoidal", "learned"))
+        check_positive_int("chunk_size", chunk_size, allow_none=True)
+        check_key_value_heads(num_heads, num_key_value_heads)
+        INPUT_POSITIONS.check(input_positions)
+        ATTENTION_POSITIONS.check(attention_positions)
         if hidden_dim % num_heads:
             raise ValueError(
                 f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
@@ -157,7 +190,7 @@ class Transformer(Seq2Seq):
                 vocabulary_size,
                 length,
                 hidden_dim,
-                position_encoding=position_encoding,
+                input_positions=input_positions,
                 scale_embeddings=True,
                 dtype=dtype,
                 name=name,
@@ -181,6 +214,9 @@ class Transformer(Seq2Seq):
             "num_heads": num_heads,
             "dropout": dropout,
             "normalize_first": normalize_first,
+            "attention_positions": attention_positions,
+            "num_key_value_heads": num_key_value_heads,
+            "chunk_size": chunk_size,
             "dtype": dtype,
         }
         encoder_blocks = [
@@ -248,7 +284,10 @@ class Transformer(Seq2Seq):
         self.num_decoder_layers = num_decoder_layers
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
-        self.position_encoding = position_encoding
+        self.input_positions = input_positions
+        self.attention_positions = attention_positions
+        self.num_key_value_heads = num_key_value_heads
+        self.chunk_size = chunk_size
         self.share_embeddings = share_embeddings
         self.normalize_first = normalize_first
         self.source_embedding = source_embedding
@@ -344,7 +383,10 @@ class Transformer(Seq2Seq):
                 "num_decoder_layers": self.num_decoder_layers,
                 "intermediate_dim": self.intermediate_dim,
                 "dropout": self.dropout,
-                "position_encoding": self.position_encoding,
+                "input_positions": self.input_positions,
+                "attention_positions": self.attention_positions,
+                "num_key_value_heads": self.num_key_value_heads,
+                "chunk_size": self.chunk_size,
                 "share_embeddings": self.share_embeddings,
                 "normalize_first": self.normalize_first,
             }

@@ -3,6 +3,12 @@ from keras import ops
 
 from keras_attention._checks import check_choice, check_positive_int, check_rate
 from keras_attention.layers.dropout import Dropout
+from keras_attention.layers.multi_head_attention import check_key_value_heads
+from keras_attention.layers.positions import (
+    ATTENTION_POSITIONS,
+    INPUT_POSITIONS,
+    positions_from_alias,
+)
 from keras_attention.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
@@ -49,7 +55,17 @@ class TransformerClassifier(TextClassifier):
         dropout: dropout on embeddings, attention, sub-layers and the pooled
             vector.
         pooling: `"mean"` or `"cls"`.
-        position_encoding: `"learned"` or `"sinusoidal"`.
+        input_positions: positions added to the token embeddings:
+            `"learned"`, `"sinusoidal"` or None (see
+            `keras_attention.layers.positions.INPUT_POSITIONS`).
+            `position_encoding`, its earlier name, is a deprecated alias.
+        attention_positions: positions inside the self-attention of every
+            block: None, `"rotary"`, `"alibi"` or `"relative"`, usually with
+            `input_positions=None`.
+        num_key_value_heads: key/value heads of the attention (grouped-query
+            attention); default `num_heads`.
+        chunk_size: tile size of the blocks' memory-efficient attention
+            path (see `MultiHeadAttention`); default None (chosen by length).
         class_names: optional names of the classes, saved with the model.
         tokenizer: optional keras-hub tokenizer saved with the model.
         **kwargs: `name`, `dtype` and other model arguments.
@@ -89,7 +105,10 @@ class TransformerClassifier(TextClassifier):
         intermediate_dim=64,
         dropout=0.1,
         pooling="mean",
-        position_encoding="learned",
+        input_positions="learned",
+        attention_positions=None,
+        num_key_value_heads=None,
+        chunk_size=None,
         class_names=None,
         tokenizer=None,
         dtype=None,
@@ -106,7 +125,22 @@ class TransformerClassifier(TextClassifier):
             intermediate_dim=intermediate_dim,
         )
         check_choice("pooling", pooling, ("mean", "cls"))
-        _check_encoder_args(hidden_dim, num_heads, dropout, position_encoding)
+        input_positions, attention_positions = positions_from_alias(
+            kwargs,
+            TransformerClassifier.__init__,
+            type(self).__name__,
+            input_positions=input_positions,
+            attention_positions=attention_positions,
+        )
+        encoder_options = _encoder_options(
+            hidden_dim,
+            num_heads,
+            dropout,
+            input_positions,
+            attention_positions,
+            num_key_value_heads,
+            chunk_size,
+        )
 
         # === Layers ===
         prepend_cls = PrependToken(CLS_TOKEN_ID, name="prepend_cls")
@@ -117,9 +151,8 @@ class TransformerClassifier(TextClassifier):
             num_heads,
             num_layers,
             intermediate_dim,
-            dropout,
-            position_encoding,
             dtype,
+            **encoder_options,
         )
         average = MaskedAverage(dtype=dtype, name="mean_pooling")
         pooled_dropout = Dropout(dropout, dtype=dtype)
@@ -178,7 +211,10 @@ class TransformerClassifier(TextClassifier):
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
         self.pooling = pooling
-        self.position_encoding = position_encoding
+        self.input_positions = input_positions
+        self.attention_positions = attention_positions
+        self.num_key_value_heads = num_key_value_heads
+        self.chunk_size = chunk_size
 
     @classmethod
     def from_pretrained_encoder(cls, encoder, num_classes, pooling="mean", **kwargs):
@@ -196,8 +232,8 @@ class TransformerClassifier(TextClassifier):
             num_classes: number of classes.
             pooling: `"mean"` or `"cls"`.
             **kwargs: other constructor arguments (`dropout`, `class_names`,
-                `tokenizer`, ...); `dropout` and `tokenizer` default to the
-                encoder's.
+                `tokenizer`, `chunk_size`, ...); `dropout`, `tokenizer` and
+                `chunk_size` default to the encoder's.
 
         Returns:
             A `TransformerClassifier`.
@@ -215,6 +251,7 @@ class TransformerClassifier(TextClassifier):
             )
         kwargs.setdefault("dropout", encoder.dropout)
         kwargs.setdefault("tokenizer", encoder.tokenizer)
+        kwargs.setdefault("chunk_size", encoder.chunk_size)
         model = cls(
             encoder.vocabulary_size,
             num_classes,
@@ -224,7 +261,9 @@ class TransformerClassifier(TextClassifier):
             num_layers=encoder.num_layers,
             intermediate_dim=encoder.intermediate_dim,
             pooling=pooling,
-            position_encoding=encoder.position_encoding,
+            input_positions=encoder.input_positions,
+            attention_positions=encoder.attention_positions,
+            num_key_value_heads=encoder.num_key_value_heads,
             **kwargs,
         )
         model.load_encoder_weights(encoder)
@@ -244,7 +283,15 @@ class TransformerClassifier(TextClassifier):
             "num_heads": (self.num_heads, encoder.num_heads),
             "num_layers": (self.num_layers, encoder.num_layers),
             "intermediate_dim": (self.intermediate_dim, encoder.intermediate_dim),
-            "position_encoding": (self.position_encoding, encoder.position_encoding),
+            "input_positions": (self.input_positions, encoder.input_positions),
+            "attention_positions": (
+                self.attention_positions,
+                encoder.attention_positions,
+            ),
+            "num_key_value_heads": (
+                self.num_key_value_heads or self.num_heads,
+                encoder.num_key_value_heads or encoder.num_heads,
+            ),
             "positions (max_length, plus 1 with [CLS] pooling)": (
                 positions,
                 encoder.max_length,
@@ -271,7 +318,10 @@ class TransformerClassifier(TextClassifier):
                 "intermediate_dim": self.intermediate_dim,
                 "dropout": self.dropout,
                 "pooling": self.pooling,
-                "position_encoding": self.position_encoding,
+                "input_positions": self.input_positions,
+                "attention_positions": self.attention_positions,
+                "num_key_value_heads": self.num_key_value_heads,
+                "chunk_size": self.chunk_size,
             }
         )
         return config
@@ -283,14 +333,32 @@ def encoder_layer_names(num_layers):
     return ["embedding", *(f"encoder_block_{i}" for i in range(num_layers))]
 
 
-def _check_encoder_args(hidden_dim, num_heads, dropout, position_encoding):
+def _encoder_options(
+    hidden_dim,
+    num_heads,
+    dropout,
+    input_positions,
+    attention_positions,
+    num_key_value_heads,
+    chunk_size,
+):
+    """Checks the options the classifier and the text encoder share;
+    returns them as `_encoder_layers` takes them."""
     check_rate("dropout", dropout)
-    check_choice("position_encoding", position_encoding, ("learned", "sinusoidal"))
     if hidden_dim % num_heads:
         raise ValueError(
             f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
             f"({num_heads})."
         )
+    check_key_value_heads(num_heads, num_key_value_heads)
+    check_positive_int("chunk_size", chunk_size, allow_none=True)
+    return {
+        "dropout": dropout,
+        "input_positions": INPUT_POSITIONS.check(input_positions),
+        "attention_positions": ATTENTION_POSITIONS.check(attention_positions),
+        "num_key_value_heads": num_key_value_heads,
+        "chunk_size": chunk_size,
+    }
 
 
 def _encoder_layers(
@@ -300,9 +368,13 @@ def _encoder_layers(
     num_heads,
     num_layers,
     intermediate_dim,
-    dropout,
-    position_encoding,
     dtype,
+    *,
+    dropout,
+    input_positions,
+    attention_positions,
+    num_key_value_heads,
+    chunk_size,
 ):
     """The embedding, its dropout and the encoder blocks, named as
     `encoder_layer_names` lists them."""
@@ -311,13 +383,20 @@ def _encoder_layers(
         vocabulary_size,
         positions,
         hidden_dim,
-        position_encoding=position_encoding,
+        input_positions=input_positions,
         dtype=dtype,
         name=names[0],
     )
     blocks = [
         TransformerEncoderBlock(
-            intermediate_dim, num_heads, dropout=dropout, dtype=dtype, name=name
+            intermediate_dim,
+            num_heads,
+            dropout=dropout,
+            attention_positions=attention_positions,
+            num_key_value_heads=num_key_value_heads,
+            chunk_size=chunk_size,
+            dtype=dtype,
+            name=name,
         )
         for name in names[1:]
     ]
@@ -342,7 +421,15 @@ class TransformerTextEncoder(keras.Model):
         num_layers: encoder blocks.
         intermediate_dim: feed-forward hidden size.
         dropout: dropout on embeddings, attention and sub-layers.
-        position_encoding: `"learned"` or `"sinusoidal"`.
+        input_positions: positions added to the token embeddings:
+            `"learned"`, `"sinusoidal"` or None. `position_encoding`, its
+            earlier name, is a deprecated alias.
+        attention_positions: positions inside the self-attention of every
+            block: None, `"rotary"`, `"alibi"` or `"relative"`.
+        num_key_value_heads: key/value heads of the attention (grouped-query
+            attention); default `num_heads`.
+        chunk_size: tile size of the blocks' memory-efficient attention
+            path; default None (chosen by length).
         tokenizer: optional keras-hub tokenizer saved with the model.
         **kwargs: `name`, `dtype` and other model arguments.
 
@@ -380,7 +467,10 @@ class TransformerTextEncoder(keras.Model):
         num_layers=1,
         intermediate_dim=64,
         dropout=0.1,
-        position_encoding="learned",
+        input_positions="learned",
+        attention_positions=None,
+        num_key_value_heads=None,
+        chunk_size=None,
         tokenizer=None,
         dtype=None,
         **kwargs,
@@ -394,7 +484,22 @@ class TransformerTextEncoder(keras.Model):
             ("intermediate_dim", intermediate_dim),
         ):
             check_positive_int(name, value)
-        _check_encoder_args(hidden_dim, num_heads, dropout, position_encoding)
+        input_positions, attention_positions = positions_from_alias(
+            kwargs,
+            TransformerTextEncoder.__init__,
+            type(self).__name__,
+            input_positions=input_positions,
+            attention_positions=attention_positions,
+        )
+        encoder_options = _encoder_options(
+            hidden_dim,
+            num_heads,
+            dropout,
+            input_positions,
+            attention_positions,
+            num_key_value_heads,
+            chunk_size,
+        )
 
         # === Layers ===
         embedding, embedding_dropout, blocks = _encoder_layers(
@@ -404,9 +509,8 @@ class TransformerTextEncoder(keras.Model):
             num_heads,
             num_layers,
             intermediate_dim,
-            dropout,
-            position_encoding,
             dtype,
+            **encoder_options,
         )
 
         # === Functional model ===
@@ -425,7 +529,10 @@ class TransformerTextEncoder(keras.Model):
         self.num_layers = num_layers
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
-        self.position_encoding = position_encoding
+        self.input_positions = input_positions
+        self.attention_positions = attention_positions
+        self.num_key_value_heads = num_key_value_heads
+        self.chunk_size = chunk_size
         self.tokenizer = tokenizer
 
     @property
@@ -446,7 +553,10 @@ class TransformerTextEncoder(keras.Model):
             "num_layers": self.num_layers,
             "intermediate_dim": self.intermediate_dim,
             "dropout": self.dropout,
-            "position_encoding": self.position_encoding,
+            "input_positions": self.input_positions,
+            "attention_positions": self.attention_positions,
+            "num_key_value_heads": self.num_key_value_heads,
+            "chunk_size": self.chunk_size,
             "tokenizer": serialize_optional(self.tokenizer),
         }
 

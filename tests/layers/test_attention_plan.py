@@ -77,6 +77,18 @@ CASES = {
         dict(key_length=SHORT, dense_bias=True, chunk_size=32),
         plan(chunk=32),
     ),
+    "the layer's own bias keeps the standard path, even a forced chunk": (
+        dict(key_length=LONG, own_bias=True, chunk_size=32, use_causal_mask=True),
+        plan(causal=True),
+    ),
+    "alibi under a cache is the layer's own dense bias": (
+        dict(cached=True, key_length=SHORT, alibi=True, chunk_size=32),
+        plan(),
+    ),
+    "alibi under a long cache keeps the standard path": (
+        dict(cached=True, key_length=LONG, alibi=True),
+        plan(),
+    ),
     # A cache or an overridden `_compute_attention` get every mask
     # materialized.
     "cached decoding step": (

@@ -161,8 +161,13 @@ def test_a_subclass_written_for_keras_gets_repeated_heads():
 
 @pytest.mark.parametrize(
     "options",
-    [{}, {"chunk_size": 4}, {"position_encoding": "rotary"}],
-    ids=["standard", "chunked", "rotary"],
+    [
+        {},
+        {"chunk_size": 4},
+        {"attention_positions": "rotary"},
+        {"attention_positions": "relative"},
+    ],
+    ids=["standard", "chunked", "rotary", "relative"],
 )
 def test_keeps_the_layer_contract(options):
     mask = MASK.copy()

@@ -190,9 +190,9 @@ def test_dropout_only_in_training():
             "Dropout is not supported when flash attention is enabled",
         ),
         (
-            dict(num_heads=2, key_dim=8, position_encoding="learned"),
-            r"`position_encoding` must be one of \(None, 'rotary', 'alibi'\); "
-            "received 'learned'",
+            dict(num_heads=2, key_dim=8, attention_positions="learned"),
+            r"Unknown `attention_positions`: 'learned'. Expected one of None, "
+            "'rotary', 'alibi', 'relative'",
         ),
         (
             dict(num_heads=4, key_dim=8, num_key_value_heads=3),
@@ -493,7 +493,7 @@ def _projections(layer, x):
 
 def test_rotary_rotates_the_projected_queries_and_keys():
     layer = MultiHeadAttention(
-        num_heads=2, key_dim=8, use_bias=False, position_encoding="rotary"
+        num_heads=2, key_dim=8, use_bias=False, attention_positions="rotary"
     )
     x = rng.normal(size=(B, T, D)).astype("float32")
     got = np_(layer(x, x, use_causal_mask=True))
@@ -506,7 +506,7 @@ def test_rotary_rotates_the_projected_queries_and_keys():
 
 def test_alibi_subtracts_slope_times_distance():
     layer = MultiHeadAttention(
-        num_heads=4, key_dim=4, use_bias=False, position_encoding="alibi"
+        num_heads=4, key_dim=4, use_bias=False, attention_positions="alibi"
     )
     x = rng.normal(size=(B, T, D)).astype("float32")
     got = np_(layer(x, x, use_causal_mask=True))
@@ -533,16 +533,21 @@ def test_attention_bias_is_added_to_the_scores():
     assert np_(weights).shape == (B, 2, T, T)
 
 
-@pytest.mark.parametrize("position_encoding", ["rotary", "alibi"])
-@pytest.mark.parametrize("num_key_value_heads", [None, 1])
+@pytest.mark.parametrize("attention_positions", ["rotary", "alibi", "relative"])
+@pytest.mark.parametrize(
+    "num_key_value_heads, chunk_size", [(None, None), (1, None), (2, 4)]
+)
 def test_positions_decode_with_the_cache_like_one_causal_pass(
-    position_encoding, num_key_value_heads
+    attention_positions, num_key_value_heads, chunk_size
 ):
+    # With a chunk size, the full pass takes the chunked path (ALiBi in the
+    # op), the cached steps the standard one (ALiBi as a dense bias).
     layer = MultiHeadAttention(
         num_heads=4,
         key_dim=4,
-        position_encoding=position_encoding,
+        attention_positions=attention_positions,
         num_key_value_heads=num_key_value_heads,
+        chunk_size=chunk_size,
     )
     x = rng.normal(size=(B, 9, D)).astype("float32")
     full = np_(layer(x, x, use_causal_mask=True))
@@ -560,13 +565,13 @@ def test_positions_decode_with_the_cache_like_one_causal_pass(
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
 
 
-@pytest.mark.parametrize("position_encoding", ["rotary", "alibi"])
+@pytest.mark.parametrize("attention_positions", ["rotary", "alibi"])
 @pytest.mark.parametrize("use_causal_mask", [False, True])
 def test_positions_on_the_chunked_path_and_with_weights(
-    position_encoding, use_causal_mask
+    attention_positions, use_causal_mask
 ):
     layer = MultiHeadAttention(
-        num_heads=4, key_dim=4, position_encoding=position_encoding
+        num_heads=4, key_dim=4, attention_positions=attention_positions
     )
     x = rng.normal(size=(B, 13, D)).astype("float32")
     want, _ = layer(x, x, use_causal_mask=use_causal_mask, return_attention_scores=True)
@@ -580,7 +585,7 @@ def test_positions_on_the_chunked_path_and_with_weights(
 def test_rotary_scores_depend_only_on_the_offset():
     # The same tokens written into the cache at positions 0.. or 5.. give the
     # same outputs: the rotated scores see only the offsets between them.
-    layer = MultiHeadAttention(num_heads=2, key_dim=8, position_encoding="rotary")
+    layer = MultiHeadAttention(num_heads=2, key_dim=8, attention_positions="rotary")
     x = rng.normal(size=(B, T, D)).astype("float32")
     outputs = []
     for start in (0, 5):
@@ -602,11 +607,12 @@ def test_rotary_scores_depend_only_on_the_offset():
 @pytest.mark.parametrize(
     "options",
     [
-        {"position_encoding": "rotary"},
-        {"position_encoding": "alibi", "chunk_size": 4},
-        {"position_encoding": "alibi", "num_key_value_heads": 1},
+        {"attention_positions": "rotary"},
+        {"attention_positions": "alibi", "chunk_size": 4},
+        {"attention_positions": "alibi", "num_key_value_heads": 1},
+        {"attention_positions": "relative", "num_key_value_heads": 1},
     ],
-    ids=["rotary", "alibi-chunked", "alibi-multi-query"],
+    ids=["rotary", "alibi-chunked", "alibi-multi-query", "relative-multi-query"],
 )
 def test_positions_keep_the_layer_contract(options):
     x = rng.normal(size=(B, T, D)).astype("float32")
@@ -621,7 +627,7 @@ def test_positions_keep_the_layer_contract(options):
 
 def test_positions_need_one_attention_axis():
     layer = MultiHeadAttention(
-        num_heads=2, key_dim=4, attention_axes=(1, 2), position_encoding="rotary"
+        num_heads=2, key_dim=4, attention_axes=(1, 2), attention_positions="rotary"
     )
     images = rng.normal(size=(B, 3, 3, D)).astype("float32")
     with pytest.raises(ValueError, match="needs one attention axis.*\\(1, 2\\)"):

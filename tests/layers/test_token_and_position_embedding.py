@@ -22,14 +22,14 @@ def np_(x):
 IDS = np.array([[4, 2, 9, 0, 0], [1, 1, 1, 1, 1]], "int32")
 
 
-@pytest.mark.parametrize("position_encoding", ["learned", "sinusoidal"])
-def test_sum_of_token_and_position(position_encoding):
+@pytest.mark.parametrize("input_positions", ["learned", "sinusoidal"])
+def test_sum_of_token_and_position(input_positions):
     layer = TokenAndPositionEmbedding(
-        10, 5, 6, position_encoding=position_encoding, scale_embeddings=True
+        10, 5, 6, input_positions=input_positions, scale_embeddings=True
     )
     out = ops.convert_to_numpy(layer(IDS))
     tokens = ops.convert_to_numpy(layer.token_embedding.embeddings)[IDS] * np.sqrt(6)
-    if position_encoding == "learned":
+    if input_positions == "learned":
         positions = ops.convert_to_numpy(layer.position_embedding.position_embeddings)
     else:
         positions = ref.sinusoidal(5, 6)
@@ -51,8 +51,8 @@ def test_mask_reaches_attention_in_a_functional_model():
     assert np.all(w[0, :, 3:] == 0.0)
 
 
-@pytest.mark.parametrize("position_encoding", ["learned", "sinusoidal"])
-def test_keeps_the_layer_contract(position_encoding):
+@pytest.mark.parametrize("input_positions", ["learned", "sinusoidal"])
+def test_keeps_the_layer_contract(input_positions):
     run_layer_test(
         TokenAndPositionEmbedding,
         {
@@ -60,7 +60,7 @@ def test_keeps_the_layer_contract(position_encoding):
             "sequence_length": 5,
             "embedding_dim": 6,
             "mask_zero": True,
-            "position_encoding": position_encoding,
+            "input_positions": input_positions,
             "scale_embeddings": True,
         },
         IDS,
@@ -71,8 +71,8 @@ def test_keeps_the_layer_contract(position_encoding):
 def test_too_long_input_and_bad_config():
     with pytest.raises(ValueError, match=r"5 tokens.*sequence_length=4"):
         TokenAndPositionEmbedding(10, 4, 6)(IDS)
-    with pytest.raises(ValueError, match=r"Unknown `position_encoding`: 'rotary'"):
-        TokenAndPositionEmbedding(10, 4, 6, position_encoding="rotary")
+    with pytest.raises(ValueError, match=r"Unknown `input_positions`: 'rotary'"):
+        TokenAndPositionEmbedding(10, 4, 6, input_positions="rotary")
     with pytest.raises(ValueError, match="`embedding_dim` must be a positive integer"):
         TokenAndPositionEmbedding(10, 4, 0)
 
@@ -83,11 +83,9 @@ def test_embeddings_initializer_initializes_both_tables():
     np.testing.assert_array_equal(out, np.full((1, 4, 3), 2.0))
 
 
-@pytest.mark.parametrize(
-    "position_encoding, tables", [("learned", 2), ("sinusoidal", 1)]
-)
-def test_trainable_tables(position_encoding, tables):
-    layer = TokenAndPositionEmbedding(5, 4, 3, position_encoding=position_encoding)
+@pytest.mark.parametrize("input_positions, tables", [("learned", 2), ("sinusoidal", 1)])
+def test_trainable_tables(input_positions, tables):
+    layer = TokenAndPositionEmbedding(5, 4, 3, input_positions=input_positions)
     layer.build((2, 4))
     assert len(layer.trainable_weights) == tables
     assert not layer.non_trainable_weights
@@ -100,12 +98,12 @@ def test_eager_output_carries_the_padding_mask():
     np.testing.assert_array_equal(ops.convert_to_numpy(mask), ids != 0)
 
 
-@pytest.mark.parametrize("position_encoding", ["learned", "sinusoidal"])
-def test_parts_have_keras_hubs_attribute_names(position_encoding):
-    layer = TokenAndPositionEmbedding(10, 5, 6, position_encoding=position_encoding)
+@pytest.mark.parametrize("input_positions", ["learned", "sinusoidal"])
+def test_parts_have_keras_hubs_attribute_names(input_positions):
+    layer = TokenAndPositionEmbedding(10, 5, 6, input_positions=input_positions)
     layer.build((2, 5))
     assert isinstance(layer.token_embedding, keras.layers.Embedding)
-    kind = "PositionEmbedding" if position_encoding == "learned" else "Sinusoidal"
+    kind = "PositionEmbedding" if input_positions == "learned" else "Sinusoidal"
     assert type(layer.position_embedding).__name__.startswith(kind)
     # This package's earlier name for the position part stays an alias.
     assert layer.position_layer is layer.position_embedding
@@ -182,3 +180,23 @@ def test_tied_embedding_maps_vectors_back_through_its_table(tmp_path):
     assert_saved_model_matches(model, ids, tmp_path)
     with pytest.raises(ValueError, match="mask_zero"):
         TiedEmbedding(11, 4, mask_zero=True)
+
+
+def test_without_input_positions_only_the_tokens_are_embedded():
+    # For a model whose positions are inside attention (rotary, ALiBi).
+    layer = TokenAndPositionEmbedding(10, 5, 6, input_positions=None, mask_zero=True)
+    out = np_(layer(IDS))
+    np.testing.assert_array_equal(out, np_(layer.token_embedding.embeddings)[IDS])
+    assert layer.position_embedding is None and len(layer.weights) == 1
+    run_layer_test(
+        TokenAndPositionEmbedding,
+        {
+            "vocabulary_size": 10,
+            "sequence_length": 5,
+            "embedding_dim": 6,
+            "mask_zero": True,
+            "input_positions": None,
+        },
+        IDS,
+        expected_output_shape=(2, 5, 6),
+    )

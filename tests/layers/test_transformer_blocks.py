@@ -91,10 +91,11 @@ def test_decoder_cached_decoding_matches_one_causal_pass(normalize_first):
 @pytest.mark.parametrize(
     "options",
     [
-        {"position_encoding": "rotary"},
-        {"position_encoding": "alibi", "num_key_value_heads": 2},
+        {"attention_positions": "rotary"},
+        {"attention_positions": "alibi", "num_key_value_heads": 2},
+        {"attention_positions": "relative"},
     ],
-    ids=["rotary", "alibi-grouped"],
+    ids=["rotary", "alibi-grouped", "relative"],
 )
 def test_positions_and_grouped_heads_decode_like_one_causal_pass(options):
     block = TransformerDecoderBlock(32, 4, normalize_first=True, **options)
@@ -115,16 +116,16 @@ def test_positions_and_grouped_heads_decode_like_one_causal_pass(options):
         steps.append(np_(out))
     np.testing.assert_allclose(np.concatenate(steps, 1), np_(full), atol=1e-5)
     # Positions go into the self-attention only: the encoder's are its own.
-    assert block.cross_attention.position_encoding is None
+    assert block.cross_attention.attention_positions is None
     restored = TransformerDecoderBlock.from_config(block.get_config())
     restored(X, ENC)
-    assert restored.self_attention.position_encoding == options["position_encoding"]
+    assert restored.self_attention.attention_positions == options["attention_positions"]
 
 
 def test_encoder_with_positions_keeps_the_layer_contract():
     run_layer_test(
         TransformerEncoderBlock,
-        {"intermediate_dim": 32, "num_heads": 2, "position_encoding": "alibi"},
+        {"intermediate_dim": 32, "num_heads": 2, "attention_positions": "alibi"},
         X,
         expected_output_shape=(B, T, D),
     )
@@ -213,8 +214,8 @@ def test_bad_inputs_and_config():
         TransformerDecoderBlock(0, 4)
     with pytest.raises(ValueError, match=r"`dropout` must be in \[0, 1\)"):
         FeedForward(8, dropout=-0.1)
-    with pytest.raises(ValueError, match="`position_encoding` must be one of"):
-        TransformerDecoderBlock(32, 4, position_encoding="sinusoidal")
+    with pytest.raises(ValueError, match="Unknown `attention_positions`: 'sinusoidal'"):
+        TransformerDecoderBlock(32, 4, attention_positions="sinusoidal")
     with pytest.raises(ValueError, match="num_heads=4, num_key_value_heads=3"):
         TransformerEncoderBlock(32, 4, num_key_value_heads=3)
 

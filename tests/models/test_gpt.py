@@ -217,11 +217,20 @@ def test_gpt_learns_to_copy_with_attention():
 # -- positions -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("position_encoding", ["sinusoidal", "rotary", "alibi"])
-def test_positions_decode_past_the_training_length(position_encoding):
+@pytest.mark.parametrize(
+    "input_positions, attention_positions",
+    [("sinusoidal", None), (None, "rotary"), (None, "alibi"), (None, "relative")],
+)
+def test_positions_decode_past_the_training_length(
+    input_positions, attention_positions
+):
     # Only learned positions end at max_length: the others read and decode
     # longer sequences, through the cache as in one forward pass.
-    model = tiny_gpt(position_encoding=position_encoding, num_key_value_heads=1)
+    model = tiny_gpt(
+        input_positions=input_positions,
+        attention_positions=attention_positions,
+        num_key_value_heads=1,
+    )
     ids = token_ids(rows=2, length=24)
     full = np.asarray(model(ids))
     cache = model.initial_cache(2, 24)
@@ -233,19 +242,35 @@ def test_positions_decode_past_the_training_length(position_encoding):
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
 
 
-@pytest.mark.parametrize("position_encoding", ["rotary", "alibi"])
+@pytest.mark.parametrize("attention_positions", ["rotary", "alibi"])
 def test_positions_inside_attention_add_no_position_weights(
-    position_encoding, tmp_path
+    attention_positions, tmp_path
 ):
-    model = tiny_gpt(position_encoding=position_encoding)
+    model = tiny_gpt(input_positions=None, attention_positions=attention_positions)
     learned = tiny_gpt()
     assert model.count_params() == learned.count_params() - 16 * 16
-    assert model.blocks[0].self_attention.position_encoding == position_encoding
+    assert model.blocks[0].self_attention.attention_positions == attention_positions
     assert_saved_model_matches(model, token_ids(), tmp_path)
+
+
+def test_relative_positions_add_a_bias_table_per_block(tmp_path):
+    # T5's buckets (32) times the heads (2), in each of the two blocks.
+    model = tiny_gpt(input_positions=None, attention_positions="relative")
+    assert model.count_params() == tiny_gpt().count_params() - 16 * 16 + 2 * 32 * 2
+    assert_saved_model_matches(model, token_ids(), tmp_path)
+
+
+def test_input_and_attention_positions_combine():
+    model = tiny_gpt(input_positions="sinusoidal", attention_positions="rotary")
+    config = model.get_config()
+    assert config["input_positions"] == "sinusoidal"
+    assert config["attention_positions"] == "rotary"
+    assert model.blocks[0].self_attention.attention_positions == "rotary"
+    assert model(token_ids()).shape[-1] == model.vocabulary_size
 
 
 def test_learned_positions_refuse_a_cache_past_max_length():
     with pytest.raises(ValueError, match="at most the model's max_length=16"):
         tiny_gpt().initial_cache(1, 17)
-    with pytest.raises(ValueError, match="`position_encoding` must be one of"):
-        tiny_gpt(position_encoding="relative")
+    with pytest.raises(ValueError, match="Unknown `attention_positions`: 't5'"):
+        tiny_gpt(attention_positions="t5")

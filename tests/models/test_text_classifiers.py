@@ -145,6 +145,44 @@ def test_save_and_load_in_safe_mode(name, tmp_path):
         )
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {
+            "input_positions": None,
+            "attention_positions": "rotary",
+            "num_key_value_heads": 1,
+            "chunk_size": 4,
+        },
+        {"attention_positions": "alibi", "chunk_size": 4},
+        {"input_positions": "sinusoidal", "attention_positions": "relative"},
+    ],
+    ids=["rotary-gqa-chunked", "alibi-chunked", "t5"],
+)
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_transformer_blocks_get_the_attention_options(options, pooling, tmp_path):
+    model = transformer(pooling=pooling, **options)
+    config = model.get_config()
+    assert "position_encoding" not in config
+    want = {
+        "input_positions": "learned",
+        "num_key_value_heads": None,
+        "chunk_size": None,
+        **options,
+    }
+    for name, value in want.items():
+        assert config[name] == value
+    block = model.get_layer("encoder_block_0")
+    assert block.attention_positions == options["attention_positions"]
+    assert block.num_key_value_heads == want["num_key_value_heads"]
+    assert block.chunk_size == want["chunk_size"]
+    tokens = task("transformer", 4, seed=5)["token_ids"]
+    loaded = assert_saved_model_matches(model, tokens, tmp_path)
+    np.testing.assert_allclose(
+        loaded.token_importance(tokens), model.token_importance(tokens), atol=1e-6
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 @pytest.mark.parametrize("name", sorted(FACTORIES))
@@ -171,6 +209,14 @@ def test_mixed_precision_trains_under_xla(name, policy):
         ),
         (lambda: transformer(num_heads=4, hidden_dim=30), r"\(30\).*\(4\)"),
         (lambda: transformer(pooling="max"), "`pooling`.*'max'"),
+        (
+            lambda: transformer(attention_positions="sinusoidal"),
+            "Unknown `attention_positions`: 'sinusoidal'",
+        ),
+        (
+            lambda: transformer(num_key_value_heads=3),
+            "`num_key_value_heads` must divide `num_heads`",
+        ),
         (lambda: han(class_names=["a"]), r"one name per class \(3\); received 1"),
         (lambda: han(word_units=0), "`word_units` must be a positive integer"),
         (lambda: bag(dropout=1.5), "`dropout`"),

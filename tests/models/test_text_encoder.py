@@ -27,7 +27,12 @@ def test_encoder_gives_one_vector_per_token():
 
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
 def test_classifier_starts_from_the_encoder_weights(pooling):
-    encoder = tiny_encoder(position_encoding="sinusoidal")
+    encoder = tiny_encoder(
+        input_positions="sinusoidal",
+        attention_positions="alibi",
+        num_key_value_heads=1,
+        chunk_size=4,
+    )
     # Weights unlike any initialisation, so that equality means copied.
     rng = np.random.default_rng(0)
     for weight in encoder.weights:
@@ -36,7 +41,9 @@ def test_classifier_starts_from_the_encoder_weights(pooling):
         encoder, num_classes=3, pooling=pooling, class_names=["a", "b", "c"]
     )
     assert classifier.max_length == 9 - (pooling == "cls")
-    assert classifier.position_encoding == "sinusoidal"
+    assert classifier.input_positions == "sinusoidal"
+    assert classifier.attention_positions == "alibi"
+    assert classifier.num_key_value_heads == 1 and classifier.chunk_size == 4
     ours, theirs = encoder_weights(classifier, 2), encoder_weights(encoder, 2)
     assert len(ours) == len(theirs) == len(encoder.weights)
     for a, b in zip(ours, theirs, strict=True):

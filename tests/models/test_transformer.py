@@ -32,8 +32,12 @@ def test_transformer_learns_to_reverse():
     [
         {},
         {"normalize_first": True},
-        {"position_encoding": "learned"},
+        {"input_positions": "learned"},
         {"share_embeddings": True},
+        {"input_positions": None, "attention_positions": "rotary"},
+        {"attention_positions": "alibi", "num_key_value_heads": 1},
+        {"input_positions": None, "attention_positions": "relative"},
+        {"chunk_size": 4, "num_key_value_heads": 1},
     ],
 )
 def test_cached_decode_step_matches_full_forward(options):
@@ -80,6 +84,51 @@ def test_save_and_load_keep_outputs(tmp_path):
     )
 
 
+BLOCK_OPTIONS = [
+    {
+        "input_positions": None,
+        "attention_positions": "rotary",
+        "num_key_value_heads": 1,
+        "chunk_size": 4,
+    },
+    {"attention_positions": "alibi", "num_key_value_heads": 1, "chunk_size": 4},
+    {"input_positions": None, "attention_positions": "relative"},
+]
+
+
+@pytest.mark.parametrize(
+    "options", BLOCK_OPTIONS, ids=["rotary-gqa-chunked", "alibi-gqa-chunked", "t5"]
+)
+def test_blocks_get_the_attention_options_and_the_file_keeps_them(options, tmp_path):
+    inputs, _, _ = reversal_pairs(4)
+    model = tiny(**options)
+    config = model.get_config()
+    want = {
+        "input_positions": "sinusoidal",
+        "num_key_value_heads": None,
+        "chunk_size": None,
+        **options,
+    }
+    for name, value in want.items():
+        assert config[name] == value
+    assert "position_encoding" not in config
+    for block in (*model.encoder_blocks, *model.decoder_blocks):
+        assert block.attention_positions == options["attention_positions"]
+        assert block.num_key_value_heads == want["num_key_value_heads"]
+        assert block.chunk_size == want["chunk_size"]
+        assert block.self_attention.attention_positions == block.attention_positions
+    # Cross-attention reads the encoder's output, whose positions are its own.
+    assert model.decoder_blocks[0].cross_attention.attention_positions is None
+    heads = options.get("num_key_value_heads") or model.num_heads
+    cache = model.initial_cache(inputs["encoder_token_ids"], 9)
+    assert cache["self_attention"][0].shape[3] == heads
+    loaded = assert_saved_model_matches(model, inputs, tmp_path, atol=1e-5)
+    np.testing.assert_array_equal(
+        loaded.generate(inputs["encoder_token_ids"], 5),
+        model.generate(inputs["encoder_token_ids"], 5),
+    )
+
+
 def test_transformer_base_preset_has_the_paper_sizes():
     model = Transformer.from_preset(
         "transformer_base", source_vocabulary_size=100, target_vocabulary_size=100
@@ -106,8 +155,14 @@ def test_bad_configs_raise_clear_errors():
         Transformer(10, 12, share_embeddings=True)
     with pytest.raises(ValueError, match="preset"):
         Transformer.from_preset("transformer_huge", source_vocabulary_size=5)
-    with pytest.raises(ValueError, match="position_encoding"):
-        tiny(position_encoding="rotary")
+    with pytest.raises(ValueError, match="Unknown `input_positions`: 'rotary'"):
+        tiny(input_positions="rotary")
+    with pytest.raises(ValueError, match="Unknown `attention_positions`: 'learned'"):
+        tiny(attention_positions="learned")
+    with pytest.raises(ValueError, match="`num_key_value_heads` must divide"):
+        tiny(num_key_value_heads=3)
+    with pytest.raises(ValueError, match="`chunk_size` must be a positive integer"):
+        tiny(chunk_size=0)
 
 
 def test_generating_past_the_target_positions_is_refused():
