@@ -20,7 +20,6 @@ from keras_attention.data.language_modeling import load_fortune_texts, read_docu
 from keras_attention.data.pipeline import classification_dataset, encode_texts
 from keras_attention.data.tokenization import PAD_ID, UNK_ID
 from keras_attention.models import TransformerTextEncoder
-from keras_attention.tasks import distribute
 from keras_attention.tasks.classify import SETTINGS as CLASSIFY_SETTINGS
 from keras_attention.tasks.common import (
     ArgumentError,
@@ -29,10 +28,11 @@ from keras_attention.tasks.common import (
     phase,
 )
 from keras_attention.tasks.runner import (
+    Task,
+    TrainingOptions,
     compile_with_adam,
-    finish_run,
+    run,
     save_model,
-    train_or_load,
 )
 from keras_attention.viz import plot_curves
 
@@ -242,32 +242,171 @@ def most_frequent_token_accuracy(train_ids, dataset):
     return hits / max(total, 1.0)
 
 
-def run_pretrain(
-    out_dir,
-    data="reviews",
-    extra_texts=(),
-    epochs=None,
-    batch_size=32,
-    time_budget_minutes=None,
-    seed=0,
-    num_train=None,
-    jit_compile=None,
-    verbose=1,
-    callbacks=None,
-    strategy="default",
-    learning_rate=1e-3,
-    **encoder_kwargs,
-):
-    """Pretrains a `TransformerTextEncoder` with masked language modelling on
-    the training texts of `data` (their labels unused) and `extra_texts`, and
-    writes `metrics.json` (masked-token loss and accuracy on the held-out
-    validation texts of `data`), `loss.png`, `vocabulary.txt`, `model.keras`
-    (the `MaskedLanguageModel`) and `encoder.keras` (its encoder, with the
-    tokenizer) under `out_dir`. Re-run with the same folder, an interrupted
-    training resumes from its last finished epoch.
+class Pretraining(Task):
+    """`keras-attention pretrain`: a `MaskedLanguageModel` pretrained on the
+    training texts of `data` (their labels unused) and `extra_texts`,
+    evaluated by its masked-token loss and accuracy on the held-out
+    validation texts of `data`; besides `model.keras` it writes
+    `encoder.keras` (the encoder, with the tokenizer) and `loss.png`. Each
+    epoch is one pass over the pretraining texts; the weights of the epoch
+    with the best held-out loss are kept, and training never stops early.
 
     The vocabulary is learned from the training texts of `data`, as
-    `keras-attention classify` learns it, plus a `[MASK]` token.
+    `keras-attention classify` learns it, plus a `[MASK]` token."""
+
+    command = "pretrain"
+    model = "masked language model"
+    epochs = SETTINGS["epochs"]
+
+    def __init__(self, data="reviews", extra_texts=(), learning_rate=1e-3, **kwargs):
+        self.data, self.extra_texts = data, list(extra_texts)
+        if data == "fortunes" and "fortunes" in self.extra_texts:
+            raise ArgumentError(
+                "extra text 'fortunes' holds the held-out fortunes of --data fortunes"
+            )
+        self.learning_rate = learning_rate
+        self.max_length = kwargs.pop("max_length", SETTINGS["max_length"])
+        self.encoder_kwargs = kwargs
+
+    def load(self, run):
+        options, max_length = run.options, self.max_length
+        phase(f"loading {self.data}")
+        splits = load_classification_data(self.data, seed=options.seed)
+        self.train_texts = splits.train.texts[: options.num_train or None]
+        check_training_size(
+            1,
+            len(self.train_texts),
+            "texts",
+            num_train=options.num_train,
+            available=len(splits.train),
+        )
+        self.extra = []
+        for name in self.extra_texts:
+            phase(f"loading {name}")
+            self.extra += load_extra_texts(name)
+        self.tokenizer = tokenizer = cached_word_piece(
+            os.path.join(run.out_dir, "vocabulary.txt"),
+            self.train_texts,
+            SETTINGS["vocabulary_size"],
+            lowercase=SETTINGS["lowercase"],
+            extra_tokens=(MASK_TOKEN,),
+        )
+        vocabulary_size = tokenizer.vocabulary_size()
+        phase(f"encoding {len(self.train_texts) + len(self.extra):,} texts")
+        self.train_ids = encode_texts(
+            self.train_texts + self.extra, tokenizer, max_length
+        )
+        self.valid_ids = encode_texts(splits.valid.texts, tokenizer, max_length)
+        check_training_size(options.batch_size, len(self.train_ids), "texts")
+        phase(
+            f"{len(self.train_texts):,} training texts of {self.data} and "
+            f"{len(self.extra):,} extra texts "
+            f"({int(np.sum(self.train_ids != PAD_ID)):,} tokens); "
+            f"{len(self.valid_ids):,} held-out texts; vocabulary {vocabulary_size}"
+        )
+        generator = mask_generator(
+            vocabulary_size, tokenizer.token_to_id(MASK_TOKEN), max_length
+        )
+        self.valid_data = fixed_masked_dataset(
+            self.valid_ids, generator, options.batch_size, options.seed
+        )
+        self.train_data = masked_dataset(
+            self.train_ids,
+            generator,
+            options.batch_size,
+            shuffle=True,
+            seed=options.seed,
+            bucket_boundaries=SETTINGS["token_buckets"],
+        )
+
+    def build(self, run, jit_compile):
+        encoder = TransformerTextEncoder(
+            self.tokenizer.vocabulary_size(),
+            max_length=self.max_length,
+            tokenizer=self.tokenizer,
+            **self.encoder_kwargs,
+        )
+        # The loss is the mean over the masked tokens, not over the
+        # `mask_positions` slots, some of which are empty.
+        return compile_with_adam(
+            MaskedLanguageModel(encoder),
+            jit_compile,
+            reduction="mean_with_sample_weight",
+            learning_rate=self.learning_rate,
+        )
+
+    def fit_arguments(self, run, net):
+        return {
+            "train_data": self.train_data,
+            "validation_data": self.valid_data,
+            # Keeps the best epoch, never stops early.
+            "patience": run.options.epochs,
+        }
+
+    def announce(self, run, net):
+        return (
+            f"pretraining {net.count_params():,} parameters ("
+            f"{net.encoder.count_params():,} in the encoder) for up to "
+            f"{run.options.epochs} epochs, "
+            f"{SETTINGS['mask_selection_rate']:.0%} of the tokens masked"
+        )
+
+    def export(self, run, net):
+        save_model(net.encoder, os.path.join(run.out_dir, "encoder.keras"))
+
+    def report(self, run, net, history):
+        data, extra_texts, out_dir = self.data, self.extra_texts, run.out_dir
+        phase(f"masked-token accuracy on {len(self.valid_ids):,} held-out texts")
+        held_out = net.evaluate(self.valid_data, return_dict=True, verbose=0)
+        plot_curves(
+            {"training": history["loss"], "held-out": history["val_loss"]},
+            path=os.path.join(out_dir, "loss.png"),
+            ylabel="masked-token cross-entropy (nats)",
+            title=f"masked language model on {data}"
+            + (
+                f" + {', '.join(map(os.path.basename, extra_texts))}"
+                if self.extra
+                else ""
+            ),
+        )
+        metrics = {
+            "model": "transformer-encoder",
+            "data": data,
+            "extra_texts": [os.path.basename(name) for name in extra_texts],
+            "mlm_loss": float(held_out["loss"]),
+            "mlm_accuracy": float(held_out["accuracy"]),
+            "mlm_accuracy_most_frequent_token": most_frequent_token_accuracy(
+                self.train_ids, self.valid_data
+            ),
+            "train_texts": len(self.train_texts),
+            "extra_train_texts": len(self.extra),
+            "train_tokens": int(np.sum(self.train_ids != PAD_ID)),
+            "held_out_texts": len(self.valid_ids),
+            "vocabulary_size": self.tokenizer.vocabulary_size(),
+            "parameters": net.count_params(),
+            "encoder_parameters": net.encoder.count_params(),
+            "seed": run.options.seed,
+            "epochs": history["epochs"],
+            "best_epoch": history["best_epoch"],
+            "train_seconds": history["train_seconds"],
+            "mask_selection_rate": SETTINGS["mask_selection_rate"],
+            "learning_rate": self.learning_rate,
+        }
+        return metrics, (
+            f"masked language model on {data}: held-out masked-token accuracy "
+            f"{metrics['mlm_accuracy']:.3f} (most frequent token "
+            f"{metrics['mlm_accuracy_most_frequent_token']:.3f}), loss "
+            f"{metrics['mlm_loss']:.3f}; trained {history['train_seconds']:.0f} s; "
+            f"encoder in {os.path.join(out_dir, 'encoder.keras')}"
+        )
+
+
+def run_pretrain(out_dir, data="reviews", extra_texts=(), learning_rate=1e-3, **kwargs):
+    """Pretrains a `TransformerTextEncoder` with masked language modelling
+    (`Pretraining`) and writes `metrics.json`, `loss.png`, `vocabulary.txt`,
+    `model.keras` (the `MaskedLanguageModel`) and `encoder.keras` under
+    `out_dir` (`runner.run`: an interrupted training resumes, a finished one
+    is evaluated again).
 
     Args:
         out_dir: output folder.
@@ -276,162 +415,16 @@ def run_pretrain(
             is never read.
         extra_texts: more unlabelled text: names of `EXTRA_TEXTS` or text
             files (see `load_extra_texts`).
-        epochs: most epochs (default `SETTINGS["epochs"]`), each one pass
-            over the pretraining texts; the weights of the epoch with the
-            best held-out loss are kept.
-        batch_size: texts per batch.
-        time_budget_minutes: stop before an epoch that would end later.
-        seed: seed of the split of `data`, the initialisation, the shuffling
-            and the masks.
-        num_train: use only this many training texts of `data`.
-        jit_compile: train with XLA; None: XLA (`tasks.distribute.jit_for`).
-        verbose: Keras progress bar setting.
-        callbacks: extra Keras callbacks for `fit`.
-        strategy: `tf.distribute` strategy, by name or object.
         learning_rate: Adam's learning rate.
-        **encoder_kwargs: `TransformerTextEncoder` sizes (default: those of
-            `TransformerClassifier`).
+        **kwargs: `options` (a `TrainingOptions`) or its fields by name
+            (`epochs`, `batch_size`, `seed`, ...; default batch 32, at most
+            `SETTINGS["epochs"]` epochs; `seed` also draws the held-out
+            masks); the rest are `TransformerTextEncoder` sizes (default:
+            those of `TransformerClassifier`).
 
     Returns:
         The metrics dict.
     """
-    extra_texts = list(extra_texts)
-    if data == "fortunes" and "fortunes" in extra_texts:
-        raise ArgumentError(
-            "extra text 'fortunes' holds the held-out fortunes of --data fortunes"
-        )
-    strategy, out_dir = distribute.prepare(strategy, out_dir, batch_size, seed)
-    epochs = epochs or SETTINGS["epochs"]
-    max_length = encoder_kwargs.pop("max_length", SETTINGS["max_length"])
-
-    phase(f"loading {data}")
-    splits = load_classification_data(data, seed=seed)
-    train_texts = splits.train.texts[:num_train] if num_train else splits.train.texts
-    check_training_size(
-        1,
-        len(train_texts),
-        "texts",
-        num_train=num_train,
-        available=len(splits.train),
-    )
-    extra = []
-    for name in extra_texts:
-        phase(f"loading {name}")
-        extra += load_extra_texts(name)
-    tokenizer = cached_word_piece(
-        os.path.join(out_dir, "vocabulary.txt"),
-        train_texts,
-        SETTINGS["vocabulary_size"],
-        lowercase=SETTINGS["lowercase"],
-        extra_tokens=(MASK_TOKEN,),
-    )
-    vocabulary_size = tokenizer.vocabulary_size()
-    mask_id = tokenizer.token_to_id(MASK_TOKEN)
-    phase(f"encoding {len(train_texts) + len(extra):,} texts")
-    train_ids = encode_texts(train_texts + extra, tokenizer, max_length)
-    valid_ids = encode_texts(splits.valid.texts, tokenizer, max_length)
-    check_training_size(batch_size, len(train_ids), "texts")
-    phase(
-        f"{len(train_texts):,} training texts of {data} and {len(extra):,} extra "
-        f"texts ({int(np.sum(train_ids != PAD_ID)):,} tokens); "
-        f"{len(valid_ids):,} held-out texts; vocabulary {vocabulary_size}"
-    )
-    generator = mask_generator(vocabulary_size, mask_id, max_length)
-    valid_data = fixed_masked_dataset(valid_ids, generator, batch_size, seed)
-    train_data = masked_dataset(
-        train_ids,
-        generator,
-        batch_size,
-        shuffle=True,
-        seed=seed,
-        bucket_boundaries=SETTINGS["token_buckets"],
-    )
-
-    def build(jit_compile):
-        encoder = TransformerTextEncoder(
-            vocabulary_size,
-            max_length=max_length,
-            tokenizer=tokenizer,
-            **encoder_kwargs,
-        )
-        # The loss is the mean over the masked tokens, not over the
-        # `mask_positions` slots, some of which are empty.
-        return compile_with_adam(
-            MaskedLanguageModel(encoder),
-            jit_compile,
-            reduction="mean_with_sample_weight",
-            learning_rate=learning_rate,
-        )
-
-    def fit_arguments(net):
-        return {
-            "train_data": train_data,
-            "validation_data": valid_data,
-            "patience": epochs,  # keeps the best epoch, never stops early
-        }
-
-    def export(net):
-        save_model(net.encoder, os.path.join(out_dir, "encoder.keras"))
-
-    net, history = train_or_load(
-        out_dir,
-        "masked language model",
-        strategy,
-        build,
-        fit_arguments,
-        epochs,
-        seed,
-        jit_compile,
-        time_budget_minutes,
-        callbacks,
-        verbose,
-        export=export,
-        announce=lambda net: (
-            f"pretraining {net.count_params():,} parameters ("
-            f"{net.encoder.count_params():,} in the encoder) for up to {epochs} "
-            f"epochs, {SETTINGS['mask_selection_rate']:.0%} of the tokens masked"
-        ),
-        model_key="pretrain/mlm",
-    )
-
-    phase(f"masked-token accuracy on {len(valid_ids):,} held-out texts")
-    held_out = net.evaluate(valid_data, return_dict=True, verbose=0)
-    plot_curves(
-        {"training": history["loss"], "held-out": history["val_loss"]},
-        path=os.path.join(out_dir, "loss.png"),
-        ylabel="masked-token cross-entropy (nats)",
-        title=f"masked language model on {data}"
-        + (f" + {', '.join(map(os.path.basename, extra_texts))}" if extra else ""),
-    )
-    metrics = {
-        "model": "transformer-encoder",
-        "data": data,
-        "extra_texts": [os.path.basename(name) for name in extra_texts],
-        "mlm_loss": float(held_out["loss"]),
-        "mlm_accuracy": float(held_out["accuracy"]),
-        "mlm_accuracy_most_frequent_token": most_frequent_token_accuracy(
-            train_ids, valid_data
-        ),
-        "train_texts": len(train_texts),
-        "extra_train_texts": len(extra),
-        "train_tokens": int(np.sum(train_ids != PAD_ID)),
-        "held_out_texts": len(valid_ids),
-        "vocabulary_size": vocabulary_size,
-        "parameters": net.count_params(),
-        "encoder_parameters": net.encoder.count_params(),
-        "seed": seed,
-        "epochs": history["epochs"],
-        "best_epoch": history["best_epoch"],
-        "train_seconds": history["train_seconds"],
-        "mask_selection_rate": SETTINGS["mask_selection_rate"],
-        "learning_rate": learning_rate,
-    }
-    return finish_run(
-        out_dir,
-        metrics,
-        f"masked language model on {data}: held-out masked-token accuracy "
-        f"{metrics['mlm_accuracy']:.3f} (most frequent token "
-        f"{metrics['mlm_accuracy_most_frequent_token']:.3f}), loss "
-        f"{metrics['mlm_loss']:.3f}; trained {history['train_seconds']:.0f} s; "
-        f"encoder in {os.path.join(out_dir, 'encoder.keras')}",
-    )
+    options, encoder_kwargs = TrainingOptions.take(kwargs.pop("options", None), kwargs)
+    task = Pretraining(data, extra_texts, learning_rate, **encoder_kwargs)
+    return run(task, out_dir, options)
