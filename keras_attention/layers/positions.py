@@ -219,11 +219,17 @@ def positions_from_alias(kwargs, constructor, owner, **arguments):
                 f"deprecated name, here for `{target}`) and `{name}={given!r}`; "
                 "pass only the new names."
             )
+    values = {name: value if name == target else None for name in arguments}
+    replacement = ", ".join(
+        f"{name}={new!r}"
+        for name, new in values.items()
+        if name == target or new != defaults[name].default
+    )
     warnings.warn(
-        f"{owner}: `position_encoding` is deprecated; use `{target}={value!r}` "
+        f"{owner}: `position_encoding` is deprecated; use `{replacement}` "
         "(`input_positions` for positions added to the token embeddings, "
         "`attention_positions` for positions inside attention).",
         DeprecationWarning,
         stacklevel=3,
     )
-    return tuple(value if name == target else None for name in arguments)
+    return tuple(values.values())

@@ -212,6 +212,16 @@ def test_position_encoding_is_a_deprecated_alias_mapped_by_its_value(make, attri
         assert getattr(made, name) == want
 
 
+def test_the_warning_gives_the_new_arguments():
+    match = r"GPT: `position_encoding` is deprecated; use `input_positions=None, "
+    match += r"attention_positions='rotary'`"
+    with pytest.warns(DeprecationWarning, match=match):
+        GPT(9, max_length=8, hidden_dim=8, num_heads=2, position_encoding="rotary")
+    match = r"use `input_positions='learned'` \("
+    with pytest.warns(DeprecationWarning, match=match):
+        Transformer(9, 9, hidden_dim=8, num_heads=2, position_encoding="learned")
+
+
 def test_the_alias_with_a_different_new_argument_is_refused():
     with pytest.raises(ValueError, match="both `position_encoding='rotary'`"):
         MultiHeadAttention(
