@@ -36,7 +36,14 @@ from keras_attention.tasks.lm import build_model, perplexity  # noqa: E402
 
 TRAIN_LENGTH = 64
 EVAL_FACTORS = (1, 2, 4)
-ENCODINGS = ("learned", "sinusoidal", "rotary", "alibi")
+# Each encoding's positions: added to the token embeddings
+# (`input_positions`) or inside the attention (`attention_positions`).
+ENCODINGS = {
+    "learned": {"input_positions": "learned"},
+    "sinusoidal": {"input_positions": "sinusoidal"},
+    "rotary": {"input_positions": None, "attention_positions": "rotary"},
+    "alibi": {"input_positions": None, "attention_positions": "alibi"},
+}
 SIZES = {"hidden_dim": 128, "num_heads": 4, "num_layers": 4, "intermediate_dim": 512}
 
 
@@ -55,7 +62,7 @@ def main(argv=None):
     print(f"{len(train_ids):,} training and {len(test_ids):,} test characters")
 
     results = {}
-    for encoding in ENCODINGS:
+    for encoding, positions in ENCODINGS.items():
         keras.utils.set_random_seed(0)
         print(f"== {encoding}: {args.steps} steps on windows of {TRAIN_LENGTH}")
         model = build_model(
@@ -63,7 +70,7 @@ def main(argv=None):
             tokenizer.vocabulary_size(),
             TRAIN_LENGTH,
             tokenizer=tokenizer,
-            position_encoding=encoding,
+            **positions,
             dropout=0.0,
             **SIZES,
         )
@@ -78,7 +85,9 @@ def main(argv=None):
         start = time.perf_counter()
         model.fit(train, steps_per_epoch=args.steps, epochs=1, verbose=2)
         seconds = time.perf_counter() - start
-        factors = EVAL_FACTORS if encoding != "learned" else (1,)
+        # Only a learned table has no positions past the training length.
+        learned = positions["input_positions"] == "learned"
+        factors = (1,) if learned else EVAL_FACTORS
         by_length = {
             TRAIN_LENGTH * f: perplexity(model, test_ids, TRAIN_LENGTH * f)
             for f in factors
