@@ -10,6 +10,7 @@ from keras_attention.data.pipeline import caption_dataset, encode_captions
 from keras_attention.data.tokenization import END_ID
 from keras_attention.decoding import mean_log_probs
 from keras_attention.models import ShowAttendTell
+from keras_attention.names import CAPTION_MODELS
 from keras_attention.tasks import runner
 from keras_attention.tasks.common import (
     cached_word_piece,
@@ -31,7 +32,7 @@ from keras_attention.viz import (
 )
 
 # Model name -> whether the decoder attends over the image.
-MODELS = {"attention": True, "no-attention": False}
+MODELS = dict(zip(CAPTION_MODELS, (True, False), strict=True))
 SETTINGS = {
     "vocabulary_size": 500,
     "max_caption_length": 24,  # tokens, [START] and [END] included

@@ -22,6 +22,7 @@ from keras_attention.models import (
     HierarchicalAttentionNetwork,
     TransformerClassifier,
 )
+from keras_attention.names import CLASSIFICATION_MODELS
 from keras_attention.tasks import runner
 from keras_attention.tasks.common import cached_word_piece, check_training_size, phase
 from keras_attention.tasks.runner import (
@@ -38,7 +39,7 @@ from keras_attention.viz import (
     plot_metric_spread,
 )
 
-MODELS = ("transformer", "han", "bilstm", "bag")
+MODELS = CLASSIFICATION_MODELS
 # The input sizes in tokens and the training budget shared by every model.
 SETTINGS = {
     "vocabulary_size": 8000,

@@ -20,6 +20,7 @@ from keras_attention.data.language_modeling import load_fortune_texts, read_docu
 from keras_attention.data.pipeline import classification_dataset, encode_texts
 from keras_attention.data.tokenization import PAD_ID, UNK_ID
 from keras_attention.models import TransformerTextEncoder
+from keras_attention.names import PRETRAIN_EXTRA_TEXTS
 from keras_attention.tasks.classify import SETTINGS as CLASSIFY_SETTINGS
 from keras_attention.tasks.common import (
     ArgumentError,
@@ -37,7 +38,7 @@ from keras_attention.tasks.runner import (
 from keras_attention.viz import plot_curves
 
 MASK_TOKEN = "[MASK]"
-EXTRA_TEXTS = ("fortunes",)
+EXTRA_TEXTS = PRETRAIN_EXTRA_TEXTS
 # The classifier's vocabulary and lengths (`tasks.classify.SETTINGS`), the
 # masking of BERT, and the pretraining budget.
 SETTINGS = {
@@ -255,7 +256,8 @@ class Pretraining(Task):
     `keras-attention classify` learns it, plus a `[MASK]` token."""
 
     command = "pretrain"
-    model = "masked language model"
+    model = "mlm"
+    title = "masked language model"
     epochs = SETTINGS["epochs"]
 
     def __init__(self, data="reviews", extra_texts=(), learning_rate=1e-3, **kwargs):
