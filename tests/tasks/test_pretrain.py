@@ -6,7 +6,6 @@ import pytest
 
 from keras_attention import cli
 from keras_attention.models import TransformerClassifier, TransformerTextEncoder
-from keras_attention.tasks import pretrain
 from keras_attention.tasks.pretrain import (
     MaskedLanguageModel,
     fixed_masked_dataset,
@@ -163,7 +162,6 @@ def test_pretrain_is_a_subcommand_with_help_for_every_option(capsys):
         cli.main(["--help"])
     assert "pretrain" in capsys.readouterr().out
     test_cli.test_every_option_has_help_and_its_default("pretrain")
-    assert pretrain.EXTRA_TEXTS == cli.PRETRAIN_EXTRA_TEXTS
 
 
 @pytest.fixture(scope="module")
