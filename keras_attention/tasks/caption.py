@@ -17,13 +17,6 @@ from keras_attention.tasks.common import (
     check_training_size,
     phase,
 )
-from keras_attention.tasks.runner import (
-    Task,
-    TrainingOptions,
-    compile_with_adam,
-    first_seed_figures,
-    run,
-)
 from keras_attention.viz import (
     plot_caption_attention,
     plot_caption_grid,
@@ -277,7 +270,7 @@ def localization_metrics(located):
     }
 
 
-class Captioning(Task):
+class Captioning(runner.Task):
     """`keras-attention caption`: an image captioner trained on `data`,
     evaluated on its test split (BLEU-1..4, exact captions and, with
     attention on scenes with boxes, how much attention falls on the named
@@ -296,8 +289,8 @@ class Captioning(Task):
         self.data, self.model, self.beam_width = data, model, beam_width
         self.model_kwargs = model_kwargs
 
-    def load(self, run):
-        options = run.options
+    def load(self, context):
+        options = context.options
         phase(f"loading {self.data}")
         self.splits = splits = load_caption_data(
             self.data, seed=options.seed, num_train=options.num_train
@@ -305,7 +298,7 @@ class Captioning(Task):
         check_training_size(options.batch_size, len(splits["train"]), "images")
         texts = [c for captions in splits["train"].captions for c in captions]
         self.tokenizer = cached_word_piece(
-            os.path.join(run.out_dir, "vocabulary.txt"),
+            os.path.join(context.out_dir, "vocabulary.txt"),
             texts,
             SETTINGS["vocabulary_size"],
             lowercase=True,
@@ -317,7 +310,7 @@ class Captioning(Task):
             f"{self.tokenizer.vocabulary_size()}, images {self.image_shape}"
         )
 
-    def build(self, run, jit_compile):
+    def build(self, context, jit_compile):
         net = build_model(
             self.model,
             self.tokenizer.vocabulary_size(),
@@ -326,9 +319,9 @@ class Captioning(Task):
             tokenizer=self.tokenizer,
             **self.model_kwargs,
         )
-        return compile_with_adam(net, jit_compile)
+        return runner.compile_with_adam(net, jit_compile)
 
-    def fit_arguments(self, run, model):
+    def fit_arguments(self, context, model):
         def dataset(scenes, **kwargs):
             ids = encode_captions(
                 scenes.captions, self.tokenizer, SETTINGS["max_caption_length"]
@@ -336,8 +329,8 @@ class Captioning(Task):
             return caption_dataset(
                 scenes.images,
                 ids,
-                run.options.batch_size,
-                seed=run.options.seed,
+                context.options.batch_size,
+                seed=context.options.seed,
                 **kwargs,
             )
 
@@ -349,8 +342,12 @@ class Captioning(Task):
             "patience": SETTINGS["patience"],
         }
 
-    def report(self, run, net, history):
-        test, out_dir, beam_width = self.splits["test"], run.out_dir, self.beam_width
+    def report(self, context, net, history):
+        test, out_dir, beam_width = (
+            self.splits["test"],
+            context.out_dir,
+            self.beam_width,
+        )
         phase(f"captioning {len(test)} test images (greedy)")
         metrics, captions, token_ids = evaluate(net, test)
         located = None
@@ -429,7 +426,7 @@ def run_caption(out_dir, data="scenes", model="attention", beam_width=3, **kwarg
         model: `"attention"` (Show, Attend and Tell) or `"no-attention"` (the
             same decoder with the image vector only).
         beam_width: beam width of a second evaluation (1 skips it).
-        **kwargs: `options` (a `TrainingOptions`) or its fields by name
+        **kwargs: `options` (a `runner.TrainingOptions`) or its fields by name
             (`epochs`, `batch_size`, `seed`, ...; default batch 32, at most
             `SETTINGS["epochs"]` epochs; `num_train` is the number of
             training scenes, `"scenes"` only); the rest go to
@@ -439,14 +436,16 @@ def run_caption(out_dir, data="scenes", model="attention", beam_width=3, **kwarg
     Returns:
         The metrics dict.
     """
-    options, model_kwargs = TrainingOptions.take(kwargs.pop("options", None), kwargs)
-    return run(Captioning(data, model, beam_width, **model_kwargs), out_dir, options)
+    options, model_kwargs = runner.TrainingOptions.take(kwargs)
+    return runner.run(
+        Captioning(data, model, beam_width, **model_kwargs), out_dir, options
+    )
 
 
 def compare(out_dir, models=tuple(MODELS), data="scenes", beam_width=3, **kwargs):
     """Runs `run_caption` for each model in `out_dir/<model>` and writes
     `comparison.json` and `comparison.png` (BLEU-1..4 side by side)."""
-    options, model_kwargs = TrainingOptions.take(kwargs.pop("options", None), kwargs)
+    options, model_kwargs = runner.TrainingOptions.take(kwargs)
     bleu = ("bleu1", "bleu2", "bleu3", "bleu4")
 
     def plot(results, folder):
@@ -462,7 +461,7 @@ def compare(out_dir, models=tuple(MODELS), data="scenes", beam_width=3, **kwargs
         lambda name: Captioning(data, name, beam_width, **model_kwargs),
         models,
         options,
-        summarize=lambda results: first_seed_figures(results, SUMMARY_KEYS),
+        summarize=lambda results: runner.first_seed_figures(results, SUMMARY_KEYS),
         plots=[plot],
     )
     return {name: runs[0] for name, runs in results.items()}

@@ -25,13 +25,6 @@ from keras_attention.models import (
 from keras_attention.names import CLASSIFICATION_MODELS
 from keras_attention.tasks import runner
 from keras_attention.tasks.common import cached_word_piece, check_training_size, phase
-from keras_attention.tasks.runner import (
-    Task,
-    TrainingOptions,
-    compile_with_adam,
-    run,
-    spread,
-)
 from keras_attention.viz import (
     highlight_html,
     plot_confusion_matrix,
@@ -123,7 +116,7 @@ def classify_texts(model, texts, num_top_words=5):
     return results
 
 
-class Classification(Task):
+class Classification(runner.Task):
     """`keras-attention classify`: a text classifier trained on `data`,
     evaluated on its test split (accuracy, macro-F1, the per-class report,
     the confusion matrix and, for attention models, the deletion check),
@@ -152,8 +145,8 @@ class Classification(Task):
         self.num_explanations, self.encoder = num_explanations, encoder
         self.model_kwargs = model_kwargs
 
-    def load(self, run):
-        options = run.options
+    def load(self, context):
+        options = context.options
         phase(f"loading {self.data}")
         self.splits = splits = load_classification_data(self.data, seed=options.seed)
         train = splits.train
@@ -181,7 +174,7 @@ class Classification(Task):
             self.tokenizer = self.pretrained.tokenizer
         else:
             self.tokenizer = cached_word_piece(
-                os.path.join(run.out_dir, "vocabulary.txt"),
+                os.path.join(context.out_dir, "vocabulary.txt"),
                 self.train_texts,
                 SETTINGS["vocabulary_size"],
                 lowercase=SETTINGS["lowercase"],
@@ -193,7 +186,7 @@ class Classification(Task):
             f"{self.tokenizer.vocabulary_size()}"
         )
 
-    def build(self, run, jit_compile):
+    def build(self, context, jit_compile):
         num_classes, class_names = len(self.splits.class_names), self.splits.class_names
         if self.pretrained is not None:
             net = TransformerClassifier.from_pretrained_encoder(
@@ -213,12 +206,12 @@ class Classification(Task):
                 **self.model_kwargs,
             )
         # The classifiers output probabilities.
-        return compile_with_adam(
+        return runner.compile_with_adam(
             net, jit_compile, from_logits=False, weighted_accuracy=False
         )
 
-    def fit_arguments(self, run, net):
-        batch_size, valid = run.options.batch_size, self.splits.valid
+    def fit_arguments(self, context, net):
+        batch_size, valid = context.options.batch_size, self.splits.valid
         phase(f"encoding texts for {self.model}")
         hierarchical = isinstance(net, HierarchicalAttentionNetwork)
         # Full batches only: each of the few batch shapes compiles once.
@@ -227,7 +220,7 @@ class Classification(Task):
             self.train_labels,
             batch_size,
             shuffle=True,
-            seed=run.options.seed,
+            seed=context.options.seed,
             bucket_boundaries=SETTINGS[
                 "sentence_buckets" if hierarchical else "token_buckets"
             ],
@@ -241,8 +234,8 @@ class Classification(Task):
             "patience": SETTINGS["patience"],
         }
 
-    def report(self, run, net, history):
-        test, out_dir, seed = self.splits.test, run.out_dir, run.options.seed
+    def report(self, context, net, history):
+        test, out_dir, seed = self.splits.test, context.out_dir, context.options.seed
         phase(f"classifying {len(test)} test texts")
         x_test = encode_for_model(net, test.texts)
         probabilities = np.asarray(net.predict(x_test, batch_size=128, verbose=0))
@@ -313,7 +306,7 @@ def run_classify(
             Transformer starts from (`TransformerClassifier.
             from_pretrained_encoder`), with its sizes and its tokenizer;
             only with `model="transformer"`.
-        **kwargs: `options` (a `TrainingOptions`) or its fields by name
+        **kwargs: `options` (a `runner.TrainingOptions`) or its fields by name
             (`epochs`, `batch_size`, `seed`, ...; default batch 32, at most
             `SETTINGS["epochs"]` epochs); the rest go to the model's
             constructor.
@@ -321,9 +314,9 @@ def run_classify(
     Returns:
         The metrics dict.
     """
-    options, model_kwargs = TrainingOptions.take(kwargs.pop("options", None), kwargs)
+    options, model_kwargs = runner.TrainingOptions.take(kwargs)
     task = Classification(data, model, num_explanations, encoder, **model_kwargs)
-    return run(task, out_dir, options)
+    return runner.run(task, out_dir, options)
 
 
 def compare(out_dir, models, data="reviews", seeds=(0,), **kwargs):
@@ -331,7 +324,7 @@ def compare(out_dir, models, data="reviews", seeds=(0,), **kwargs):
     (one seed) or `out_dir/<model>/seed<k>`, and writes `comparison.json`
     (each figure's per-seed values, mean and standard deviation) and
     `comparison.png`. `kwargs` are `run_classify`'s."""
-    options, task_kwargs = TrainingOptions.take(kwargs.pop("options", None), kwargs)
+    options, task_kwargs = runner.TrainingOptions.take(kwargs)
     seeds = list(seeds)
 
     def per_seed(results):
@@ -350,7 +343,9 @@ def compare(out_dir, models, data="reviews", seeds=(0,), **kwargs):
             "data": data,
             "seeds": seeds,
             "models": {
-                name: {figure: spread(values) for figure, values in figures.items()}
+                name: {
+                    figure: runner.spread(values) for figure, values in figures.items()
+                }
                 for name, figures in per_seed(results).items()
             },
         }

@@ -19,13 +19,6 @@ from keras_attention.models.sagan import (
 )
 from keras_attention.tasks import distribute, runner
 from keras_attention.tasks.common import check_training_size, phase, prepare_output
-from keras_attention.tasks.runner import (
-    Task,
-    TrainingOptions,
-    run,
-    save_model,
-    spread,
-)
 from keras_attention.viz import (
     plot_curves,
     plot_gan_history,
@@ -131,7 +124,7 @@ def _evaluator(images, out_dir, classifier_path, seed):
 
 
 @dataclasses.dataclass(eq=False)
-class ImageGeneration(Task):
+class ImageGeneration(runner.Task):
     """`keras-attention gan`: SAGAN (or its ablation without self-attention)
     trained on an image set and measured every epoch; its arguments are
     `run_gan`'s own."""
@@ -162,8 +155,8 @@ class ImageGeneration(Task):
     def title(self):
         return "SAGAN" if self.attention else "SAGAN without attention"
 
-    def load(self, run):
-        options, data = run.options, self.data
+    def load(self, context):
+        options, data = context.options, self.data
         phase(f"loading {data}")
         images = load_image_set(data, self.image_size, self.channels)
         check_training_size(
@@ -190,7 +183,7 @@ class ImageGeneration(Task):
         if self.resolution is None:
             self.resolution = min(16, attention_resolutions(images.images.shape[1])[-1])
         classifier, self.classifier_accuracy = _evaluator(
-            images, run.out_dir, self.classifier_path, options.seed
+            images, context.out_dir, self.classifier_path, options.seed
         )
         self.quality = None
         # The first `fid_samples` images of this order are the FID reference,
@@ -202,7 +195,7 @@ class ImageGeneration(Task):
             )
         self.row_titles = list(images.class_names) if self.conditional else None
 
-    def build(self, run, jit_compile):
+    def build(self, context, jit_compile):
         width, images = self.width, self.images
         gan = SAGAN(
             image_shape=images.images.shape[1:],
@@ -213,16 +206,16 @@ class ImageGeneration(Task):
             attention=self.attention,
             attention_resolution=self.resolution,
             ema_decay=self.ema_decay,
-            seed=run.options.seed,
-            synchronized_batch_norm=distribute.num_replicas(run.strategy) > 1,
+            seed=context.options.seed,
+            synchronized_batch_norm=distribute.num_replicas(context.strategy) > 1,
         )
         gan.compile(jit_compile=jit_compile)
         return gan
 
-    def fit_arguments(self, run, gan):
-        options, images = run.options, self.images
+    def fit_arguments(self, context, gan):
+        options, images = context.options, self.images
         monitor = GANMonitor(
-            run.out_dir,
+            context.out_dir,
             grid_inputs(gan),
             self.quality,
             self.fid_samples,
@@ -242,21 +235,21 @@ class ImageGeneration(Task):
             "steps_per_epoch": self.steps_per_epoch,
         }
 
-    def announce(self, run, gan):
+    def announce(self, context, gan):
         images = self.images.images
         return (
             f"{self.title}{' (class-conditional)' if self.conditional else ''} on "
             f"{self.data}: {len(images)} images {images.shape[1:]}, generator "
             f"{gan.generator.count_params():,} and discriminator "
             f"{gan.discriminator.count_params():,} parameters, up to "
-            f"{run.options.epochs} epochs"
+            f"{context.options.epochs} epochs"
         )
 
-    def export(self, run, gan):
-        save_model(gan.sampler, os.path.join(run.out_dir, "model.keras"))
+    def export(self, context, gan):
+        runner.save_model(gan.sampler, os.path.join(context.out_dir, "model.keras"))
 
-    def report(self, run, gan, history):
-        options, images, name = run.options, self.images.images, self.title
+    def report(self, context, gan, history):
+        options, images, name = context.options, self.images.images, self.title
         quality, fid_samples, seed = self.quality, self.fid_samples, options.seed
         metrics = {
             "model": "sagan" if self.attention else "sagan-no-attention",
@@ -302,19 +295,19 @@ class ImageGeneration(Task):
             )
         plot_image_grid(
             to_unit_range(gan.sampler.predict(grid_inputs(gan), verbose=0)),
-            os.path.join(run.out_dir, "samples.png"),
+            os.path.join(context.out_dir, "samples.png"),
             columns=GRID_COLUMNS,
             row_titles=self.row_titles,
             title=f"{name} on {self.data}, {history['epochs']} epochs",
         )
         plot_gan_history(
             history,
-            os.path.join(run.out_dir, "losses.png"),
+            os.path.join(context.out_dir, "losses.png"),
             title=f"{name} on {self.data}",
         )
         if self.attention:
             plot_attention_maps(
-                gan.sampler, os.path.join(run.out_dir, "attention.png"), seed
+                gan.sampler, os.path.join(context.out_dir, "attention.png"), seed
             )
         fid_text = f"FID {metrics['fid']:.2f}, " if "fid" in metrics else ""
         return metrics, (
@@ -332,8 +325,8 @@ def run_gan(out_dir, data="fashion-mnist", **kwargs):
     FID per epoch), `samples/epoch_NNN.png`, `samples.png`, `losses.png`,
     `attention.png` (where generated images attend), `model.keras` (the
     generator, the weight average with `ema_decay`) and `gan.keras` (both
-    networks). Training checkpoints every epoch and a re-run with the same
-    `out_dir` resumes; a finished run is evaluated again without training
+    networks). Training checkpoints every epoch and a re-runner.run with the same
+    `out_dir` resumes; a finished runner.run is evaluated again without training
     (`runner.run`).
 
     Args:
@@ -356,7 +349,7 @@ def run_gan(out_dir, data="fashion-mnist", **kwargs):
         image_size: side of a folder's images after resizing (default 32).
         channels: 1 or 3 for a folder's images (default 1).
         **kwargs: the GAN's own arguments above (`ImageGeneration`'s fields),
-            and `options` (a `TrainingOptions`) or its fields by name
+            and `options` (a `runner.TrainingOptions`) or its fields by name
             (`epochs`, `batch_size`, `seed`, ...; default 5 epochs of batches
             of 64). Over several replicas the generator's batch norm is
             synchronized, so that a step is the same as on one device.
@@ -364,8 +357,8 @@ def run_gan(out_dir, data="fashion-mnist", **kwargs):
     Returns:
         The metrics dict.
     """
-    options, own = TrainingOptions.take(kwargs.pop("options", None), kwargs)
-    return run(ImageGeneration(data, **own), out_dir, options)
+    options, own = runner.TrainingOptions.take(kwargs)
+    return runner.run(ImageGeneration(data, **own), out_dir, options)
 
 
 def plot_attention_maps(generator, path, seed=0, num_images=NUM_ATTENTION_IMAGES):
@@ -391,13 +384,13 @@ def ablation(out_dir, seeds=(0, 1), data="fashion-mnist", **kwargs):
     """SAGAN with and without self-attention, trained with the same settings
     (`run_gan`'s arguments) and seeds, in `out_dir/<variant>-seed<k>`,
     measured with one shared classifier; writes `comparison.json` (mean and
-    spread of FID and the score per variant), `comparison.png` and
-    `fid_curves.png` (FID per epoch of every run).
+    runner.spread of FID and the score per variant), `comparison.png` and
+    `fid_curves.png` (FID per epoch of every runner.run).
 
     Returns:
         `{variant: [metrics per seed]}`.
     """
-    options, own = TrainingOptions.take(kwargs.pop("options", None), kwargs)
+    options, own = runner.TrainingOptions.take(kwargs)
     # The shared classifier in this worker's folder of the comparison.
     strategy, summary_dir = distribute.prepare(options.strategy, out_dir)
     own.setdefault("classifier_path", os.path.join(summary_dir, CLASSIFIER_FILE))
@@ -408,7 +401,7 @@ def ablation(out_dir, seeds=(0, 1), data="fashion-mnist", **kwargs):
             summary[variant] = {"seeds": list(seeds)}
             for key in SUMMARY_KEYS:
                 if key in runs[0]:
-                    figures = spread([r[key] for r in runs])
+                    figures = runner.spread([r[key] for r in runs])
                     summary[variant][key] = figures["values"]
                     summary[variant][f"{key}_mean"] = figures["mean"]
                     summary[variant][f"{key}_std"] = figures["std"]
@@ -417,7 +410,9 @@ def ablation(out_dir, seeds=(0, 1), data="fashion-mnist", **kwargs):
     def plot(results, folder):
         if "fid" not in results["attention"][0]:
             return
-        fid = {v: spread([r["fid"] for r in runs]) for v, runs in results.items()}
+        fid = {
+            v: runner.spread([r["fid"] for r in runs]) for v, runs in results.items()
+        }
         plot_metric_spread(
             {variant: {"fid": figures["values"]} for variant, figures in fid.items()},
             metrics=("fid",),

@@ -25,14 +25,6 @@ from keras_attention.tasks.common import (
     check_training_size,
     phase,
 )
-from keras_attention.tasks.runner import (
-    Task,
-    TrainingOptions,
-    compile_with_adam,
-    first_seed_figures,
-    read_history,
-    run,
-)
 from keras_attention.viz import plot_curves
 
 MODELS = LM_MODELS
@@ -170,7 +162,7 @@ def continue_texts(model, prompts, max_length=None, sampler="greedy"):
     return [decode_tokens(model.tokenizer, row) for row in tokens]
 
 
-class LanguageModelling(Task):
+class LanguageModelling(runner.Task):
     """`keras-attention lm`: a character-level language model trained on
     `data`, its perplexity measured on the held-out test documents, with
     samples of its text; its arguments are `run_lm`'s own."""
@@ -200,8 +192,8 @@ class LanguageModelling(Task):
         )
         self.model_kwargs = model_kwargs
 
-    def load(self, run):
-        options, sequence_length = run.options, self.sequence_length
+    def load(self, context):
+        options, sequence_length = context.options, self.sequence_length
         sampler, temperature, top_k, top_p = self.sampling
         self.samplers = {"greedy": make_sampler("greedy")}
         self.samplers[sampler] = make_sampler(
@@ -239,7 +231,7 @@ class LanguageModelling(Task):
             f"characters); {self.tokenizer.vocabulary_size()} character ids"
         )
 
-    def build(self, run, jit_compile):
+    def build(self, context, jit_compile):
         net = build_model(
             self.model,
             self.tokenizer.vocabulary_size(),
@@ -247,35 +239,35 @@ class LanguageModelling(Task):
             tokenizer=self.tokenizer,
             **self.model_kwargs,
         )
-        return compile_with_adam(net, jit_compile)
+        return runner.compile_with_adam(net, jit_compile)
 
-    def fit_arguments(self, run, net):
+    def fit_arguments(self, context, net):
         return {
             "train_data": self.train_data,
             "validation_data": self.valid_data,
             "steps_per_epoch": self.steps_per_epoch,
         }
 
-    def announce(self, run, net):
-        options = run.options
+    def announce(self, context, net):
+        options = context.options
         return (
             f"training {net.count_params():,} parameters for up to "
             f"{options.epochs} epochs of {self.steps_per_epoch} batches of "
             f"{options.batch_size} x {self.sequence_length} characters"
         )
 
-    def report(self, run, net, history):
-        batch_size, test = run.options.batch_size, self.test_stream
+    def report(self, context, net, history):
+        batch_size, test = context.options.batch_size, self.test_stream
         phase(f"measuring perplexity on {len(test):,} test characters")
         test_perplexity = perplexity(net, test, self.sequence_length, batch_size)
         plot_curves(
             {"training": history["loss"], "validation": history["val_loss"]},
-            path=os.path.join(run.out_dir, "loss.png"),
+            path=os.path.join(context.out_dir, "loss.png"),
             xlabel=f"epoch ({self.steps_per_epoch} batches)",
             ylabel="cross-entropy (nats per character)",
             title=f"{self.model} on {self.data}",
         )
-        samples_path = os.path.join(run.out_dir, "samples.txt")
+        samples_path = os.path.join(context.out_dir, "samples.txt")
         phase(f"writing samples to {samples_path}")
         samples = write_samples(net, samples_path, self.samplers)
         metrics = {
@@ -323,7 +315,7 @@ def run_lm(out_dir, data="fortunes", model="gpt", **kwargs):
             `SAMPLERS` (default `"top_p"`), with `temperature` (0.8), `top_k`
             (10) and `top_p` (0.9) (see `make_sampler`; seeded with `seed`).
         **kwargs: the task's own arguments above (`LanguageModelling`'s);
-            `options` (a `TrainingOptions`) or its fields by name (`epochs`
+            `options` (a `runner.TrainingOptions`) or its fields by name (`epochs`
             of `steps_per_epoch` batches, default 10; `batch_size`, windows
             of `sequence_length` characters, default 32; `seed`, ...); the
             rest are GPT's sizes (`hidden_dim`, `num_layers`, ...;
@@ -332,8 +324,8 @@ def run_lm(out_dir, data="fortunes", model="gpt", **kwargs):
     Returns:
         The metrics dict.
     """
-    options, own = TrainingOptions.take(kwargs.pop("options", None), kwargs)
-    return run(LanguageModelling(data, model, **own), out_dir, options)
+    options, own = runner.TrainingOptions.take(kwargs)
+    return runner.run(LanguageModelling(data, model, **own), out_dir, options)
 
 
 def write_samples(model, path, samplers):
@@ -358,12 +350,12 @@ def compare(out_dir, models, data="fortunes", **kwargs):
     """Runs `run_lm` for each model in `out_dir/<model>`, draws their
     validation losses on one chart (`loss.png`) and writes
     `comparison.json`; returns `{model: metrics}`."""
-    options, own = TrainingOptions.take(kwargs.pop("options", None), kwargs)
+    options, own = runner.TrainingOptions.take(kwargs)
 
     def plot(results, folder):
         plot_curves(
             {
-                name: read_history(os.path.join(out_dir, name))["val_loss"]
+                name: runner.read_history(os.path.join(out_dir, name))["val_loss"]
                 for name in results
             },
             path=os.path.join(folder, "loss.png"),
@@ -376,7 +368,7 @@ def compare(out_dir, models, data="fortunes", **kwargs):
         lambda name: LanguageModelling(data, name, **own),
         models,
         options,
-        summarize=lambda results: first_seed_figures(results, SUMMARY_KEYS),
+        summarize=lambda results: runner.first_seed_figures(results, SUMMARY_KEYS),
         plots=[plot],
     )
     return {name: runs[0] for name, runs in results.items()}

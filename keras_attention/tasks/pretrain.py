@@ -21,19 +21,13 @@ from keras_attention.data.pipeline import classification_dataset, encode_texts
 from keras_attention.data.tokenization import PAD_ID, UNK_ID
 from keras_attention.models import TransformerTextEncoder
 from keras_attention.names import PRETRAIN_EXTRA_TEXTS
+from keras_attention.tasks import runner
 from keras_attention.tasks.classify import SETTINGS as CLASSIFY_SETTINGS
 from keras_attention.tasks.common import (
     ArgumentError,
     cached_word_piece,
     check_training_size,
     phase,
-)
-from keras_attention.tasks.runner import (
-    Task,
-    TrainingOptions,
-    compile_with_adam,
-    run,
-    save_model,
 )
 from keras_attention.viz import plot_curves
 
@@ -195,7 +189,7 @@ def masked_dataset(
 
 def fixed_masked_dataset(token_ids, generator, batch_size, seed=0):
     """Like `masked_dataset`, with masks drawn once, from `seed`: held-out
-    text, which every evaluation (and a re-run) sees masked alike."""
+    text, which every evaluation (and a re-runner.run) sees masked alike."""
     import tensorflow as tf
 
     keras.utils.set_random_seed(seed)
@@ -243,7 +237,7 @@ def most_frequent_token_accuracy(train_ids, dataset):
     return hits / max(total, 1.0)
 
 
-class Pretraining(Task):
+class Pretraining(runner.Task):
     """`keras-attention pretrain`: a `MaskedLanguageModel` pretrained on the
     training texts of `data` (their labels unused) and `extra_texts`,
     evaluated by its masked-token loss and accuracy on the held-out
@@ -270,8 +264,8 @@ class Pretraining(Task):
         self.max_length = kwargs.pop("max_length", SETTINGS["max_length"])
         self.encoder_kwargs = kwargs
 
-    def load(self, run):
-        options, max_length = run.options, self.max_length
+    def load(self, context):
+        options, max_length = context.options, self.max_length
         phase(f"loading {self.data}")
         splits = load_classification_data(self.data, seed=options.seed)
         self.train_texts = splits.train.texts[: options.num_train or None]
@@ -287,7 +281,7 @@ class Pretraining(Task):
             phase(f"loading {name}")
             self.extra += load_extra_texts(name)
         self.tokenizer = tokenizer = cached_word_piece(
-            os.path.join(run.out_dir, "vocabulary.txt"),
+            os.path.join(context.out_dir, "vocabulary.txt"),
             self.train_texts,
             SETTINGS["vocabulary_size"],
             lowercase=SETTINGS["lowercase"],
@@ -321,7 +315,7 @@ class Pretraining(Task):
             bucket_boundaries=SETTINGS["token_buckets"],
         )
 
-    def build(self, run, jit_compile):
+    def build(self, context, jit_compile):
         encoder = TransformerTextEncoder(
             self.tokenizer.vocabulary_size(),
             max_length=self.max_length,
@@ -330,34 +324,34 @@ class Pretraining(Task):
         )
         # The loss is the mean over the masked tokens, not over the
         # `mask_positions` slots, some of which are empty.
-        return compile_with_adam(
+        return runner.compile_with_adam(
             MaskedLanguageModel(encoder),
             jit_compile,
             reduction="mean_with_sample_weight",
             learning_rate=self.learning_rate,
         )
 
-    def fit_arguments(self, run, net):
+    def fit_arguments(self, context, net):
         return {
             "train_data": self.train_data,
             "validation_data": self.valid_data,
             # Keeps the best epoch, never stops early.
-            "patience": run.options.epochs,
+            "patience": context.options.epochs,
         }
 
-    def announce(self, run, net):
+    def announce(self, context, net):
         return (
             f"pretraining {net.count_params():,} parameters ("
             f"{net.encoder.count_params():,} in the encoder) for up to "
-            f"{run.options.epochs} epochs, "
+            f"{context.options.epochs} epochs, "
             f"{SETTINGS['mask_selection_rate']:.0%} of the tokens masked"
         )
 
-    def export(self, run, net):
-        save_model(net.encoder, os.path.join(run.out_dir, "encoder.keras"))
+    def export(self, context, net):
+        runner.save_model(net.encoder, os.path.join(context.out_dir, "encoder.keras"))
 
-    def report(self, run, net, history):
-        data, extra_texts, out_dir = self.data, self.extra_texts, run.out_dir
+    def report(self, context, net, history):
+        data, extra_texts, out_dir = self.data, self.extra_texts, context.out_dir
         phase(f"masked-token accuracy on {len(self.valid_ids):,} held-out texts")
         held_out = net.evaluate(self.valid_data, return_dict=True, verbose=0)
         plot_curves(
@@ -387,7 +381,7 @@ class Pretraining(Task):
             "vocabulary_size": self.tokenizer.vocabulary_size(),
             "parameters": net.count_params(),
             "encoder_parameters": net.encoder.count_params(),
-            "seed": run.options.seed,
+            "seed": context.options.seed,
             "epochs": history["epochs"],
             "best_epoch": history["best_epoch"],
             "train_seconds": history["train_seconds"],
@@ -418,7 +412,7 @@ def run_pretrain(out_dir, data="reviews", extra_texts=(), learning_rate=1e-3, **
         extra_texts: more unlabelled text: names of `EXTRA_TEXTS` or text
             files (see `load_extra_texts`).
         learning_rate: Adam's learning rate.
-        **kwargs: `options` (a `TrainingOptions`) or its fields by name
+        **kwargs: `options` (a `runner.TrainingOptions`) or its fields by name
             (`epochs`, `batch_size`, `seed`, ...; default batch 32, at most
             `SETTINGS["epochs"]` epochs; `seed` also draws the held-out
             masks); the rest are `TransformerTextEncoder` sizes (default:
@@ -427,6 +421,6 @@ def run_pretrain(out_dir, data="reviews", extra_texts=(), learning_rate=1e-3, **
     Returns:
         The metrics dict.
     """
-    options, encoder_kwargs = TrainingOptions.take(kwargs.pop("options", None), kwargs)
+    options, encoder_kwargs = runner.TrainingOptions.take(kwargs)
     task = Pretraining(data, extra_texts, learning_rate, **encoder_kwargs)
-    return run(task, out_dir, options)
+    return runner.run(task, out_dir, options)

@@ -61,18 +61,18 @@ class TrainingOptions:
     strategy: object = "default"
 
     @classmethod
-    def take(cls, options=None, arguments=None):
-        """`(options, rest)`: `options` (default `TrainingOptions()`) with the
-        fields named in the dict `arguments` replaced, and what is left of
-        `arguments` (a task's own arguments)."""
-        arguments = dict(arguments or {})
+    def take(cls, arguments):
+        """`(options, rest)` from the keyword arguments of a task's entry
+        point: `arguments["options"]` (default `TrainingOptions()`) with the
+        fields named in `arguments` replaced, and the rest of `arguments`
+        (the task's own)."""
+        arguments = dict(arguments)
+        options = arguments.pop("options", None) or cls()
         fields = {f.name for f in dataclasses.fields(cls)}
         given = {name: arguments.pop(name) for name in fields & set(arguments)}
-        if given.get("callbacks") is not None:
-            given["callbacks"] = tuple(given["callbacks"])
-        elif "callbacks" in given:
-            given["callbacks"] = ()
-        return dataclasses.replace(options or cls(), **given), arguments
+        if "callbacks" in given:
+            given["callbacks"] = tuple(given["callbacks"] or ())
+        return dataclasses.replace(options, **given), arguments
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
@@ -81,12 +81,12 @@ class TrainingOptions:
 class Task:
     """What a training subcommand supplies to `run`; one instance per run.
 
-    `run` calls, in order: `load(run)` (read the data and check that the
-    options fit it, before anything trains), `build(run, jit_compile)` (in
-    the strategy's scope), `fit_arguments(run, model)`, then, once trained
-    or loaded, `report(run, model, history)`. `run` is a `Run`: the output
-    folder, the options (with the task's defaults filled in) and the
-    strategy.
+    `run` calls, in order: `load(context)` (read the data and check that
+    the options fit it, before anything trains), `build(context,
+    jit_compile)` (in the strategy's scope), `fit_arguments(context,
+    model)`, then, once trained or loaded, `report(context, model,
+    history)`. `context` is a `Run`: the output folder, the options (with
+    the task's defaults filled in) and the strategy.
     """
 
     # The subcommand; `command/model` is the model's key in the `xla` suite.
@@ -96,16 +96,16 @@ class Task:
     epochs = 10
     model_file = "model.keras"
 
-    def load(self, run):
+    def load(self, context):
         raise NotImplementedError
 
-    def build(self, run, jit_compile):
+    def build(self, context, jit_compile):
         raise NotImplementedError
 
-    def fit_arguments(self, run, model):
+    def fit_arguments(self, context, model):
         raise NotImplementedError
 
-    def report(self, run, model, history):
+    def report(self, context, model, history):
         """`(metrics, summary)`: the run's figures and its one-line summary;
         writes the run's plots."""
         raise NotImplementedError
@@ -115,11 +115,11 @@ class Task:
         """What the progress lines call the model (default: `model`)."""
         return self.model
 
-    def announce(self, run, model):
+    def announce(self, context, model):
         """The line printed before training; None: the parameter count and
         epochs."""
 
-    def export(self, run, model):
+    def export(self, context, model):
         """Saves what the run leaves besides `model_file` (nothing here)."""
 
 

@@ -24,13 +24,6 @@ from keras_attention.tasks.common import (
     check_training_size,
     phase,
 )
-from keras_attention.tasks.runner import (
-    Task,
-    TrainingOptions,
-    compile_with_adam,
-    first_seed_figures,
-    run,
-)
 from keras_attention.viz import plot_attention, plot_score_by_length
 
 MODELS = TRANSLATION_MODELS
@@ -196,7 +189,7 @@ def _translate_ids(model, texts, beam_width, length_penalty):
     return source_ids, _generate(model, source_ids, beam_width, length_penalty)
 
 
-class Translation(Task):
+class Translation(runner.Task):
     """`keras-attention translate`: a translation model trained on `data`,
     evaluated on its test split (exact match, BLEU, chrF, by source length;
     for messages also the placeholders kept), with attention heatmaps and
@@ -213,8 +206,8 @@ class Translation(Task):
         self.settings = settings_for(data)
         self.epochs = self.settings["epochs"]
 
-    def load(self, run):
-        options, settings = run.options, self.settings
+    def load(self, context):
+        options, settings = context.options, self.settings
         phase(f"loading {self.data}")
         splits = load_translation_pairs(self.data, seed=options.seed)
         train_pairs = splits["train"][: options.num_train or None]
@@ -232,7 +225,7 @@ class Translation(Task):
             available=len(splits["train"]),
         )
         self.test_pairs = splits["test"]
-        self.tokenizers = _tokenizers(run.out_dir, train_pairs, settings)
+        self.tokenizers = _tokenizers(context.out_dir, train_pairs, settings)
         source, target = self.tokenizers
         phase(
             f"{len(train_pairs)} training pairs, {len(self.test_pairs)} test pairs; "
@@ -262,7 +255,7 @@ class Translation(Task):
         )
         self.valid_data, _ = translation_dataset(valid_pairs, **dataset_args)
 
-    def build(self, run, jit_compile):
+    def build(self, context, jit_compile):
         source, target = self.tokenizers
         net = build_model(
             self.model,
@@ -273,9 +266,9 @@ class Translation(Task):
             target_tokenizer=target,
             **self.model_kwargs,
         )
-        return compile_with_adam(net, jit_compile)
+        return runner.compile_with_adam(net, jit_compile)
 
-    def fit_arguments(self, run, model):
+    def fit_arguments(self, context, model):
         return {
             "train_data": self.train_data,
             "validation_data": self.valid_data,
@@ -283,7 +276,7 @@ class Translation(Task):
             "patience": None if self.data == "dates" else 3,
         }
 
-    def report(self, run, net, history):
+    def report(self, context, net, history):
         test_pairs, beam_width = self.test_pairs, self.beam_width
         placeholders = self.settings.get("placeholders", False)
         phase(f"translating {len(test_pairs)} test sentences (greedy)")
@@ -298,12 +291,12 @@ class Translation(Task):
         _plot_alignments(
             net,
             _long_messages(test_pairs) if placeholders else test_pairs[:3],
-            run.out_dir,
+            context.out_dir,
             self.model,
         )
         plot_score_by_length(
             {self.model: metrics["by_length"]},
-            path=os.path.join(run.out_dir, "score_by_length.png"),
+            path=os.path.join(context.out_dir, "score_by_length.png"),
             metric="bleu",
         )
         metrics.update(
@@ -346,21 +339,23 @@ def run_translate(out_dir, data="dates", model="transformer", beam_width=4, **kw
             `source<TAB>target` file.
         model: one of `MODELS`.
         beam_width: beam width of the beam-search evaluation (1 skips it).
-        **kwargs: `options` (a `TrainingOptions`) or its fields by name
+        **kwargs: `options` (a `runner.TrainingOptions`) or its fields by name
             (`epochs`, `batch_size`, `seed`, ...; default batch 64, epochs
             per dataset); the rest go to the model's constructor.
 
     Returns:
         The metrics dict.
     """
-    options, model_kwargs = TrainingOptions.take(kwargs.pop("options", None), kwargs)
-    return run(Translation(data, model, beam_width, **model_kwargs), out_dir, options)
+    options, model_kwargs = runner.TrainingOptions.take(kwargs)
+    return runner.run(
+        Translation(data, model, beam_width, **model_kwargs), out_dir, options
+    )
 
 
 def compare(out_dir, models, data="dates", beam_width=4, **kwargs):
     """Runs `run_translate` for each model in `out_dir/<model>` and plots the
     score of every model by source length on one chart."""
-    options, model_kwargs = TrainingOptions.take(kwargs.pop("options", None), kwargs)
+    options, model_kwargs = runner.TrainingOptions.take(kwargs)
     metric = "exact_match" if data == "dates" else "bleu"
 
     def plot(results, folder):
@@ -375,7 +370,7 @@ def compare(out_dir, models, data="dates", beam_width=4, **kwargs):
         lambda name: Translation(data, name, beam_width, **model_kwargs),
         models,
         options,
-        summarize=lambda results: first_seed_figures(results, SUMMARY_KEYS),
+        summarize=lambda results: runner.first_seed_figures(results, SUMMARY_KEYS),
         plots=[plot],
     )
     return {name: runs[0] for name, runs in results.items()}
@@ -465,7 +460,7 @@ def _long_messages(pairs, count=3, max_words=20):
 
 def _tokenizers(out_dir, train_pairs, settings):
     """WordPiece tokenizers learned from the training split, cached in
-    `out_dir` so that a resumed run has the very same vocabularies; with the
+    `out_dir` so that a resumed runner.run has the very same vocabularies; with the
     placeholder slots appended for messages."""
     return [
         cached_word_piece(

@@ -182,19 +182,16 @@ def test_a_kill_while_writing_keeps_the_previous_metrics(tmp_path, monkeypatch):
 
 
 def test_training_options_take_their_fields_and_leave_a_tasks_own():
-    options, rest = TrainingOptions.take(
-        TrainingOptions(seed=3), {"epochs": 2, "callbacks": None, "units": 16}
-    )
+    given = {"options": TrainingOptions(seed=3), "epochs": 2, "callbacks": None}
+    options, rest = TrainingOptions.take({**given, "units": 16})
     assert options == TrainingOptions(epochs=2, seed=3)
     assert rest == {"units": 16}
     callback = keras.callbacks.Callback()
-    options, _ = TrainingOptions.take(None, {"callbacks": [callback]})
+    options, _ = TrainingOptions.take({"callbacks": [callback]})
     assert options.callbacks == (callback,)
 
 
-def test_a_comparison_runs_every_name_and_seed_and_writes_its_summary(
-    tmp_path, capsys
-):
+def test_a_comparison_runs_every_name_and_seed_and_writes_its_summary(tmp_path, capsys):
     from keras_attention.tasks import runner
 
     class Tiny(runner.Task):
