@@ -37,10 +37,8 @@ __all__ = [
 ]
 
 # The subcommands, each a module of this package. Imported by name: `from
-# keras_attention.cli import translate`, for a module not yet imported,
-# would import the package `keras_attention` (and with it Keras), which the
-# console script avoids. The subcommands' own `from keras_attention.cli
-# import arguments, checks` only reads those two, imported above.
+# keras_attention.cli import translate` would import the package
+# `keras_attention` (and with it Keras), which the console script avoids.
 COMMANDS = {
     name: importlib.import_module(f"{__name__}.{name}")
     for name in (

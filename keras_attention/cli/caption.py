@@ -3,7 +3,18 @@
 import os
 import sys
 
-from keras_attention.cli import arguments, checks
+from keras_attention.cli.arguments import (
+    add_confidence_option,
+    add_training_options,
+    confidence_line,
+    dataset,
+    load_model,
+    model_list,
+    non_negative_float,
+    positive_int,
+    training_options,
+)
+from keras_attention.cli.checks import CommandError
 from keras_attention.names import CAPTION_DATA, CAPTION_MODELS
 
 HELP = (
@@ -20,7 +31,7 @@ def add_arguments(parser):
     parser.add_argument("images", nargs="*", help="with --load: images to caption")
     parser.add_argument(
         "--data",
-        type=arguments.dataset(CAPTION_DATA, "folder"),
+        type=dataset(CAPTION_DATA, "folder"),
         default="scenes",
         help="scenes (Fashion-MNIST items composed with spatial captions, from "
         "the Debian dataset-fashion-mnist) or a folder of images with a "
@@ -28,23 +39,21 @@ def add_arguments(parser):
     )
     parser.add_argument(
         "--model",
-        type=arguments.model_list(CAPTION_MODELS),
+        type=model_list(CAPTION_MODELS),
         default=("attention",),
         help="attention or no-attention; a comma-separated list trains each in "
         "OUT/<model> and compares their BLEU (default: attention)",
     )
-    parser.add_argument(
-        "--beam", type=arguments.positive_int, default=3, help="beam width"
-    )
+    parser.add_argument("--beam", type=positive_int, default=3, help="beam width")
     parser.add_argument(
         "--doubly-stochastic",
-        type=arguments.non_negative_float,
+        type=non_negative_float,
         default=1.0,
         help="strength lambda of the doubly stochastic attention regularization "
         "(0 turns it off)",
     )
-    arguments.add_confidence_option(parser)
-    arguments.add_training_options(
+    add_confidence_option(parser)
+    add_training_options(
         parser,
         out=None,
         out_help="output folder (default: runs/caption; with --load, the model's "
@@ -60,21 +69,21 @@ def check(args):
         return
     for path in args.images:
         if not os.path.isfile(path):
-            raise checks.CommandError(f"image {path!r}: no such file", 2)
+            raise CommandError(f"image {path!r}: no such file", 2)
     if not args.images:
-        raise checks.CommandError("caption --load needs the image files to caption", 2)
+        raise CommandError("caption --load needs the image files to caption", 2)
 
 
 def run(args):
     from keras_attention.tasks import caption
 
     if args.load:
-        model = arguments.load_model(args.load)
+        model = load_model(args.load)
         results = caption.caption_files_with_confidence(
             model, args.images, args.out, args.beam
         )
         for path, (text, log_prob) in zip(args.images, results, strict=True):
-            print(arguments.confidence_line(text, log_prob, path, args.min_confidence))
+            print(confidence_line(text, log_prob, path, args.min_confidence))
         if model.attention:
             print(f"attention overlays written to {args.out}", file=sys.stderr)
         return
@@ -82,7 +91,7 @@ def run(args):
         "data": args.data,
         "beam_width": args.beam,
         "doubly_stochastic": args.doubly_stochastic,
-        "options": arguments.training_options(args),
+        "options": training_options(args),
     }
     if len(args.model) == 1:
         caption.run_caption(args.out, model=args.model[0], **task_arguments)

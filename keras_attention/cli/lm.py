@@ -1,6 +1,17 @@
 """`keras-attention lm`."""
 
-from keras_attention.cli import arguments
+from keras_attention.cli.arguments import (
+    add_training_options,
+    at_least,
+    dataset,
+    load_model,
+    model_list,
+    positive_float,
+    positive_int,
+    probability,
+    read_inputs,
+    training_options,
+)
 from keras_attention.names import LM_DATA, LM_MODELS, LM_SAMPLERS
 
 HELP = (
@@ -14,21 +25,21 @@ TRAINS = True
 def add_arguments(parser):
     parser.add_argument(
         "--data",
-        type=arguments.dataset(LM_DATA, "file"),
+        type=dataset(LM_DATA, "file"),
         default="fortunes",
         help="fortunes (Debian fortunes, 2.5 million characters) or a text file "
         "of documents separated by lines holding only %% (or by blank lines)",
     )
     parser.add_argument(
         "--model",
-        type=arguments.model_list(LM_MODELS),
+        type=model_list(LM_MODELS),
         default=("gpt",),
         help="gpt or lstm; gpt,lstm trains each in OUT/<model> and compares "
         "them (default: gpt)",
     )
     parser.add_argument(
         "--steps-per-epoch",
-        type=arguments.positive_int,
+        type=positive_int,
         default=100,
         help="training batches per epoch",
     )
@@ -50,24 +61,24 @@ def add_arguments(parser):
     )
     parser.add_argument(
         "--temperature",
-        type=arguments.positive_float,
+        type=positive_float,
         default=0.8,
         help="divides the logits before sampling (below 1: safer choices)",
     )
     parser.add_argument(
-        "--top-k", type=arguments.positive_int, default=10, help="k of --sampler top_k"
+        "--top-k", type=positive_int, default=10, help="k of --sampler top_k"
     )
     parser.add_argument(
-        "--top-p", type=arguments.probability, default=0.9, help="p of --sampler top_p"
+        "--top-p", type=probability, default=0.9, help="p of --sampler top_p"
     )
     parser.add_argument(
         "--length",
-        type=arguments.at_least(2),
+        type=at_least(2),
         default=None,
         help="with --load: characters to generate, prompt included (default: "
         "the model's window, 256)",
     )
-    arguments.add_training_options(
+    add_training_options(
         parser,
         out="runs/lm",
         batch_size=32,
@@ -87,10 +98,10 @@ def run(args):
         "top_p": args.top_p,
     }
     if args.load:
-        model = arguments.load_model(args.load)
+        model = load_model(args.load)
         sampler = lm.make_sampler(args.sampler, seed=args.seed, **sampling)
         first = True
-        for prompts in arguments.read_inputs(args.prompts, "prompts"):
+        for prompts in read_inputs(args.prompts, "prompts"):
             for text in lm.continue_texts(model, prompts, args.length, sampler):
                 print(text if first else f"%\n{text}", flush=True)
                 first = False
@@ -100,7 +111,7 @@ def run(args):
         "data": args.data,
         "sampler": args.sampler,
         "steps_per_epoch": args.steps_per_epoch,
-        "options": arguments.training_options(args),
+        "options": training_options(args),
     }
     if len(args.model) == 1:
         lm.run_lm(args.out, model=args.model[0], **task_arguments)

@@ -1,6 +1,12 @@
 """`keras-attention pretrain`."""
 
-from keras_attention.cli import arguments, checks
+from keras_attention.cli.arguments import (
+    add_training_options,
+    dataset,
+    positive_float,
+    training_options,
+)
+from keras_attention.cli.checks import CommandError
 from keras_attention.names import CLASSIFICATION_DATA, PRETRAIN_EXTRA_TEXTS
 
 HELP = (
@@ -14,7 +20,7 @@ TRAINS = True
 def add_arguments(parser):
     parser.add_argument(
         "--data",
-        type=arguments.dataset(CLASSIFICATION_DATA, "file"),
+        type=dataset(CLASSIFICATION_DATA, "file"),
         default="reviews",
         help="the classification data whose training texts (labels unused) are "
         "pretrained on and whose vocabulary is learned: reviews, fortunes or a "
@@ -24,7 +30,7 @@ def add_arguments(parser):
         "--add-text",
         dest="extra_texts",
         action="append",
-        type=arguments.dataset(PRETRAIN_EXTRA_TEXTS, "file"),
+        type=dataset(PRETRAIN_EXTRA_TEXTS, "file"),
         default=[],
         metavar="TEXT",
         help="more unlabelled text: fortunes (all Debian fortunes, 16,000 texts) "
@@ -32,9 +38,9 @@ def add_arguments(parser):
         "(repeat for several)",
     )
     parser.add_argument(
-        "--learning-rate", type=arguments.positive_float, default=1e-3, help="Adam's"
+        "--learning-rate", type=positive_float, default=1e-3, help="Adam's"
     )
-    arguments.add_training_options(
+    add_training_options(
         parser,
         out="runs/pretrain",
         batch_size=32,
@@ -47,7 +53,7 @@ def add_arguments(parser):
 
 def check(args):
     if args.data == "fortunes" and "fortunes" in args.extra_texts:
-        raise checks.CommandError(
+        raise CommandError(
             "--add-text fortunes holds the held-out fortunes of --data fortunes", 2
         )
 
@@ -60,5 +66,5 @@ def run(args):
         data=args.data,
         extra_texts=args.extra_texts,
         learning_rate=args.learning_rate,
-        options=arguments.training_options(args),
+        options=training_options(args),
     )

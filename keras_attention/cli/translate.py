@@ -1,6 +1,16 @@
 """`keras-attention translate`."""
 
-from keras_attention.cli import arguments
+from keras_attention.cli.arguments import (
+    add_confidence_option,
+    add_training_options,
+    confidence_line,
+    dataset,
+    load_model,
+    model_list,
+    positive_int,
+    read_inputs,
+    training_options,
+)
 from keras_attention.names import TRANSLATION_DATA, TRANSLATION_MODELS
 
 HELP = (
@@ -19,7 +29,7 @@ def add_arguments(parser):
     )
     parser.add_argument(
         "--data",
-        type=arguments.dataset(TRANSLATION_DATA, "file"),
+        type=dataset(TRANSLATION_DATA, "file"),
         default="dates",
         help="dates (generated), de-en (Debian trans-de-en), messages-de "
         "(software messages of Debian packages' German catalogs) or a "
@@ -27,17 +37,15 @@ def add_arguments(parser):
     )
     parser.add_argument(
         "--model",
-        type=arguments.model_list(TRANSLATION_MODELS),
+        type=model_list(TRANSLATION_MODELS),
         default=("transformer",),
         help="one of " + ", ".join(TRANSLATION_MODELS) + "; a comma-separated "
         "list trains each in OUT/<model> and plots them together (default: "
         "transformer)",
     )
-    parser.add_argument(
-        "--beam", type=arguments.positive_int, default=4, help="beam width"
-    )
-    arguments.add_confidence_option(parser)
-    arguments.add_training_options(parser, out="runs/translate", batch_size=64)
+    parser.add_argument("--beam", type=positive_int, default=4, help="beam width")
+    add_confidence_option(parser)
+    add_training_options(parser, out="runs/translate", batch_size=64)
     parser.set_defaults(inputs="sentences")
 
 
@@ -45,19 +53,15 @@ def run(args):
     from keras_attention.tasks import translate
 
     if args.load:
-        model = arguments.load_model(args.load)
-        for texts in arguments.read_inputs(args.sentences, "sentences to translate"):
+        model = load_model(args.load)
+        for texts in read_inputs(args.sentences, "sentences to translate"):
             results = translate.translate_with_confidence(
                 model, texts, beam_width=args.beam
             )
             for text, (translation, log_prob) in zip(texts, results, strict=True):
-                print(
-                    arguments.confidence_line(
-                        translation, log_prob, text, args.min_confidence
-                    )
-                )
+                print(confidence_line(translation, log_prob, text, args.min_confidence))
         return
-    options = arguments.training_options(args)
+    options = training_options(args)
     if len(args.model) == 1:
         translate.run_translate(
             args.out, args.data, args.model[0], args.beam, options=options
