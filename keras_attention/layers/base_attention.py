@@ -157,17 +157,16 @@ class ScoreAttention(keras.layers.Layer):
             key, value, value_mask, ops.shape(query)[1], use_causal_mask
         )
         scores = self.compute_scores(query, key)
-        return self._attend(
-            query,
-            value,
-            scores,
-            query_mask,
-            value_mask,
-            single_step,
-            training,
-            return_attention_scores,
-            use_causal_mask,
+        outputs, weights = self._attend(
+            scores, value, value_mask, training, use_causal_mask
         )
+        if query_mask is not None:
+            outputs = ops.where(ops.expand_dims(query_mask, -1), outputs, 0)
+        if single_step:
+            outputs, weights = ops.squeeze(outputs, 1), ops.squeeze(weights, 1)
+        if return_attention_scores:
+            return outputs, weights
+        return outputs
 
     def attend_prepared(self, query, value, prepared_key, value_mask=None):
         """One decoder step over keys prepared once with `prepare_keys`.
@@ -184,30 +183,12 @@ class ScoreAttention(keras.layers.Layer):
         query = ops.expand_dims(query, 1)
         prepared_key, value = _hide_unattended(prepared_key, value, value_mask, 1)
         scores = self.compute_prepared_scores(query, prepared_key)
-        return self._attend(
-            query,
-            value,
-            scores,
-            query_mask=None,
-            value_mask=value_mask,
-            single_step=True,
-            training=False,
-            return_attention_scores=True,
-            use_causal_mask=False,
-        )
+        outputs, weights = self._attend(scores, value, value_mask, training=False)
+        return ops.squeeze(outputs, 1), ops.squeeze(weights, 1)
 
-    def _attend(
-        self,
-        query,
-        value,
-        scores,
-        query_mask,
-        value_mask,
-        single_step,
-        training,
-        return_attention_scores,
-        use_causal_mask,
-    ):
+    def _attend(self, scores, value, value_mask, training, use_causal_mask=False):
+        """The outputs `(B, Tq, Dv)` and weights `(B, Tq, Tv)` of `scores`:
+        masked softmax over the values, dropout in training."""
         score_mask = None
         if value_mask is not None:
             score_mask = ops.expand_dims(value_mask, 1)
@@ -218,14 +199,7 @@ class ScoreAttention(keras.layers.Layer):
         if training and self.dropout > 0:
             weights = dropout(weights, self.dropout, seed=self.seed_generator)
         outputs = ops.matmul(weights, ops.cast(value, weights.dtype))
-        if query_mask is not None:
-            outputs = ops.where(ops.expand_dims(query_mask, -1), outputs, 0)
-        if single_step:
-            outputs = ops.squeeze(outputs, 1)
-            weights = ops.squeeze(weights, 1)
-        if return_attention_scores:
-            return outputs, weights
-        return outputs
+        return outputs, weights
 
     def compute_mask(self, inputs, mask=None):
         if mask is None or mask[0] is None:

@@ -79,22 +79,21 @@ class ConditionalBatchNormalization(keras.layers.Layer):
             name="normalization",
         )
         self.normalization.build(input_shape)
-        self.scale_offset = keras.layers.Embedding(
+        self.scale_offset = self._class_embedding(channels, "scale_offset")
+        self.shift = self._class_embedding(channels, "shift")
+
+    def _class_embedding(self, channels, name):
+        """One zero-initialized `(num_classes, channels)` row per class, so
+        that the layer starts as plain batch normalization."""
+        embedding = keras.layers.Embedding(
             self.num_classes,
             channels,
             embeddings_initializer="zeros",
             dtype=self.dtype_policy,
-            name="scale_offset",
+            name=name,
         )
-        self.shift = keras.layers.Embedding(
-            self.num_classes,
-            channels,
-            embeddings_initializer="zeros",
-            dtype=self.dtype_policy,
-            name="shift",
-        )
-        self.scale_offset.build((None,))
-        self.shift.build((None,))
+        embedding.build((None,))
+        return embedding
 
     def call(self, inputs, labels, training=None):
         labels = ops.convert_to_tensor(labels)

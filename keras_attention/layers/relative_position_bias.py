@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_attention._checks import check_length, check_positive_int, static_shape
 from keras_attention.ops import relative_position_buckets
+from keras_attention.ops.positions import check_num_buckets
 
 
 def _integer(value):
@@ -114,17 +115,7 @@ class RelativePositionBias(keras.layers.Layer):
                 f"`bidirectional` must be a bool; received {bidirectional!r}."
             )
         bidirectional = bool(bidirectional)
-        if bidirectional and num_buckets % 2:
-            raise ValueError(
-                "Bidirectional buckets split in two halves, so `num_buckets` "
-                f"must be even; received num_buckets={num_buckets}."
-            )
-        if num_buckets // (2 if bidirectional else 1) < 2:
-            raise ValueError(
-                "`num_buckets` must leave at least 2 buckets per direction (4 "
-                f"when bidirectional); received num_buckets={num_buckets}, "
-                f"bidirectional={bidirectional}."
-            )
+        check_num_buckets(num_buckets, bidirectional)
         self.num_heads = num_heads
         self.num_buckets = num_buckets
         self.max_distance = max_distance

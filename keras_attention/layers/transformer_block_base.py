@@ -1,6 +1,6 @@
 """What the Transformer encoder and decoder blocks share."""
 
-import contextlib
+from operator import attrgetter
 
 import keras
 from keras import ops
@@ -93,10 +93,15 @@ class TransformerBlockBase(keras.layers.Layer):
             )
         return head_size
 
-    def _attention(self, name, hidden_dim, attention_positions=None):
-        return MultiHeadAttention(
+    def _build_attention_sublayer(
+        self, name, query_shape, value_shape, attention_positions=None
+    ):
+        """The attention `name` from `query_shape` to `value_shape`, with its
+        layer normalization `{name}_layer_norm` and dropout `{name}_dropout`,
+        built."""
+        attention = MultiHeadAttention(
             num_heads=self.num_heads,
-            key_dim=self._head_size(hidden_dim),
+            key_dim=self._head_size(query_shape[-1]),
             num_key_value_heads=self.num_key_value_heads,
             attention_positions=attention_positions,
             dropout=self.dropout,
@@ -106,17 +111,27 @@ class TransformerBlockBase(keras.layers.Layer):
             dtype=self.dtype_policy,
             name=name,
         )
+        attention.build(query_shape, value_shape)
+        norm = self._norm(f"{name}_layer_norm")
+        norm.build(query_shape)
+        dropout = Dropout(self.dropout, dtype=self.dtype_policy, name=f"{name}_dropout")
+        return attention, norm, dropout
 
-    def _norm(self, name):
-        return keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+    def _build_self_attention(self, input_shape):
+        """Builds the first sub-layer: `self_attention`, with the positions
+        inside it, and its layer normalization and dropout."""
+        (
+            self.self_attention,
+            self.self_attention_layer_norm,
+            self.self_attention_dropout,
+        ) = self._build_attention_sublayer(
+            "self_attention", input_shape, input_shape, self.attention_positions
         )
 
-    def _dropout(self, name):
-        return Dropout(self.dropout, dtype=self.dtype_policy, name=name)
-
-    def _feedforward(self):
-        return FeedForward(
+    def _build_feedforward(self, input_shape):
+        """Builds the last sub-layer: `feedforward` and its layer
+        normalization."""
+        self.feedforward = FeedForward(
             self.intermediate_dim,
             activation=self.activation,
             dropout=self.dropout,
@@ -124,6 +139,14 @@ class TransformerBlockBase(keras.layers.Layer):
             bias_initializer=clone_initializer(self.bias_initializer),
             dtype=self.dtype_policy,
             name="feedforward",
+        )
+        self.feedforward.build(input_shape)
+        self.feedforward_layer_norm = self._norm("feedforward_layer_norm")
+        self.feedforward_layer_norm.build(input_shape)
+
+    def _norm(self, name):
+        return keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
         )
 
     def _residual(self, x, norm, sublayer):
@@ -135,6 +158,16 @@ class TransformerBlockBase(keras.layers.Layer):
         if not self.normalize_first:
             x = norm(x)
         return x, extras
+
+    def _feedforward_residual(self, x, training):
+        """The last sub-layer: the feed-forward network (with its own
+        dropout), the residual and normalization."""
+        x, _ = self._residual(
+            x,
+            self.feedforward_layer_norm,
+            lambda y: (self.feedforward(y, training=training),),
+        )
+        return x
 
     def _check_inputs(self, name, shape):
         if len(shape) != 3:
@@ -166,30 +199,18 @@ class TransformerBlockBase(keras.layers.Layer):
         takes no query mask; a Keras mask left on the query would become our
         attention layer's `query_mask` and zero the padded rows that
         keras-hub's decoder computes like any other."""
-        with _hidden_keras_masks(query, value):
+        with keras_internals.hidden_keras_masks(query, value):
             return attention(query, value, **kwargs)
 
     # keras-hub's names for the sublayers, which code written against its
     # blocks reaches (e.g. to copy weights or run one sub-layer).
-    @property
-    def _self_attention_layer(self):
-        return self.self_attention
-
-    @property
-    def _self_attention_layer_norm(self):
-        return self.self_attention_layer_norm
-
-    @property
-    def _feedforward_layer_norm(self):
-        return self.feedforward_layer_norm
-
-    @property
-    def _feedforward_intermediate_dense(self):
-        return self.feedforward.intermediate_dense
-
-    @property
-    def _feedforward_output_dense(self):
-        return self.feedforward.output_dense
+    _self_attention_layer = property(attrgetter("self_attention"))
+    _self_attention_layer_norm = property(attrgetter("self_attention_layer_norm"))
+    _feedforward_layer_norm = property(attrgetter("feedforward_layer_norm"))
+    _feedforward_intermediate_dense = property(
+        attrgetter("feedforward.intermediate_dense")
+    )
+    _feedforward_output_dense = property(attrgetter("feedforward.output_dense"))
 
     def compute_output_shape(self, input_shape, *args, **kwargs):
         return tuple(input_shape)
@@ -219,20 +240,3 @@ class TransformerBlockBase(keras.layers.Layer):
 
 def as_tuple(x):
     return x if isinstance(x, tuple) else (x,)
-
-
-@contextlib.contextmanager
-def _hidden_keras_masks(*tensors):
-    """Removes the Keras masks of `tensors` while inside, then restores them
-    (the tensors may be the caller's own inputs)."""
-    tensors = [t for t in tensors if t is not None]
-    masks = [keras_internals.get_keras_mask(t) for t in tensors]
-    for tensor, mask in zip(tensors, masks, strict=True):
-        if mask is not None:
-            keras_internals.set_keras_mask(tensor, None)
-    try:
-        yield
-    finally:
-        for tensor, mask in zip(tensors, masks, strict=True):
-            if mask is not None:
-                keras_internals.set_keras_mask(tensor, mask)

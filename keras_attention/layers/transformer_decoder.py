@@ -1,3 +1,5 @@
+from operator import attrgetter
+
 import keras
 from keras import ops
 
@@ -100,13 +102,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
     """
 
-    @property
-    def _cross_attention_layer(self):
-        return self.cross_attention
-
-    @property
-    def _cross_attention_layer_norm(self):
-        return self.cross_attention_layer_norm
+    # keras-hub's names, as in `TransformerBlockBase`.
+    _cross_attention_layer = property(attrgetter("cross_attention"))
+    _cross_attention_layer_norm = property(attrgetter("cross_attention_layer_norm"))
 
     def _cache_padding_mask(self, padding_mask, cache):
         if padding_mask is None:
@@ -123,26 +121,18 @@ class TransformerDecoderBlock(TransformerBlockBase):
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         self._check_inputs("decoder_sequence", decoder_sequence_shape)
-        hidden_dim = decoder_sequence_shape[-1]
-        self.self_attention = self._attention(
-            "self_attention", hidden_dim, self.attention_positions
-        )
-        self.self_attention.build(decoder_sequence_shape, decoder_sequence_shape)
-        self.self_attention_layer_norm = self._norm("self_attention_layer_norm")
-        self.self_attention_layer_norm.build(decoder_sequence_shape)
-        self.self_attention_dropout = self._dropout("self_attention_dropout")
+        self._build_self_attention(decoder_sequence_shape)
         self.cross_attention = None
         if encoder_sequence_shape is not None:
             self._check_inputs("encoder_sequence", encoder_sequence_shape)
-            self.cross_attention = self._attention("cross_attention", hidden_dim)
-            self.cross_attention.build(decoder_sequence_shape, encoder_sequence_shape)
-            self.cross_attention_layer_norm = self._norm("cross_attention_layer_norm")
-            self.cross_attention_layer_norm.build(decoder_sequence_shape)
-            self.cross_attention_dropout = self._dropout("cross_attention_dropout")
-        self.feedforward = self._feedforward()
-        self.feedforward.build(decoder_sequence_shape)
-        self.feedforward_layer_norm = self._norm("feedforward_layer_norm")
-        self.feedforward_layer_norm.build(decoder_sequence_shape)
+            (
+                self.cross_attention,
+                self.cross_attention_layer_norm,
+                self.cross_attention_dropout,
+            ) = self._build_attention_sublayer(
+                "cross_attention", decoder_sequence_shape, encoder_sequence_shape
+            )
+        self._build_feedforward(decoder_sequence_shape)
 
     def call(
         self,
@@ -243,11 +233,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
                 cross_weights, extras = [extras[0]], extras[1:]
             cross_cache = extras
 
-        x, _ = self._residual(
-            x,
-            self.feedforward_layer_norm,
-            lambda y: (self.feedforward(y, training=training),),
-        )
+        x = self._feedforward_residual(x, training)
         results = [x]
         if self_attention_cache is not None:
             results += self_cache

@@ -79,18 +79,8 @@ class TransformerEncoderBlock(TransformerBlockBase):
 
     def build(self, inputs_shape):
         self._check_inputs("inputs", inputs_shape)
-        hidden_dim = inputs_shape[-1]
-        self.self_attention = self._attention(
-            "self_attention", hidden_dim, self.attention_positions
-        )
-        self.self_attention.build(inputs_shape, inputs_shape)
-        self.self_attention_layer_norm = self._norm("self_attention_layer_norm")
-        self.self_attention_layer_norm.build(inputs_shape)
-        self.self_attention_dropout = self._dropout("self_attention_dropout")
-        self.feedforward = self._feedforward()
-        self.feedforward.build(inputs_shape)
-        self.feedforward_layer_norm = self._norm("feedforward_layer_norm")
-        self.feedforward_layer_norm.build(inputs_shape)
+        self._build_self_attention(inputs_shape)
+        self._build_feedforward(inputs_shape)
 
     def call(
         self,
@@ -117,11 +107,7 @@ class TransformerEncoderBlock(TransformerBlockBase):
             return (self.self_attention_dropout(out, training=training), *weights)
 
         x, weights = self._residual(inputs, self.self_attention_layer_norm, attend)
-        x, _ = self._residual(
-            x,
-            self.feedforward_layer_norm,
-            lambda y: (self.feedforward(y, training=training),),
-        )
+        x = self._feedforward_residual(x, training)
         if return_attention_scores:
             return x, weights[0]
         return x

@@ -104,17 +104,7 @@ def relative_position_buckets(
     """
     check_positive_int("num_buckets", num_buckets)
     check_positive_int("max_distance", max_distance)
-    if bidirectional and num_buckets % 2:
-        raise ValueError(
-            "Bidirectional buckets split in two halves, so `num_buckets` must "
-            f"be even; received num_buckets={num_buckets}."
-        )
-    if num_buckets // (2 if bidirectional else 1) < 2:
-        raise ValueError(
-            "`num_buckets` must leave at least 2 buckets per direction (4 when "
-            f"bidirectional); received num_buckets={num_buckets}, "
-            f"bidirectional={bidirectional}."
-        )
+    check_num_buckets(num_buckets, bidirectional)
     key_length = query_length if key_length is None else key_length
     rows = ops.arange(query_length)[:, None] + ops.cast(offset, "int32")
     relative = ops.arange(key_length)[None, :] - rows
@@ -134,3 +124,19 @@ def relative_position_buckets(
     far = exact + ops.cast(spread * (num_buckets - exact), "int32")
     far = ops.minimum(far, num_buckets - 1)
     return buckets + ops.where(distance < exact, distance, far)
+
+
+def check_num_buckets(num_buckets, bidirectional):
+    """Raises a ValueError for a positive `num_buckets` that T5's bucketing
+    cannot split: odd when bidirectional, or under 2 per direction."""
+    if bidirectional and num_buckets % 2:
+        raise ValueError(
+            "Bidirectional buckets split in two halves, so `num_buckets` must "
+            f"be even; received num_buckets={num_buckets}."
+        )
+    if num_buckets // (2 if bidirectional else 1) < 2:
+        raise ValueError(
+            "`num_buckets` must leave at least 2 buckets per direction (4 when "
+            f"bidirectional); received num_buckets={num_buckets}, "
+            f"bidirectional={bidirectional}."
+        )
