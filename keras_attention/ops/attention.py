@@ -167,11 +167,11 @@ def dot_product_attention(
             key,
             value,
             mask,
-            is_causal,
-            scale,
-            chunk_size,
-            sliding_window,
-            alibi_slopes,
+            is_causal=is_causal,
+            scale=scale,
+            chunk_size=chunk_size,
+            sliding_window=sliding_window,
+            alibi_slopes=alibi_slopes,
         )
     if alibi_slopes is not None:
         bias = _add_bias(bias, alibi_bias(alibi_slopes, query_length, key_length))

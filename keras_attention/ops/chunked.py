@@ -31,6 +31,7 @@ def chunked_attention(
     key,
     value,
     mask,
+    *,
     is_causal,
     scale,
     chunk_size,
