@@ -1,3 +1,5 @@
+from operator import attrgetter
+
 import keras
 from keras import constraints, initializers, ops, regularizers
 
@@ -8,6 +10,11 @@ _SERIALIZERS = {
     "regularizer": regularizers.serialize,
     "constraint": constraints.serialize,
 }
+
+
+def _dense_argument(name):
+    """A read-only attribute holding the projections' argument `name`."""
+    return property(lambda self: self._dense_arguments[name])
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -142,50 +149,20 @@ class GroupedQueryAttention(MultiHeadAttention):
         )
 
     # Keras' GroupQueryAttention attribute names.
-
-    @property
-    def head_dim(self):
-        return self.key_dim
-
-    @property
-    def num_query_heads(self):
-        return self.num_heads
+    head_dim = property(attrgetter("key_dim"))
+    num_query_heads = property(attrgetter("num_heads"))
+    use_gate = property(attrgetter("_use_gate"))
+    sliding_window = property(attrgetter("_sliding_window"))
+    kernel_initializer = _dense_argument("kernel_initializer")
+    bias_initializer = _dense_argument("bias_initializer")
+    kernel_regularizer = _dense_argument("kernel_regularizer")
+    bias_regularizer = _dense_argument("bias_regularizer")
+    kernel_constraint = _dense_argument("kernel_constraint")
+    bias_constraint = _dense_argument("bias_constraint")
 
     @property
     def num_repeats(self):
         return self.num_heads // self._num_key_value_heads
-
-    @property
-    def use_gate(self):
-        return self._use_gate
-
-    @property
-    def sliding_window(self):
-        return self._sliding_window
-
-    @property
-    def kernel_initializer(self):
-        return self._dense_arguments["kernel_initializer"]
-
-    @property
-    def bias_initializer(self):
-        return self._dense_arguments["bias_initializer"]
-
-    @property
-    def kernel_regularizer(self):
-        return self._dense_arguments["kernel_regularizer"]
-
-    @property
-    def bias_regularizer(self):
-        return self._dense_arguments["bias_regularizer"]
-
-    @property
-    def kernel_constraint(self):
-        return self._dense_arguments["kernel_constraint"]
-
-    @property
-    def bias_constraint(self):
-        return self._dense_arguments["bias_constraint"]
 
     def get_config(self):
         serialized = {
