@@ -19,12 +19,10 @@ class AdditiveAttention(WeightedScoreAttention):
         units: size of the hidden layer of the score (the rows of `W_a`);
             defaults to the key size.
         use_bias: add a bias `b` inside the tanh.
-        kernel_initializer: initializer of `W_1`, `W_2` and `v_a`.
-        kernel_regularizer: regularizer of the kernels.
-        kernel_constraint: constraint of the kernels.
-        dropout: dropout rate on the attention weights.
-        seed: dropout seed.
-        **kwargs: base layer arguments.
+        **kwargs: the arguments of `WeightedScoreAttention`
+            (`kernel_initializer`, `kernel_regularizer` and `kernel_constraint`
+            of `W_1`, `W_2` and `v_a`, `dropout` on the attention weights and
+            its `seed`) and of the base layer.
 
     Call arguments:
         See `ScoreAttention`: `inputs=[query, value(, key)]`,

@@ -20,14 +20,13 @@ class CosineAttention(ScoreAttention):
             (tau = 0.1).
         trainable_sharpness: learn `beta` (True) or keep it fixed (False).
         epsilon: lower bound on the squared norms, so zero vectors score 0.
-        dropout: dropout rate on the attention weights.
-        seed: dropout seed.
-        **kwargs: base layer arguments.
+        **kwargs: the arguments of `ScoreAttention` (`dropout` on the
+            attention weights and its `seed`) and of the base layer.
 
     Call arguments:
-        See `ScoreAttention`: `inputs=[query, value(, key)]`,
-        `mask=[query_mask, value_mask]`, `training`, `return_attention_scores`,
-        `use_causal_mask`.
+        See `ScoreAttention`: `inputs=[query, value(, key)]` with a query and
+        key of one size, `mask=[query_mask, value_mask]`, `training`,
+        `return_attention_scores`, `use_causal_mask`.
 
     Example:
 

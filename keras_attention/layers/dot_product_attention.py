@@ -20,9 +20,9 @@ class DotProductAttention(ScoreAttention):
         **kwargs: base layer arguments.
 
     Call arguments:
-        See `ScoreAttention`: `inputs=[query, value(, key)]`,
-        `mask=[query_mask, value_mask]`, `training`, `return_attention_scores`,
-        `use_causal_mask`.
+        See `ScoreAttention`: `inputs=[query, value(, key)]` with a query and
+        key of one size, `mask=[query_mask, value_mask]`, `training`,
+        `return_attention_scores`, `use_causal_mask`.
 
     Example:
 

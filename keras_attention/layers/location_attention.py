@@ -17,12 +17,10 @@ class LocationAttention(WeightedScoreAttention):
     Args:
         max_length: the longest source sequence (number of positions scored).
         use_bias: add a learned per-position bias (a prior over positions).
-        kernel_initializer: initializer of `W_a`.
-        kernel_regularizer: regularizer of `W_a`.
-        kernel_constraint: constraint of `W_a`.
-        dropout: dropout rate on the attention weights.
-        seed: dropout seed.
-        **kwargs: base layer arguments.
+        **kwargs: the arguments of `WeightedScoreAttention`
+            (`kernel_initializer`, `kernel_regularizer` and `kernel_constraint`
+            of `W_a`, `dropout` on the attention weights and its `seed`) and
+            of the base layer.
 
     Call arguments:
         See `ScoreAttention`: `inputs=[query, value(, key)]`,

@@ -23,7 +23,7 @@ class MultiplicativeAttention(WeightedScoreAttention):
     Call arguments:
         See `ScoreAttention`: `inputs=[query, value(, key)]`,
         `mask=[query_mask, value_mask]`, `training`, `return_attention_scores`,
-        `use_causal_mask`.
+        `use_causal_mask`. The query and key may have different sizes.
 
     Example:
 

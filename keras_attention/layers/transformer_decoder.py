@@ -21,27 +21,10 @@ class TransformerDecoderBlock(TransformerBlockBase):
     arguments follow keras-hub's `TransformerDecoder`, including its caches for
     incremental decoding.
 
-    Args:
-        intermediate_dim: hidden size of the feed-forward network.
-        num_heads: attention heads; the head size is `hidden_dim // num_heads`
-            (floored, as in keras-hub: 3 heads on a width of 256 have 85
-            dimensions each, and the output projection returns the width)
-            unless `key_dim` is given.
-        dropout: dropout on the attention weights and on each sub-layer output.
-        activation: feed-forward activation.
-        layer_norm_epsilon: epsilon of the layer normalizations.
-        kernel_initializer: initializer of all kernels.
-        bias_initializer: initializer of all biases.
-        normalize_first: pre-norm instead of the paper's post-norm (keras-hub's
-            name; `norm_first` is accepted from older configs).
-        key_dim: head size (defaults to `hidden_dim // num_heads`, floored).
-        chunk_size: force the memory-efficient attention path with this block.
-        num_key_value_heads: key/value heads of the attention (grouped-query
-            attention; default `num_heads`).
-        attention_positions: None, `"rotary"`, `"alibi"` or `"relative"`:
-            positions inside the self-attention (see `MultiHeadAttention`;
-            `position_encoding`, the earlier name, is a deprecated alias).
-        **kwargs: base layer arguments.
+    Its constructor is `TransformerEncoderBlock`'s (both are
+    `TransformerBlockBase`'s), with the same arguments and defaults;
+    `attention_positions` applies to the self-attention, the cross-attention
+    has none.
 
     Call arguments:
         decoder_sequence: `(B, T, hidden_dim)`.
