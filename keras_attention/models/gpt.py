@@ -88,6 +88,19 @@ class GPT(LanguageModel):
         - [Press et al., 2022](https://arxiv.org/abs/2108.12409) (ALiBi)
     """
 
+    config_names = (
+        "hidden_dim",
+        "num_heads",
+        "num_layers",
+        "intermediate_dim",
+        "dropout",
+        "activation",
+        "layer_norm_epsilon",
+        "input_positions",
+        "attention_positions",
+        "num_key_value_heads",
+    )
+
     def __init__(
         self,
         vocabulary_size,
@@ -176,28 +189,10 @@ class GPT(LanguageModel):
         for block in blocks:
             x = block(x)  # no encoder sequence: causal self-attention only
         logits = token_embedding(final_norm(x), reverse=True)
-        super().__init__(
-            inputs=token_ids,
-            outputs=logits,
-            vocabulary_size=vocabulary_size,
-            max_length=max_length,
-            end_token_id=end_token_id,
-            tokenizer=tokenizer,
-            dtype=dtype,
-            **kwargs,
-        )
+        super().__init__(token_ids, logits, **LanguageModel.arguments_from(locals()))
+        self.keep_config(GPT, locals())
 
-        # === Config and layers for decoding ===
-        self.hidden_dim = hidden_dim
-        self.num_heads = num_heads
-        self.num_layers = num_layers
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.input_positions = input_positions
-        self.attention_positions = attention_positions
-        self.num_key_value_heads = num_key_value_heads
+        # === Layers for decoding ===
         self.token_embedding = token_embedding
         self.position_embedding = position_embedding
         self.blocks = blocks
@@ -244,20 +239,5 @@ class GPT(LanguageModel):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "hidden_dim": self.hidden_dim,
-                "num_heads": self.num_heads,
-                "num_layers": self.num_layers,
-                "intermediate_dim": self.intermediate_dim,
-                "dropout": self.dropout,
-                "activation": keras.activations.serialize(
-                    keras.activations.get(self.activation)
-                ),
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "input_positions": self.input_positions,
-                "attention_positions": self.attention_positions,
-                "num_key_value_heads": self.num_key_value_heads,
-            }
-        )
-        return config
+        activation = keras.activations.get(self.activation)
+        return {**config, "activation": keras.activations.serialize(activation)}

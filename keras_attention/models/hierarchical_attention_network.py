@@ -73,6 +73,16 @@ class HierarchicalAttentionNetwork(TextClassifier):
         - [Yang et al., 2016](https://aclanthology.org/N16-1174/)
     """
 
+    config_names = (
+        "max_sentences",
+        "max_words",
+        "embedding_dim",
+        "word_units",
+        "sentence_units",
+        "attention_units",
+        "dropout",
+    )
+
     def __init__(
         self,
         vocabulary_size,
@@ -156,25 +166,9 @@ class HierarchicalAttentionNetwork(TextClassifier):
         inputs = keras.Input((None, max_words), dtype="int32", name="token_ids")
         outputs, _ = forward(inputs)
         super().__init__(
-            inputs=inputs,
-            outputs=outputs,
-            vocabulary_size=vocabulary_size,
-            num_classes=num_classes,
-            forward=forward,
-            class_names=class_names,
-            tokenizer=tokenizer,
-            dtype=dtype,
-            **kwargs,
+            inputs, outputs, forward=forward, **TextClassifier.arguments_from(locals())
         )
-
-        # === Config ===
-        self.max_sentences = max_sentences
-        self.max_words = max_words
-        self.embedding_dim = embedding_dim
-        self.word_units = word_units
-        self.sentence_units = sentence_units
-        self.attention_units = attention_units
-        self.dropout = dropout
+        self.keep_config(HierarchicalAttentionNetwork, locals())
         self._attend = attend
 
     def attention_weights(self, token_ids):
@@ -191,18 +185,3 @@ class HierarchicalAttentionNetwork(TextClassifier):
             ops.convert_to_numpy(ops.cast(w, "float32"))
             for w in (word_weights, sentence_weights)
         )
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "max_sentences": self.max_sentences,
-                "max_words": self.max_words,
-                "embedding_dim": self.embedding_dim,
-                "word_units": self.word_units,
-                "sentence_units": self.sentence_units,
-                "attention_units": self.attention_units,
-                "dropout": self.dropout,
-            }
-        )
-        return config

@@ -5,10 +5,10 @@ import keras
 from keras_attention._checks import check_positive_int
 from keras_attention.decoding import LanguageModelGenerationMixin
 from keras_attention.layers.tied_embedding import TiedEmbedding, tied_embedding_class
-from keras_attention.models.saving import deserialize_optional, serialize_optional
+from keras_attention.models.saving import ConfigMixin
 
 
-class LanguageModel(LanguageModelGenerationMixin, keras.Model):
+class LanguageModel(ConfigMixin, LanguageModelGenerationMixin, keras.Model):
     """Base of `GPT` and `LSTMLanguageModel`: next-token logits through
     `call`, and prompts continued by a keras-hub sampler through `generate`
     (`LanguageModelGenerationMixin`).
@@ -26,6 +26,9 @@ class LanguageModel(LanguageModelGenerationMixin, keras.Model):
     model can continue text.
     """
 
+    config_names = ("vocabulary_size", "max_length", "end_token_id", "tokenizer")
+    serialized_config_names = ("tokenizer",)
+
     def __init__(
         self,
         inputs,
@@ -37,25 +40,7 @@ class LanguageModel(LanguageModelGenerationMixin, keras.Model):
         **kwargs,
     ):
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
-        self.vocabulary_size = vocabulary_size
-        self.max_length = max_length
-        self.end_token_id = end_token_id
-        self.tokenizer = tokenizer
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-            "vocabulary_size": self.vocabulary_size,
-            "max_length": self.max_length,
-            "end_token_id": self.end_token_id,
-            "tokenizer": serialize_optional(self.tokenizer),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**deserialize_optional(config, ("tokenizer",)))
+        self.keep_config(LanguageModel, locals())
 
 
 def check_language_model_args(vocabulary_size, max_length, end_token_id, **sizes):

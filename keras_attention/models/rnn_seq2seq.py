@@ -88,6 +88,8 @@ class RNNSeq2Seq(Seq2Seq):
         - [Sutskever et al., 2014](https://arxiv.org/abs/1409.3215)
     """
 
+    config_names = ("embedding_dim", "units", "attention", "decoder_cell", "dropout")
+
     def __init__(
         self,
         source_vocabulary_size,
@@ -181,27 +183,10 @@ class RNNSeq2Seq(Seq2Seq):
         # only change outputs past the end, which the loss ignores: no mask.
         states = decoder(embedded, initial_state=initial_state)
         logits = _logits(states, embedded, readout, output_dropout, output_dense)
-        super().__init__(
-            inputs=inputs,
-            outputs=logits,
-            source_vocabulary_size=source_vocabulary_size,
-            target_vocabulary_size=target_vocabulary_size,
-            max_source_length=max_source_length,
-            max_target_length=max_target_length,
-            start_token_id=start_token_id,
-            end_token_id=end_token_id,
-            source_tokenizer=source_tokenizer,
-            target_tokenizer=target_tokenizer,
-            dtype=dtype,
-            **kwargs,
-        )
+        super().__init__(inputs, logits, **Seq2Seq.arguments_from(locals()))
+        self.keep_config(RNNSeq2Seq, locals())
 
-        # === Config and layers for decoding ===
-        self.embedding_dim = embedding_dim
-        self.units = units
-        self.attention = attention
-        self.decoder_cell = decoder_cell
-        self.dropout = dropout
+        # === Layers for decoding ===
         self.parts = parts
         self.target_embedding = target_embedding
         self.readout = readout
@@ -231,19 +216,6 @@ class RNNSeq2Seq(Seq2Seq):
             _, states, step_weights = self.parts.cell.step(embedded[:, t], states)
             weights.append(step_weights)
         return ops.stack(weights, axis=1)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "embedding_dim": self.embedding_dim,
-                "units": self.units,
-                "attention": self.attention,
-                "decoder_cell": self.decoder_cell,
-                "dropout": self.dropout,
-            }
-        )
-        return config
 
 
 class _Parts:

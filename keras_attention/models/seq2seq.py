@@ -4,10 +4,10 @@ import keras
 from keras import ops
 
 from keras_attention.decoding import GenerationMixin
-from keras_attention.models.saving import deserialize_optional, serialize_optional
+from keras_attention.models.saving import ConfigMixin
 
 
-class Seq2Seq(GenerationMixin, keras.Model):
+class Seq2Seq(ConfigMixin, GenerationMixin, keras.Model):
     """Base of `RNNSeq2Seq` and `Transformer`: teacher-forced training through
     `call`, and compiled greedy or beam-search generation through `generate`
     (`GenerationMixin`, which reads `max_target_length` as the default
@@ -27,6 +27,18 @@ class Seq2Seq(GenerationMixin, keras.Model):
     file, so a loaded model can translate text.
     """
 
+    config_names = (
+        "source_vocabulary_size",
+        "target_vocabulary_size",
+        "max_source_length",
+        "max_target_length",
+        "start_token_id",
+        "end_token_id",
+        "source_tokenizer",
+        "target_tokenizer",
+    )
+    serialized_config_names = ("source_tokenizer", "target_tokenizer")
+
     def __init__(
         self,
         inputs,
@@ -42,14 +54,7 @@ class Seq2Seq(GenerationMixin, keras.Model):
         **kwargs,
     ):
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
-        self.source_vocabulary_size = source_vocabulary_size
-        self.target_vocabulary_size = target_vocabulary_size
-        self.max_source_length = max_source_length
-        self.max_target_length = max_target_length
-        self.start_token_id = start_token_id
-        self.end_token_id = end_token_id
-        self.source_tokenizer = source_tokenizer
-        self.target_tokenizer = target_tokenizer
+        self.keep_config(Seq2Seq, locals())
 
     def generation_inputs(self, encoder_token_ids):
         encoder_token_ids = ops.convert_to_tensor(encoder_token_ids, "int32")
@@ -63,26 +68,6 @@ class Seq2Seq(GenerationMixin, keras.Model):
     def attention_weights(self, encoder_token_ids, decoder_token_ids):
         """Cross-attention weights `(B, T, S)` with teacher forcing."""
         raise NotImplementedError
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-            "source_vocabulary_size": self.source_vocabulary_size,
-            "target_vocabulary_size": self.target_vocabulary_size,
-            "max_source_length": self.max_source_length,
-            "max_target_length": self.max_target_length,
-            "start_token_id": self.start_token_id,
-            "end_token_id": self.end_token_id,
-            "source_tokenizer": serialize_optional(self.source_tokenizer),
-            "target_tokenizer": serialize_optional(self.target_tokenizer),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        names = ("source_tokenizer", "target_tokenizer")
-        return cls(**deserialize_optional(config, names))
 
 
 def token_id_inputs():

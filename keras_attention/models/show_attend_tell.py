@@ -8,11 +8,11 @@ from keras_attention.decoding import GenerationMixin
 from keras_attention.layers.additive_attention import AdditiveAttention
 from keras_attention.layers.attention_rnn_cell import AttentionRNNCell
 from keras_attention.layers.dropout import Dropout
-from keras_attention.models.saving import deserialize_optional, serialize_optional
+from keras_attention.models.saving import ConfigMixin
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class ShowAttendTell(GenerationMixin, keras.Model):
+class ShowAttendTell(ConfigMixin, GenerationMixin, keras.Model):
     """Image captioning with soft visual attention (Show, Attend and Tell).
 
     A convolutional encoder turns the image into a grid of annotation vectors
@@ -89,6 +89,24 @@ class ShowAttendTell(GenerationMixin, keras.Model):
         - [Vinyals et al., 2015](https://arxiv.org/abs/1411.4555) (the
           image-vector baseline)
     """
+
+    config_names = (
+        "vocabulary_size",
+        "image_shape",
+        "encoder_filters",
+        "embedding_dim",
+        "units",
+        "attention_units",
+        "attention",
+        "gate",
+        "doubly_stochastic",
+        "dropout",
+        "max_caption_length",
+        "start_token_id",
+        "end_token_id",
+        "tokenizer",
+    )
+    serialized_config_names = ("tokenizer",)
 
     def __init__(
         self,
@@ -219,21 +237,10 @@ class ShowAttendTell(GenerationMixin, keras.Model):
         super().__init__(inputs=inputs, outputs=logits, dtype=dtype, **kwargs)
 
         # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.image_shape = image_shape
-        self.encoder_filters = encoder_filters
-        self.embedding_dim = embedding_dim
-        self.units = units
-        self.attention_units = attention_units
-        self.attention = bool(attention)
-        self.gate = bool(gate)
-        self.doubly_stochastic = float(doubly_stochastic)
-        self.dropout = dropout
-        self.max_caption_length = max_caption_length
+        attention, gate = bool(attention), bool(gate)
+        doubly_stochastic = float(doubly_stochastic)
+        self.keep_config(ShowAttendTell, locals())
         self.max_target_length = max_caption_length
-        self.start_token_id = start_token_id
-        self.end_token_id = end_token_id
-        self.tokenizer = tokenizer
         self.grid_shape = grid
 
         # === Layers for decoding ===
@@ -334,31 +341,6 @@ class ShowAttendTell(GenerationMixin, keras.Model):
         start = ops.full((tokens.shape[0], 1), self.start_token_id, "int32")
         decoder_ids = ops.concatenate([start, tokens[:, :-1]], axis=1)
         return tokens, self.attention_weights(images, decoder_ids)
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-            "vocabulary_size": self.vocabulary_size,
-            "image_shape": self.image_shape,
-            "encoder_filters": self.encoder_filters,
-            "embedding_dim": self.embedding_dim,
-            "units": self.units,
-            "attention_units": self.attention_units,
-            "attention": self.attention,
-            "gate": self.gate,
-            "doubly_stochastic": self.doubly_stochastic,
-            "dropout": self.dropout,
-            "max_caption_length": self.max_caption_length,
-            "start_token_id": self.start_token_id,
-            "end_token_id": self.end_token_id,
-            "tokenizer": serialize_optional(self.tokenizer),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**deserialize_optional(config, ("tokenizer",)))
 
 
 def _convolutional_encoder(encoder_filters, dtype):

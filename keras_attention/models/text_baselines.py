@@ -56,6 +56,8 @@ class BiLSTMClassifier(TextClassifier):
         - [Graves & Schmidhuber, 2005](https://doi.org/10.1016/j.neunet.2005.06.042)
     """
 
+    config_names = ("embedding_dim", "units", "dropout")
+
     def __init__(
         self,
         vocabulary_size,
@@ -87,30 +89,9 @@ class BiLSTMClassifier(TextClassifier):
         x = Dropout(dropout, dtype=dtype)(embedding(inputs))
         x = encoder(x, mask=padding_mask(inputs))
         x = Dropout(dropout, dtype=dtype)(x)
-        super().__init__(
-            inputs=inputs,
-            outputs=class_probabilities(num_classes)(x),
-            vocabulary_size=vocabulary_size,
-            num_classes=num_classes,
-            class_names=class_names,
-            tokenizer=tokenizer,
-            dtype=dtype,
-            **kwargs,
-        )
-        self.embedding_dim = embedding_dim
-        self.units = units
-        self.dropout = dropout
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "embedding_dim": self.embedding_dim,
-                "units": self.units,
-                "dropout": self.dropout,
-            }
-        )
-        return config
+        outputs = class_probabilities(num_classes)(x)
+        super().__init__(inputs, outputs, **TextClassifier.arguments_from(locals()))
+        self.keep_config(BiLSTMClassifier, locals())
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -147,6 +128,8 @@ class BagOfEmbeddingsClassifier(TextClassifier):
         - [Joulin et al., 2017](https://aclanthology.org/E17-2068/)
     """
 
+    config_names = ("embedding_dim", "dropout")
+
     def __init__(
         self,
         vocabulary_size,
@@ -171,23 +154,9 @@ class BagOfEmbeddingsClassifier(TextClassifier):
             embedding(inputs), mask=padding_mask(inputs)
         )
         x = Dropout(dropout, dtype=dtype)(x)
-        super().__init__(
-            inputs=inputs,
-            outputs=class_probabilities(num_classes)(x),
-            vocabulary_size=vocabulary_size,
-            num_classes=num_classes,
-            class_names=class_names,
-            tokenizer=tokenizer,
-            dtype=dtype,
-            **kwargs,
-        )
-        self.embedding_dim = embedding_dim
-        self.dropout = dropout
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({"embedding_dim": self.embedding_dim, "dropout": self.dropout})
-        return config
+        outputs = class_probabilities(num_classes)(x)
+        super().__init__(inputs, outputs, **TextClassifier.arguments_from(locals()))
+        self.keep_config(BagOfEmbeddingsClassifier, locals())
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -233,6 +202,8 @@ class LSTMLanguageModel(LanguageModel):
         - [Press & Wolf, 2017](https://arxiv.org/abs/1608.05859) (tied embeddings)
     """
 
+    config_names = ("hidden_dim", "num_layers", "dropout")
+
     def __init__(
         self,
         vocabulary_size,
@@ -273,19 +244,9 @@ class LSTMLanguageModel(LanguageModel):
         x = dropouts[0](token_embedding(token_ids))
         for layer, drop in zip(recurrent_layers, dropouts[1:], strict=True):
             x = drop(layer(x)[0])
-        super().__init__(
-            inputs=token_ids,
-            outputs=token_embedding(x, reverse=True),
-            vocabulary_size=vocabulary_size,
-            max_length=max_length,
-            end_token_id=end_token_id,
-            tokenizer=tokenizer,
-            dtype=dtype,
-            **kwargs,
-        )
-        self.hidden_dim = hidden_dim
-        self.num_layers = num_layers
-        self.dropout = dropout
+        logits = token_embedding(x, reverse=True)
+        super().__init__(token_ids, logits, **LanguageModel.arguments_from(locals()))
+        self.keep_config(LSTMLanguageModel, locals())
         self.token_embedding = token_embedding
         self.recurrent_layers = recurrent_layers
 
@@ -303,14 +264,3 @@ class LSTMLanguageModel(LanguageModel):
             x, h, c = layer(x, initial_state=[state[:, 0], state[:, 1]])
             states.append(ops.stack([h, c], axis=1))
         return self.token_embedding(x[:, 0], reverse=True), states
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "hidden_dim": self.hidden_dim,
-                "num_layers": self.num_layers,
-                "dropout": self.dropout,
-            }
-        )
-        return config

@@ -6,10 +6,10 @@ import numpy as np
 from keras import ops
 
 from keras_attention._checks import check_positive_int
-from keras_attention.models.saving import deserialize_optional, serialize_optional
+from keras_attention.models.saving import ConfigMixin
 
 
-class TextClassifier(keras.Model):
+class TextClassifier(ConfigMixin, keras.Model):
     """Base of the text classifiers: token ids in, class probabilities out.
 
     Subclasses build a functional graph from int token ids (0 is padding) to
@@ -24,6 +24,9 @@ class TextClassifier(keras.Model):
     `has_attention` is then False.
     """
 
+    config_names = ("vocabulary_size", "num_classes", "class_names", "tokenizer")
+    serialized_config_names = ("tokenizer",)
+
     def __init__(
         self,
         inputs,
@@ -36,10 +39,8 @@ class TextClassifier(keras.Model):
         **kwargs,
     ):
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
-        self.vocabulary_size = vocabulary_size
-        self.num_classes = num_classes
-        self.class_names = None if class_names is None else list(class_names)
-        self.tokenizer = tokenizer
+        class_names = None if class_names is None else list(class_names)
+        self.keep_config(TextClassifier, locals())
         self._forward = forward
 
     @property
@@ -70,21 +71,6 @@ class TextClassifier(keras.Model):
         if not chunks:
             return np.zeros(token_ids.shape, "float32")
         return np.concatenate(chunks)
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-            "vocabulary_size": self.vocabulary_size,
-            "num_classes": self.num_classes,
-            "class_names": self.class_names,
-            "tokenizer": serialize_optional(self.tokenizer),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**deserialize_optional(config, ("tokenizer",)))
 
 
 def check_classifier_args(vocabulary_size, num_classes, class_names, **sizes):

@@ -120,6 +120,20 @@ class Transformer(Seq2Seq):
     """
 
     presets = PRESETS
+    config_names = (
+        "hidden_dim",
+        "num_heads",
+        "num_encoder_layers",
+        "num_decoder_layers",
+        "intermediate_dim",
+        "dropout",
+        "input_positions",
+        "attention_positions",
+        "num_key_value_heads",
+        "chunk_size",
+        "share_embeddings",
+        "normalize_first",
+    )
 
     def __init__(
         self,
@@ -262,34 +276,10 @@ class Transformer(Seq2Seq):
         if decoder_norm is not None:
             y = decoder_norm(y)
         logits = output_dense(y)
-        super().__init__(
-            inputs=inputs,
-            outputs=logits,
-            source_vocabulary_size=source_vocabulary_size,
-            target_vocabulary_size=target_vocabulary_size,
-            max_source_length=max_source_length,
-            max_target_length=max_target_length,
-            start_token_id=start_token_id,
-            end_token_id=end_token_id,
-            source_tokenizer=source_tokenizer,
-            target_tokenizer=target_tokenizer,
-            dtype=dtype,
-            **kwargs,
-        )
+        super().__init__(inputs, logits, **Seq2Seq.arguments_from(locals()))
+        self.keep_config(Transformer, locals())
 
-        # === Config and layers for decoding ===
-        self.hidden_dim = hidden_dim
-        self.num_heads = num_heads
-        self.num_encoder_layers = num_encoder_layers
-        self.num_decoder_layers = num_decoder_layers
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.input_positions = input_positions
-        self.attention_positions = attention_positions
-        self.num_key_value_heads = num_key_value_heads
-        self.chunk_size = chunk_size
-        self.share_embeddings = share_embeddings
-        self.normalize_first = normalize_first
+        # === Layers for decoding ===
         self.source_embedding = source_embedding
         self.target_embedding = target_embedding
         self.encoder_blocks = encoder_blocks
@@ -372,23 +362,3 @@ class Transformer(Seq2Seq):
                 return_attention_scores=True,
             )
         return ops.mean(ops.cast(weights, "float32"), axis=1)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "hidden_dim": self.hidden_dim,
-                "num_heads": self.num_heads,
-                "num_encoder_layers": self.num_encoder_layers,
-                "num_decoder_layers": self.num_decoder_layers,
-                "intermediate_dim": self.intermediate_dim,
-                "dropout": self.dropout,
-                "input_positions": self.input_positions,
-                "attention_positions": self.attention_positions,
-                "num_key_value_heads": self.num_key_value_heads,
-                "chunk_size": self.chunk_size,
-                "share_embeddings": self.share_embeddings,
-                "normalize_first": self.normalize_first,
-            }
-        )
-        return config

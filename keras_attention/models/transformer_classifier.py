@@ -13,7 +13,7 @@ from keras_attention.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
 from keras_attention.layers.transformer_encoder import TransformerEncoderBlock
-from keras_attention.models.saving import deserialize_optional, serialize_optional
+from keras_attention.models.saving import ConfigMixin
 from keras_attention.models.text_classifier import (
     MaskedAverage,
     PrependToken,
@@ -27,6 +27,21 @@ from keras_attention.ops import padding_mask
 # vocabularies of `keras_attention.data.train_word_piece`, a token that never
 # occurs inside a text.
 CLS_TOKEN_ID = 2
+
+# The config a `TransformerClassifier` shares with the `TransformerTextEncoder`
+# it may start from: the sizes and options of the embedding and the blocks.
+ENCODER_CONFIG = (
+    "max_length",
+    "hidden_dim",
+    "num_heads",
+    "num_layers",
+    "intermediate_dim",
+    "dropout",
+    "input_positions",
+    "attention_positions",
+    "num_key_value_heads",
+    "chunk_size",
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -93,6 +108,8 @@ class TransformerClassifier(TextClassifier):
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
         - [Devlin et al., 2019 (the [CLS] token)](https://arxiv.org/abs/1810.04805)
     """
+
+    config_names = (*ENCODER_CONFIG, "pooling")
 
     def __init__(
         self,
@@ -192,29 +209,9 @@ class TransformerClassifier(TextClassifier):
         inputs = keras.Input((None,), dtype="int32", name="token_ids")
         outputs = forward(inputs, return_importance=False)
         super().__init__(
-            inputs=inputs,
-            outputs=outputs,
-            vocabulary_size=vocabulary_size,
-            num_classes=num_classes,
-            forward=forward,
-            class_names=class_names,
-            tokenizer=tokenizer,
-            dtype=dtype,
-            **kwargs,
+            inputs, outputs, forward=forward, **TextClassifier.arguments_from(locals())
         )
-
-        # === Config ===
-        self.max_length = max_length
-        self.hidden_dim = hidden_dim
-        self.num_heads = num_heads
-        self.num_layers = num_layers
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.pooling = pooling
-        self.input_positions = input_positions
-        self.attention_positions = attention_positions
-        self.num_key_value_heads = num_key_value_heads
-        self.chunk_size = chunk_size
+        self.keep_config(TransformerClassifier, locals())
 
     @classmethod
     def from_pretrained_encoder(cls, encoder, num_classes, pooling="mean", **kwargs):
@@ -307,25 +304,6 @@ class TransformerClassifier(TextClassifier):
         for name in encoder_layer_names(self.num_layers):
             self.get_layer(name).set_weights(encoder.get_layer(name).get_weights())
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "max_length": self.max_length,
-                "hidden_dim": self.hidden_dim,
-                "num_heads": self.num_heads,
-                "num_layers": self.num_layers,
-                "intermediate_dim": self.intermediate_dim,
-                "dropout": self.dropout,
-                "pooling": self.pooling,
-                "input_positions": self.input_positions,
-                "attention_positions": self.attention_positions,
-                "num_key_value_heads": self.num_key_value_heads,
-                "chunk_size": self.chunk_size,
-            }
-        )
-        return config
-
 
 def encoder_layer_names(num_layers):
     """The names of the layers a `TransformerTextEncoder` shares with a
@@ -404,7 +382,7 @@ def _encoder_layers(
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class TransformerTextEncoder(keras.Model):
+class TransformerTextEncoder(ConfigMixin, keras.Model):
     """The embedding and encoder blocks of a `TransformerClassifier`, without
     its pooling and output layer: token ids in, one vector per token out.
 
@@ -457,6 +435,9 @@ class TransformerTextEncoder(keras.Model):
     References:
         - [Devlin et al., 2019](https://arxiv.org/abs/1810.04805)
     """
+
+    config_names = ("vocabulary_size", *ENCODER_CONFIG, "tokenizer")
+    serialized_config_names = ("tokenizer",)
 
     def __init__(
         self,
@@ -520,46 +501,10 @@ class TransformerTextEncoder(keras.Model):
         for block in blocks:
             x = block(x, padding_mask=mask)
         super().__init__(inputs=inputs, outputs=x, dtype=dtype, **kwargs)
-
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.max_length = max_length
-        self.hidden_dim = hidden_dim
-        self.num_heads = num_heads
-        self.num_layers = num_layers
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.input_positions = input_positions
-        self.attention_positions = attention_positions
-        self.num_key_value_heads = num_key_value_heads
-        self.chunk_size = chunk_size
-        self.tokenizer = tokenizer
+        self.keep_config(TransformerTextEncoder, locals())
 
     @property
     def token_embedding(self):
         """The `keras.layers.Embedding` of the tokens (for an output layer
         tied to it)."""
         return self.get_layer("embedding").token_embedding
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-            "vocabulary_size": self.vocabulary_size,
-            "max_length": self.max_length,
-            "hidden_dim": self.hidden_dim,
-            "num_heads": self.num_heads,
-            "num_layers": self.num_layers,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "input_positions": self.input_positions,
-            "attention_positions": self.attention_positions,
-            "num_key_value_heads": self.num_key_value_heads,
-            "chunk_size": self.chunk_size,
-            "tokenizer": serialize_optional(self.tokenizer),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**deserialize_optional(config, ("tokenizer",)))
