@@ -120,21 +120,23 @@ class HierarchicalAttentionNetwork(TextClassifier):
             vocabulary_size, embedding_dim, dtype=dtype, name="word_embedding"
         )
         embedding_dropout = Dropout(dropout, dtype=dtype)
-        word_encoder = keras.layers.Bidirectional(
-            keras.layers.GRU(word_units, return_sequences=True, dtype=dtype),
-            dtype=dtype,
-            name="word_encoder",
-        )
-        word_attention = AttentionPooling(
-            attention_units, dtype=dtype, name="word_attention"
-        )
-        sentence_encoder = keras.layers.Bidirectional(
-            keras.layers.GRU(sentence_units, return_sequences=True, dtype=dtype),
-            dtype=dtype,
-            name="sentence_encoder",
-        )
-        sentence_attention = AttentionPooling(
-            attention_units, dtype=dtype, name="sentence_attention"
+
+        def encoder_and_attention(units, level):
+            """One level of the hierarchy: a bidirectional GRU over the
+            level's vectors, pooled by attention with a context vector."""
+            encoder = keras.layers.Bidirectional(
+                keras.layers.GRU(units, return_sequences=True, dtype=dtype),
+                dtype=dtype,
+                name=f"{level}_encoder",
+            )
+            attention = AttentionPooling(
+                attention_units, dtype=dtype, name=f"{level}_attention"
+            )
+            return encoder, attention
+
+        word_encoder, word_attention = encoder_and_attention(word_units, "word")
+        sentence_encoder, sentence_attention = encoder_and_attention(
+            sentence_units, "sentence"
         )
         document_dropout = Dropout(dropout, dtype=dtype)
         probabilities = class_probabilities(num_classes)

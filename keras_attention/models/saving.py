@@ -6,9 +6,9 @@ import keras
 
 
 class ConfigMixin:
-    """The config bookkeeping of the reference models, functional subclasses
-    of `keras.Model` built in their constructor (as keras-hub's backbones):
-    a model's config is its constructor's arguments.
+    """The config bookkeeping of the reference models, `keras.Model`
+    subclasses built in their constructor (functional, as keras-hub's
+    backbones): a model's config is its constructor's arguments.
 
     Each class lists once, in `config_names`, the constructor arguments it
     adds to its bases' config, and in `serialized_config_names` those that
@@ -23,23 +23,23 @@ class ConfigMixin:
     Example:
 
     ```python
-    class Seq2Seq(ConfigMixin, keras.Model):
+    class TextModel(ConfigMixin, keras.Model):
         config_names = ("vocabulary_size", "tokenizer")
         serialized_config_names = ("tokenizer",)
 
         def __init__(self, inputs, outputs, vocabulary_size, tokenizer=None,
                      **kwargs):
             super().__init__(inputs=inputs, outputs=outputs, **kwargs)
-            self.keep_config(Seq2Seq, locals())
+            self.keep_config(TextModel, locals())
 
-    class Transformer(Seq2Seq):
+    class TinyTransformer(TextModel):
         config_names = ("hidden_dim",)
 
         def __init__(self, vocabulary_size, hidden_dim=128, tokenizer=None,
                      dtype=None, **kwargs):
-            ...  # the layers and the functional graph, `inputs` to `logits`
-            super().__init__(inputs, logits, **Seq2Seq.arguments_from(locals()))
-            self.keep_config(Transformer, locals())
+            ...  # the layers, and the functional graph from `inputs` to `logits`
+            super().__init__(inputs, logits, **TextModel.arguments_from(locals()))
+            self.keep_config(TinyTransformer, locals())
     ```
     """
 
@@ -58,9 +58,9 @@ class ConfigMixin:
     @classmethod
     def arguments_from(cls, arguments):
         """The keyword arguments of `cls`'s constructor out of a subclass
-        constructor's `arguments` (its `locals()`): the config of `cls`, then
-        `dtype` and the other keyword arguments (`kwargs`: `name`, ...), which
-        go on to `keras.Model`."""
+        constructor's `arguments` (its `locals()`, which name `dtype` and
+        `kwargs`): the config of `cls`, then `dtype` and the other keyword
+        arguments (`name`, ...), which go on to `keras.Model`."""
         config = {name: arguments[name] for name in cls._gather("config_names")}
         return {**config, "dtype": arguments["dtype"], **arguments["kwargs"]}
 
