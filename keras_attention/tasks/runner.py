@@ -171,8 +171,9 @@ def compare(
     make_task,
     names,
     options=None,
+    *,
+    summarize,
     seeds=None,
-    summarize=None,
     plots=(),
     folder=None,
 ):
@@ -184,9 +185,9 @@ def compare(
         make_task: `make_task(name) -> Task`.
         names: the models (or variants) to compare.
         options: the `TrainingOptions` of every run.
-        seeds: the seeds to train each name with (default: `options.seed`).
         summarize: `summarize(results) -> dict`, written as
             `comparison.json` (`first_seed_figures` and `spread` help).
+        seeds: the seeds to train each name with (default: `options.seed`).
         plots: functions `plot(results, out_dir)` drawing the comparison.
         folder: `folder(name, seed) -> str`, a run's subfolder; default
             `<name>` for one seed, `<name>/seed<k>` for several.
