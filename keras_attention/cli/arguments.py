@@ -203,7 +203,7 @@ def add_training_options(
     )
 
 
-def training_options(args, **changes):
+def training_options(args):
     """The `TrainingOptions` of the options `add_training_options` adds
     (imports the tasks: call it once the subcommand's work starts)."""
     from keras_attention.tasks.distribute import make_strategy
@@ -220,7 +220,6 @@ def training_options(args, **changes):
         num_train=args.num_train,
         jit_compile=args.xla,
         strategy=strategy,
-        **changes,
     )
 
 

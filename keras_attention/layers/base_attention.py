@@ -10,10 +10,9 @@ from keras_attention._checks import (
     static_shape,
 )
 from keras_attention.ops.masks import (
-    attended_keys,
     causal_mask,
+    hide_unattended_inputs,
     merge_masks,
-    zero_unattended,
 )
 from keras_attention.ops.random import dropout
 from keras_attention.ops.softmax import masked_softmax
@@ -403,12 +402,9 @@ def _split_leading_axes(x, leading):
 
 def _hide_unattended(key, value, value_mask, query_length, use_causal_mask=False):
     """`key` and `value` `(B, Tv, D)` with zeros at the positions no query may
-    attend to, so that nothing there (NaN, inf) reaches the scores, the
-    outputs or the gradients of the score's kernels."""
+    attend to (`hide_unattended_inputs` with the value mask as `(B, 1, Tv)`)."""
     if value_mask is not None:
         value_mask = ops.expand_dims(value_mask, 1)
-    key_length = ops.shape(value)[1]
-    attended = attended_keys(value_mask, query_length, key_length, use_causal_mask)
-    hidden_key = zero_unattended(key, attended)
-    value = hidden_key if key is value else zero_unattended(value, attended)
-    return hidden_key, value
+    return hide_unattended_inputs(
+        key, value, value_mask, query_length, ops.shape(value)[1], use_causal_mask
+    )
