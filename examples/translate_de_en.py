@@ -23,7 +23,7 @@ from keras_attention.data import (
     train_word_piece,
     translation_dataset,
 )
-from keras_attention.tasks.common import TimeBudget
+from keras_attention.tasks.resumable import TimeBudget
 from keras_attention.tasks.translate import translate_texts
 
 keras.utils.set_random_seed(0)

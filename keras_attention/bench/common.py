@@ -18,6 +18,7 @@ import keras
 import numpy as np
 
 from keras_attention.utils.backend import compile_function, value_and_grad
+from keras_attention.utils.files import write_text
 
 
 def machine():
@@ -210,11 +211,8 @@ def case_runner(suite, cases, results, out, timeout, isolated=True, env=None):
 
 
 def _write_json(results, path):
-    # Written aside and renamed, so that a kill never leaves half a file.
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(f"{path}.partial", "w") as f:
-        json.dump(results, f, indent=2)
-    os.replace(f"{path}.partial", path)
+    write_text(path, json.dumps(results, indent=2))
 
 
 def run_case(suite, cases, case, timeout, isolated=True, earlier=None, env=None):
@@ -289,7 +287,6 @@ def fit_exponent(xs, ys):
 def write_report(results, out, name, markdown, plot):
     """Writes `name.json`, `name.md` (and prints it) and `name.png` under `out`."""
     _write_json(results, os.path.join(out, f"{name}.json"))
-    with open(os.path.join(out, f"{name}.md"), "w") as f:
-        f.write(markdown)
+    write_text(os.path.join(out, f"{name}.md"), markdown)
     plot(results, os.path.join(out, f"{name}.png"))
     print(markdown)

@@ -10,12 +10,16 @@ library only: `--help` answers at once, and every argument (counts, model
 lists, data, `--out`, `--load`) is checked before TensorFlow loads. Errors
 print as one line, `keras-attention COMMAND: error: ...`, with exit status 2
 for a bad argument and 1 for a failure; `--debug` shows the traceback.
+SIGINT and SIGTERM end the command with 130 and 143, after a training has
+saved where it stopped (`keras_attention.tasks.resumable`).
 """
 
 import argparse
 import contextlib
+import errno
 import importlib.util
 import os
+import signal
 import sys
 import traceback
 
@@ -58,6 +62,19 @@ APPLICATION_MODULES = ("tensorflow", "keras_hub", "sacrebleu", "matplotlib")
 # Modules whose import prints start-up logs from C++ (CUDA probing, absl),
 # which no environment variable silences; imported with stderr closed.
 _NOISY_MODULES = ("tensorflow", "keras")
+# A run that ended normally leaves its lock file empty
+# (`keras_attention.tasks.run_folder`).
+_LOCK_FILE = "run.lock"
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM outside training (which saves first and raises its own)."""
+
+    exit_status = 143
+
+
+def _terminate(number, frame):
+    raise _Terminated
 
 
 def build_parser():
@@ -134,11 +151,16 @@ def _quiet_start(verbose):
 
 
 def _remove_empty_folders(path):
-    """Removes `path` and the folders under it that hold no file, deepest
-    first: what a run that failed early created and left empty."""
+    """Removes `path` and the folders under it that hold no file (but an
+    empty lock file), deepest first: what a run that failed early created
+    and left empty."""
     if not os.path.isdir(path):
         return
-    for folder, _, _ in sorted(os.walk(path), key=lambda item: -len(item[0])):
+    for folder, _, files in sorted(os.walk(path), key=lambda item: -len(item[0])):
+        lock = os.path.join(folder, _LOCK_FILE)
+        if files == [_LOCK_FILE] and os.path.getsize(lock) == 0:
+            with contextlib.suppress(OSError):
+                os.remove(lock)
         with contextlib.suppress(OSError):
             os.rmdir(folder)
 
@@ -159,24 +181,37 @@ def main(argv=None):
     command = COMMANDS[args.command]
     prog = f"keras-attention {args.command}"
     fresh_out = False
+    with contextlib.suppress(ValueError):  # not in the main thread
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         _check_application_modules(command)
         check_arguments(args, command)
         fresh_out = not os.path.exists(args.out)
         with _quiet_start(args.verbose):
             command.run(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interruption:
+        # A training stopped by a signal says where it saved; else, a
+        # training resumes from its last checkpoint.
         trains = getattr(command, "TRAINS", False) and not args.load
         resume = "; the same command resumes the training" if trains else ""
-        print(f"{prog}: interrupted{resume}", file=sys.stderr)
-        raise SystemExit(130) from None
+        how = "stopped by SIGTERM" if isinstance(interruption, _Terminated) else ""
+        line = str(interruption) or f"{how or 'interrupted'}{resume}"
+        print(f"{prog}: {line}", file=sys.stderr)
+        raise SystemExit(getattr(interruption, "exit_status", 130)) from None
     except Exception as error:  # noqa: BLE001 (reported in one line)
         if args.debug:
             traceback.print_exc()
         if fresh_out:
             _remove_empty_folders(args.out)
         print(f"{prog}: error: {_one_line(error)}", file=sys.stderr)
-        raise SystemExit(getattr(error, "exit_status", 1)) from None
+        status = getattr(error, "exit_status", 1)
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            # HDF5 holds a file it could not flush and would report it, or
+            # crash, while the interpreter shuts down: end here.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+        raise SystemExit(status) from None
     return 0
 
 
@@ -184,6 +219,9 @@ def _one_line(error):
     """The first line of the error's message, with its type where the message
     alone would not say what went wrong."""
     message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    if isinstance(error, CommandError | ValueError) and message:
+    # The package's own errors (`exit_status`) say what went wrong.
+    if (
+        isinstance(error, CommandError | ValueError) or hasattr(error, "exit_status")
+    ) and message:
         return message
     return f"{type(error).__name__}: {message}" if message else type(error).__name__

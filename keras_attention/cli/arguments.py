@@ -201,6 +201,12 @@ def add_training_options(
         help="with --strategy model-parallel: devices each weight is split "
         "between (default: all); the other devices split the batch",
     )
+    parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="delete what an earlier run left in --out (checkpoints, model, "
+        "history, metrics) and train afresh; without it, a run resumes there",
+    )
 
 
 def training_options(args):
@@ -220,6 +226,7 @@ def training_options(args):
         num_train=args.num_train,
         jit_compile=args.xla,
         strategy=strategy,
+        restart=args.restart,
     )
 
 

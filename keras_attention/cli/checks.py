@@ -184,6 +184,11 @@ def check_arguments(args, command):
             f"--strategy {args.strategy}",
             2,
         )
+    if getattr(args, "restart", False) and load:
+        raise CommandError(
+            "--restart trains afresh and --load uses a trained model: give one of them",
+            2,
+        )
     if inputs and getattr(args, inputs) and not load:
         raise CommandError(
             f"{inputs} to {args.command} need --load DIR/model.keras; without "

@@ -17,6 +17,7 @@ import keras
 import numpy as np
 
 from keras_attention.layers.dropout import Dropout
+from keras_attention.utils.files import write_text, written_whole
 from keras_attention.utils.progress import phase
 
 FEATURE_LAYER = "features"
@@ -83,9 +84,12 @@ def train_feature_classifier(
         pixels[held_out], labels[held_out], batch_size=256, verbose=0
     )
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    classifier.save(path)
-    with open(info_path, "w") as f:
-        json.dump({"held_out_accuracy": accuracy, "train_images": len(train)}, f)
+    with written_whole(path) as partial:
+        classifier.save(partial)
+    write_text(
+        info_path,
+        json.dumps({"held_out_accuracy": accuracy, "train_images": len(train)}),
+    )
     phase(f"evaluation classifier: held-out accuracy {accuracy:.3f}; saved {path}")
     return classifier, accuracy
 

@@ -25,6 +25,7 @@ from keras_attention.tasks.common import (
     check_training_size,
     phase,
 )
+from keras_attention.utils.files import write_text
 from keras_attention.viz import plot_curves
 
 MODELS = LM_MODELS
@@ -339,10 +340,13 @@ def write_samples(model, path, samplers):
             {"sampler": name, "prompt": prompt, "text": text}
             for prompt, text in zip(SAMPLE_PROMPTS, texts, strict=True)
         ]
-    with open(path, "w", encoding="utf-8") as f:
-        for sample in samples:
-            f.write(f"== {sample['sampler']}, prompt {sample['prompt']!r}\n")
-            f.write(f"{sample['text']}\n\n")
+    write_text(
+        path,
+        "".join(
+            f"== {sample['sampler']}, prompt {sample['prompt']!r}\n{sample['text']}\n\n"
+            for sample in samples
+        ),
+    )
     return samples
 
 

@@ -12,17 +12,15 @@ seeds) of one task side by side and writes `comparison.json`.
 import dataclasses
 import json
 import os
+import shutil
 
 import keras
 import numpy as np
 
-from keras_attention.tasks import distribute
-from keras_attention.tasks.common import (
-    fit_resumable,
-    phase,
-    write_json,
-    write_metrics,
-)
+from keras_attention.tasks import distribute, run_folder
+from keras_attention.tasks.common import phase, write_json, write_metrics
+from keras_attention.tasks.resumable import checkpoint_bytes, fit_resumable
+from keras_attention.utils.files import written_whole
 
 HISTORY_FILE = "history.json"
 COMPARISON_FILE = "comparison.json"
@@ -48,6 +46,8 @@ class TrainingOptions:
         strategy: the `tf.distribute` strategy or Keras distribution to train
             with, by name (`tasks.distribute.make_strategy`) or object;
             `batch_size` is the global batch.
+        restart: delete what an earlier run left in the folder (checkpoints,
+            model, history, metrics) and train afresh.
     """
 
     epochs: int | None = None
@@ -59,6 +59,7 @@ class TrainingOptions:
     verbose: int = 1
     callbacks: tuple = ()
     strategy: object = "default"
+    restart: bool = False
 
     @classmethod
     def take(cls, arguments):
@@ -136,9 +137,9 @@ def run(task, out_dir, options=None):
     """Trains (or resumes, or loads) `task`'s model in `out_dir`, evaluates
     it and writes `metrics.json`; returns the metrics.
 
-    Re-run with the same folder, an interrupted training resumes from its
-    last finished epoch and a finished one is evaluated again without
-    training.
+    Re-run with the same folder, an interrupted training resumes where it
+    stopped and a finished one is evaluated again without training. The run
+    holds the folder (`run_folder.hold`): a second run there is refused.
     """
     options = options or TrainingOptions()
     options = options.replace(
@@ -148,22 +149,43 @@ def run(task, out_dir, options=None):
     strategy, out_dir = distribute.prepare(
         options.strategy, out_dir, options.batch_size, options.seed
     )
-    context = Run(out_dir, options, strategy)
-    task.load(context)
-    model, history = train_or_load(
-        out_dir,
-        task.title,
-        strategy,
-        lambda jit_compile: task.build(context, jit_compile),
-        lambda model: task.fit_arguments(context, model),
-        options,
-        model_file=task.model_file,
-        export=lambda model: task.export(context, model),
-        announce=lambda model: task.announce(context, model),
-        model_key=f"{task.command}/{task.model}",
-    )
-    metrics, summary = task.report(context, model, history)
-    return finish_run(out_dir, metrics, summary)
+    with run_folder.hold(out_dir):
+        if options.restart:
+            start_afresh(out_dir, task.model_file)
+        context = Run(out_dir, options, strategy)
+        task.load(context)
+        model, history = train_or_load(
+            out_dir,
+            task.title,
+            strategy,
+            lambda jit_compile: task.build(context, jit_compile),
+            lambda model: task.fit_arguments(context, model),
+            options,
+            model_file=task.model_file,
+            export=lambda model: task.export(context, model),
+            announce=lambda model: task.announce(context, model),
+            model_key=f"{task.command}/{task.model}",
+        )
+        metrics, summary = task.report(context, model, history)
+        return finish_run(out_dir, metrics, summary)
+
+
+def start_afresh(out_dir, model_file="model.keras"):
+    """Deletes what a run leaves in `out_dir` (its checkpoints, model,
+    history and metrics), so that the next training starts from scratch;
+    other files stay."""
+    removed = []
+    checkpoints = os.path.join(out_dir, "checkpoints")
+    if os.path.isdir(checkpoints):
+        shutil.rmtree(checkpoints)
+        removed.append("checkpoints/")
+    for name in (model_file, HISTORY_FILE, "metrics.json"):
+        path = os.path.join(out_dir, name)
+        if os.path.exists(path):
+            os.remove(path)
+            removed.append(name)
+    if removed:
+        phase(f"--restart: deleted {', '.join(removed)} from {out_dir}")
 
 
 def compare(
@@ -208,19 +230,20 @@ def compare(
     runs_dir = out_dir
     strategy, out_dir = distribute.prepare(options.strategy, out_dir)
     results = {name: [] for name in names}
-    for seed in seeds:
-        for name in names:
-            results[name].append(
-                run(
-                    make_task(name),
-                    os.path.join(runs_dir, folder(name, seed)),
-                    options.replace(seed=seed, strategy=strategy),
+    with run_folder.hold(out_dir):
+        for seed in seeds:
+            for name in names:
+                results[name].append(
+                    run(
+                        make_task(name),
+                        os.path.join(runs_dir, folder(name, seed)),
+                        options.replace(seed=seed, strategy=strategy),
+                    )
                 )
-            )
-    summary = summarize(results)
-    write_json(os.path.join(out_dir, COMPARISON_FILE), summary, indent=2)
-    for plot in plots:
-        plot(results, out_dir)
+        summary = summarize(results)
+        write_json(os.path.join(out_dir, COMPARISON_FILE), summary, indent=2)
+        for plot in plots:
+            plot(results, out_dir)
     phase(f"comparison written to {out_dir}")
     return results, summary
 
@@ -296,9 +319,9 @@ def train_or_load(
     model_path = os.path.join(out_dir, model_file)
     history_path = os.path.join(out_dir, HISTORY_FILE)
     if os.path.exists(history_path) and os.path.exists(model_path):
-        phase(f"{model_path} is already trained; evaluating it again")
-        with open(history_path) as f:
-            return keras.saving.load_model(model_path), json.load(f)
+        finished = _load_finished(model_path, history_path)
+        if finished is not None:
+            return finished
     keras.utils.set_random_seed(options.seed)
     jit_compile, why = distribute.jit_for(strategy, options.jit_compile, model_key)
     phase(f"building {name} ({distribute.describe(strategy)}, {why})")
@@ -338,13 +361,30 @@ def train_or_load(
     return model, history
 
 
+def _load_finished(model_path, history_path):
+    """`(model, history)` of a finished run, or None (with a line saying
+    why) when either file cannot be read: the run then rebuilds its model
+    from the final weights in its checkpoints."""
+    try:
+        with open(history_path) as f:
+            history = json.load(f)
+        model = keras.saving.load_model(model_path)
+    except Exception as error:  # noqa: BLE001 (any failure: rebuild it)
+        message = str(error).strip().splitlines()
+        phase(
+            f"{model_path} or {history_path} cannot be read "
+            f"({message[0][:120] if message else type(error).__name__}); "
+            "rebuilding it from the checkpoints"
+        )
+        return None
+    phase(f"{model_path} is already trained; evaluating it again")
+    return model, history
+
+
 def save_model(model, path):
-    """`model.save(path)` through a temporary file renamed to `path`, so that
-    the file exists only complete."""
-    folder, name = os.path.split(path)
-    partial = os.path.join(folder, f"partial.{name}")
-    model.save(partial)
-    os.replace(partial, path)
+    """`model.save(path)`, written whole (`written_whole`)."""
+    with written_whole(path, checkpoint_bytes(model)) as partial:
+        model.save(partial)
     return path
 
 

@@ -5,6 +5,8 @@ import os
 
 import numpy as np
 
+from keras_attention.utils.files import written_whole
+
 _DPI = 120  # the resolution of every PNG the package writes
 
 
@@ -34,8 +36,18 @@ def save_figure(fig, path):
         path: where to write the PNG (a string or path-like).
     """
     _make_parent(path)
-    fig.savefig(path, dpi=_DPI)
-    pyplot().close(fig)
+    try:
+        with written_whole(path) as partial:
+            fig.savefig(partial, dpi=_DPI, format=_format(path))
+    finally:
+        pyplot().close(fig)
+
+
+def _format(path):
+    """The image format `path`'s ending names (the partial file's ending is
+    not the final one's for every name)."""
+    ending = os.path.splitext(os.fspath(path))[1].lstrip(".").lower()
+    return ending or "png"
 
 
 def _make_parent(path):

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from keras_attention.utils.files import write_text
 from keras_attention.viz.figures import _make_parent, pyplot, save_figure
 
 
@@ -198,8 +199,7 @@ def highlight_html(
     document = "\n".join(lines)
     if path is not None:
         _make_parent(path)
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(document)
+        write_text(path, document)
     return document
 
 

@@ -34,8 +34,8 @@ def mirrored(out):
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2
     )
-    from keras_attention.tasks.common import read_epoch_log
     from keras_attention.tasks.distribute import make_strategy
+    from keras_attention.tasks.resumable import read_epoch_log
     from keras_attention.tasks.translate import run_translate
 
     # One strategy object per process: two over the same devices would

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from keras_attention.tasks import distribute
-from keras_attention.tasks.common import read_epoch_log
+from keras_attention.tasks.resumable import read_epoch_log
 from keras_attention.tasks.translate import run_translate
 from tests.tasks.processes import cli_process, stop
 from tests.tasks.test_caption import write_shapes_folder

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from keras_attention.tasks import distribute
-from keras_attention.tasks.common import read_epoch_log
+from keras_attention.tasks.resumable import read_epoch_log
 from tests.tasks.processes import stop
 from tests.tasks.test_caption import write_shapes_folder
 from tests.tasks.test_classify import keyword_reviews, write_csv

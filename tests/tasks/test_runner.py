@@ -1,4 +1,5 @@
 import json
+import os
 
 import keras
 import numpy as np
@@ -169,16 +170,16 @@ def test_a_training_without_a_step_saves_nothing_and_the_next_run_trains(tmp_pat
 def test_a_kill_while_writing_keeps_the_previous_metrics(tmp_path, monkeypatch):
     finish_run(str(tmp_path), {"accuracy": 0.5}, "first")
 
-    def killed(record, f, **kwargs):
-        f.write('{"accur')
-        raise KeyboardInterrupt
+    def killed(descriptor):
+        raise KeyboardInterrupt  # after the new file is written, before its rename
 
-    monkeypatch.setattr(json, "dump", killed)
+    monkeypatch.setattr(os, "fsync", killed)
     with pytest.raises(KeyboardInterrupt):
         finish_run(str(tmp_path), {"accuracy": 0.9}, "second")
     monkeypatch.undo()
     written = json.loads((tmp_path / "metrics.json").read_text())
     assert written["accuracy"] == pytest.approx(0.5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]
 
 
 def test_training_options_take_their_fields_and_leave_a_tasks_own():

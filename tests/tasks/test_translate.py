@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from keras_attention import cli
-from keras_attention.tasks.common import TimeBudget, read_epoch_log, write_metrics
+from keras_attention.tasks.common import write_metrics
+from keras_attention.tasks.resumable import TimeBudget, read_epoch_log
 from keras_attention.tasks.translate import (
     run_translate,
     translate_texts,
