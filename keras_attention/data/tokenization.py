@@ -38,6 +38,10 @@ def train_word_piece(texts, vocabulary_size, lowercase=False, strip_accents=Fals
     Returns:
         A `keras_hub.tokenizers.WordPieceTokenizer` with int32 outputs.
 
+    Raises:
+        ValueError: for a `vocabulary_size` not above the special tokens, or
+            texts that hold no word (empty, whitespace, control characters).
+
     Example:
 
     >>> tokenizer = train_word_piece(["Hello, world."] * 10, 40)
@@ -54,13 +58,23 @@ def train_word_piece(texts, vocabulary_size, lowercase=False, strip_accents=Fals
     if not texts:
         raise ValueError("`texts` is empty: a vocabulary needs some text.")
     dataset = tf.data.Dataset.from_tensor_slices(texts).batch(1024)
-    vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
-        dataset,
-        vocabulary_size,
-        lowercase=lowercase,
-        strip_accents=strip_accents,
-        reserved_tokens=list(SPECIAL_TOKENS),
-    )
+    try:
+        vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
+            dataset,
+            vocabulary_size,
+            lowercase=lowercase,
+            strip_accents=strip_accents,
+            reserved_tokens=list(SPECIAL_TOKENS),
+        )
+    except StopIteration:
+        # What keras-hub raises when the texts split into no word at all.
+        vocabulary = []
+    if len(vocabulary) <= len(SPECIAL_TOKENS):
+        raise ValueError(
+            f"The {len(texts):,} texts hold no word to learn a vocabulary from "
+            f"(only whitespace or control characters, such as {texts[0][:30]!r}): "
+            "the vocabulary would be its special tokens alone."
+        )
     return word_piece_tokenizer(vocabulary, lowercase, strip_accents)
 
 

@@ -24,7 +24,12 @@ from keras_attention.models import (
 )
 from keras_attention.names import CLASSIFICATION_MODELS
 from keras_attention.tasks import runner
-from keras_attention.tasks.common import cached_word_piece, check_training_size, phase
+from keras_attention.tasks.common import (
+    ArgumentError,
+    cached_word_piece,
+    check_training_size,
+    phase,
+)
 from keras_attention.viz import (
     highlight_html,
     plot_confusion_matrix,
@@ -159,6 +164,7 @@ class Classification(runner.Task):
             available=len(train.texts),
         )
         self.train_labels = train.labels[: len(self.train_texts)]
+        check_classes(splits, self.train_labels, options.num_train)
         # The pretrained encoder (loaded from `encoder`'s path) and its path.
         self.pretrained, self.encoder_path = self.encoder, None
         if isinstance(self.encoder, (str, os.PathLike)):
@@ -447,3 +453,43 @@ def explain(model, texts, out_dir, prefix="explanation"):
         )
         paths += [path + ".html", path + ".png"]
     return paths
+
+
+def check_classes(splits, train_labels, num_train=None):
+    """Raises an error unless every class has an example in the training
+    split (`ArgumentError` where `--num-train` took too few) and the
+    validation and test splits are not empty: a run that would learn
+    nothing, or report a perfect score on one class, stops before any work.
+    """
+    names = splits.class_names
+    counts = np.bincount(np.asarray(train_labels, "int64"), minlength=len(names))
+    missing = [names[i] for i in np.flatnonzero(counts == 0)]
+    if missing:
+        taken = (
+            f" (--num-train {num_train} takes the first {len(train_labels):,} "
+            "texts of the shuffled training split)"
+            if num_train
+            else ""
+        )
+        if len(train_labels) < len(names):
+            problem = (
+                f"{len(train_labels):,} training texts for {len(names)} classes: "
+                "every class needs at least one"
+            )
+        elif len(missing) == len(names) - 1:
+            only = names[int(np.argmax(counts))]
+            problem = (
+                f"every training text has the label {only!r}: a classifier needs "
+                "examples of at least 2 labels"
+            )
+        else:
+            listed = ", ".join(map(repr, missing[:5]))
+            problem = f"no training text has the label {listed}"
+        raise ArgumentError(f"{problem}{taken}")
+    for split in ("valid", "test"):
+        if not len(getattr(splits, split).texts):
+            raise ValueError(
+                f"the {'validation' if split == 'valid' else 'test'} split is empty: "
+                "a tenth of each class is held out for it, and no class has the 6 "
+                "or more examples for a tenth to round to one"
+            )

@@ -152,3 +152,13 @@ def test_tokenizer_rebuilt_from_a_vocabulary_file_matches(tokenizer, tmp_path):
         encode_texts(TEXTS[:6] + ["zzz unknown"], rebuilt, 16),
         encode_texts(TEXTS[:6] + ["zzz unknown"], tokenizer, 16),
     )
+
+
+@pytest.mark.parametrize("texts", [["   ", "\t"], ["\u200b\u200b", "\x00"]])
+def test_texts_without_words_are_refused_in_one_line(texts):
+    with pytest.raises(ValueError) as error:
+        train_word_piece(texts, 100)
+    assert str(error.value).startswith(
+        f"The 2 texts hold no word to learn a vocabulary from (only whitespace or "
+        f"control characters, such as {texts[0]!r})"
+    )

@@ -149,3 +149,52 @@ def test_malformed_csv_is_reported_with_its_line(tmp_path):
 def test_unknown_model_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="transformer.*han.*bilstm.*bag"):
         run_classify(tmp_path, model="svm")
+
+
+def _splits(train_labels, names=("a", "b", "c"), held_out=1):
+    from keras_attention.data.classification import ClassificationSplits, LabelledTexts
+
+    def texts(labels):
+        return LabelledTexts([f"text {i}" for i in range(len(labels))], labels)
+
+    some = np.zeros(held_out, "int32")
+    return ClassificationSplits(
+        texts(np.array(train_labels, "int32")), texts(some), texts(some), names
+    )
+
+
+@pytest.mark.parametrize(
+    "labels, num_train, message",
+    [
+        (
+            [0, 1],
+            2,
+            "2 training texts for 3 classes: every class needs at least one "
+            "(--num-train 2 takes the first 2 texts of the shuffled training split)",
+        ),
+        (
+            [1, 1, 1, 1],
+            4,
+            "every training text has the label 'b': a classifier needs examples of "
+            "at least 2 labels (--num-train 4 takes the first 4 texts",
+        ),
+        ([0, 0, 2, 2], None, "no training text has the label 'b'"),
+    ],
+)
+def test_a_training_split_missing_a_class_is_refused(labels, num_train, message):
+    from keras_attention.tasks.classify import check_classes
+    from keras_attention.tasks.common import ArgumentError
+
+    with pytest.raises(ArgumentError) as error:
+        check_classes(_splits(labels), np.array(labels), num_train)
+    assert str(error.value).startswith(message)
+    assert error.value.exit_status == 2
+
+
+def test_empty_held_out_splits_are_refused():
+    from keras_attention.tasks.classify import check_classes
+
+    labels = [0, 1, 2, 0]
+    check_classes(_splits(labels), np.array(labels))
+    with pytest.raises(ValueError, match="the validation split is empty: a tenth"):
+        check_classes(_splits(labels, held_out=0), np.array(labels))
