@@ -30,6 +30,7 @@ import os
 import numpy as np
 
 from keras_attention.bench.common import describe
+from keras_attention.utils.files import written_whole
 
 FULL = {
     "preset": "transformer_base",
@@ -306,5 +307,6 @@ def plot(results, path):
         )
     figure.suptitle(title, fontsize=8)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    with written_whole(path) as partial:
+        figure.savefig(partial, dpi=110, format="png")
     plt.close(figure)

@@ -16,7 +16,6 @@ saved where it stopped (`keras_attention.tasks.resumable`).
 
 import argparse
 import contextlib
-import errno
 import importlib.util
 import os
 import signal
@@ -204,14 +203,7 @@ def main(argv=None):
         if fresh_out:
             _remove_empty_folders(args.out)
         print(f"{prog}: error: {_one_line(error)}", file=sys.stderr)
-        status = getattr(error, "exit_status", 1)
-        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-            # HDF5 holds a file it could not flush and would report it, or
-            # crash, while the interpreter shuts down: end here.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(status)
-        raise SystemExit(status) from None
+        raise SystemExit(getattr(error, "exit_status", 1)) from None
     return 0
 
 

@@ -10,6 +10,7 @@ and the space the write needed; the file it would have replaced is intact.
 
 import contextlib
 import errno
+import gc
 import os
 import shutil
 
@@ -22,21 +23,32 @@ _MARGIN_BYTES = 1 << 20
 
 
 class DiskFullError(OSError):
-    """Too little space in a folder for what must be written there."""
+    """Too little space in a folder for what must be written there.
+
+    Args:
+        folder: the folder.
+        needed_bytes: about what the write needs.
+        free_bytes: what is free.
+        what: what was to be written, for the message.
+        written_bytes: where a write ran out of space, what it had written.
+    """
 
     exit_status = 1
 
-    def __init__(self, folder, needed_bytes, free_bytes, what="the write"):
-        self.folder, self.needed_bytes, self.free_bytes = (
-            folder,
-            needed_bytes,
-            free_bytes,
-        )
+    def __init__(
+        self, folder, needed_bytes, free_bytes, what="the write", written_bytes=None
+    ):
+        self.folder, self.needed_bytes = folder, needed_bytes
+        self.free_bytes, self.written_bytes = free_bytes, written_bytes
+        if written_bytes is None:
+            need = f"it needs about {format_bytes(needed_bytes)}"
+        else:
+            need = f"the disk filled up after {format_bytes(written_bytes)}"
         super().__init__(
             errno.ENOSPC,
-            f"not enough space in {folder} for {what}: it needs about "
-            f"{format_bytes(needed_bytes)} and {format_bytes(free_bytes)} are free; "
-            "free some space or choose another output folder",
+            f"not enough space in {folder} for {what}: {need} and "
+            f"{format_bytes(free_bytes)} are free; free some space or choose "
+            "another output folder",
         )
 
     def __str__(self):
@@ -104,16 +116,48 @@ def written_whole(path, expected_bytes=0):
         _flush_to_disk(partial)
         os.replace(partial, path)
     except BaseException as error:
+        written = None
         with contextlib.suppress(OSError):
+            written = os.path.getsize(partial)
             os.remove(partial)
         if not _is_no_space(error):
             raise
-        # HDF5 keeps a file whose last flush failed open, and complains about
-        # it at exit: the command line ends such a process at once.
+        _release_failed_writer(partial)
         raise DiskFullError(
-            folder, expected_bytes + _MARGIN_BYTES, free_bytes(folder), what
+            folder,
+            expected_bytes + _MARGIN_BYTES,
+            free_bytes(folder),
+            what,
+            written_bytes=written or 0,
         ) from None
     _flush_folder(folder)
+
+
+def _release_failed_writer(partial):
+    """Lets go of a file whose write ran out of space and that a library
+    still holds open (deleted, it keeps its space until closed).
+
+    HDF5 keeps a file whose flush failed open, tries the flush again when
+    h5py closes it at the latest at exit, and crashes the interpreter there
+    (a segmentation fault, h5py 3.x). Pointing the descriptors of the deleted
+    file at /dev/null lets those flushes succeed, frees the space at once, and
+    the process ends normally. Needs /proc (Linux); elsewhere nothing is done.
+    """
+    target = os.path.abspath(partial)
+    try:
+        descriptors = os.listdir("/proc/self/fd")
+    except OSError:
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for name in descriptors:
+            with contextlib.suppress(OSError, ValueError):
+                link = os.readlink(f"/proc/self/fd/{name}")
+                if link in (target, f"{target} (deleted)"):
+                    os.dup2(null, int(name))
+    finally:
+        os.close(null)
+    gc.collect()
 
 
 def _is_no_space(error):

@@ -42,36 +42,52 @@ def run_cli(args, env=None, timeout=900):
     return text
 
 
-def kill_during_epoch(args, epoch, fraction=0.4, timeout=900):
-    """Starts the command and SIGKILLs it when the Keras progress bar of
-    epoch `epoch` (0-based) has passed `fraction` of its steps and has not
-    finished. Returns the output up to the kill."""
-    process = cli_process(args)
+def kill_during_epoch(args, epoch, fraction=0.4, timeout=900, signal_number=None):
+    """Starts the command and, when the Keras progress bar of epoch `epoch`
+    (0-based) has passed `fraction` of its steps and has not finished, sends
+    its process group `signal_number` (default SIGKILL). Returns `(exit
+    status, output)` once it has ended."""
+
+    def mid_epoch(shown):
+        marker = f"Epoch {epoch + 1}/"
+        if marker not in shown:
+            return False
+        bar = shown[shown.rindex(marker) :].partition("\n")[2]
+        steps = PROGRESS.findall(bar)
+        if not steps:
+            return False
+        done, total = map(int, steps[-1])
+        return fraction * total <= done < total
+
+    return signal_when(args, mid_epoch, signal_number or signal.SIGKILL, timeout)
+
+
+def signal_when(args, ready, signal_number, timeout=900, env=None):
+    """Starts the command, sends `signal_number` to its process group once
+    `ready(output so far)` holds, and returns `(exit status, output)` once it
+    has ended (the status is negative for a signal that killed it)."""
+    process = cli_process(args, env)
     text = ""
     deadline = time.monotonic() + timeout
+    sent = False
     try:
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([process.stdout], [], [], 1.0)
-            if ready:
+            ready_to_read, _, _ = select.select([process.stdout], [], [], 0.2)
+            if ready_to_read:
                 chunk = os.read(process.stdout.fileno(), 65536)
                 if not chunk:
+                    process.wait()
                     break
                 text += chunk.decode(errors="replace")
-            shown = COLOR.sub("", text)
-            marker = f"Epoch {epoch + 1}/"
-            if marker in shown:
-                bar = shown[shown.rindex(marker) :].partition("\n")[2]
-                steps = PROGRESS.findall(bar)
-                if steps:
-                    done, total = map(int, steps[-1])
-                    if fraction * total <= done < total:
-                        os.killpg(process.pid, signal.SIGKILL)
-                        process.wait()
-                        return text
-        raise AssertionError(
-            f"epoch {epoch} was not reached in {timeout} s (exit "
-            f"{process.poll()}):\n{text[-3000:]}"
-        )
+            if not sent and ready(COLOR.sub("", text)):
+                os.killpg(process.pid, signal_number)
+                sent = True
+        if not sent:
+            raise AssertionError(
+                f"the moment to signal was not reached in {timeout} s (exit "
+                f"{process.poll()}):\n{text[-3000:]}"
+            )
+        return process.wait(), COLOR.sub("", text)
     finally:
         stop(process)
 

@@ -1,4 +1,6 @@
 import json
+import re
+import signal
 
 import keras
 import numpy as np
@@ -165,10 +167,12 @@ def test_metrics_json_keeps_the_order_of_length_buckets(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_killed_mid_epoch_resumes_and_ends_like_an_uninterrupted_one(tmp_path):
-    """SIGKILL in the middle of the second epoch, then the same command again:
-    the first epoch is not redone, every epoch is logged once, and the result
-    matches a run that was never interrupted."""
+def test_a_run_stopped_and_killed_mid_epoch_ends_like_an_uninterrupted_one(tmp_path):
+    """SIGTERM in the middle of the second epoch (a preemption), the same
+    command again, SIGKILL in the middle of the third (a crash), the same
+    command again: no finished batch of the stopped epoch and no finished
+    epoch is redone, every epoch is logged once, and the result matches a
+    run that was never interrupted."""
     args = [
         "translate",
         "--model",
@@ -183,12 +187,29 @@ def test_a_run_killed_mid_epoch_resumes_and_ends_like_an_uninterrupted_one(tmp_p
         "1",
     ]
     killed, whole = tmp_path / "killed", tmp_path / "whole"
-    kill_during_epoch([*args, "--out", killed], epoch=1)
     log = killed / "checkpoints" / "epochs.csv"
+    status, output = kill_during_epoch(
+        [*args, "--out", killed], epoch=1, signal_number=signal.SIGTERM
+    )
+    stopped = re.search(
+        r"keras-attention translate: stopped by SIGTERM in epoch 2, after batch "
+        r"(\d+) of (\d+); saved (\S+); the same command resumes from there",
+        output,
+    )
+    assert status == 143 and stopped, output[-2000:]
+    batch, steps, saved = stopped.groups()
+    assert saved == str(
+        killed / "checkpoints" / f"state-e0001-b{int(batch):06d}.weights.h5"
+    )
     assert [row["epoch"] for row in read_epoch_log(log)] == [0]
+    status, output = kill_during_epoch([*args, "--out", killed], epoch=2)
+    assert status == -signal.SIGKILL
+    assert f"resuming in epoch 2, after batch {batch} of {steps}" in output
+    assert "Epoch 1/4" not in output
+    assert [row["epoch"] for row in read_epoch_log(log)] == [0, 1]
     assert not (killed / "model.keras").exists()
     output = run_cli([*args, "--out", killed])
-    assert "resuming after epoch 1" in output and "Epoch 1/4" not in output
+    assert "resuming after epoch 2" in output and "Epoch 2/4" not in output
     assert [row["epoch"] for row in read_epoch_log(log)] == [0, 1, 2, 3]
     run_cli([*args, "--out", whole])
     resumed = json.loads((killed / "metrics.json").read_text())
