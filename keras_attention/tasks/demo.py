@@ -2,7 +2,6 @@
 heatmap of its attention weights shows the anti-diagonal alignment."""
 
 import os
-import time
 
 import keras
 import numpy as np
@@ -13,7 +12,9 @@ from keras_attention.data.synthetic import (
     reversal_task,
 )
 from keras_attention.layers import AdditiveAttention
+from keras_attention.tasks import run_folder
 from keras_attention.tasks.common import phase, prepare_output, write_metrics
+from keras_attention.tasks.resumable import fit_resumable
 from keras_attention.tasks.runner import save_model
 from keras_attention.viz import plot_attention
 
@@ -72,8 +73,14 @@ def mirrored_alignment_rate(weights, targets):
 def run_demo(out_dir, epochs=6, num_train=8000, num_test=500, seed=0, verbose=1):
     """Trains the reversal model and writes metrics.json, model.keras and
     attention.png under `out_dir`. Re-running with the same folder resumes an
-    interrupted training from its last finished epoch."""
+    interrupted training where it stopped (`tasks.resumable`); the run holds
+    the folder (`tasks.run_folder`)."""
     prepare_output(out_dir)
+    with run_folder.hold(out_dir):
+        return _run_demo(out_dir, epochs, num_train, num_test, seed, verbose)
+
+
+def _run_demo(out_dir, epochs, num_train, num_test, seed, verbose):
     keras.utils.set_random_seed(seed)
     phase("generating the digit-reversal task")
     train = reversal_task(num_train, seed=seed)
@@ -88,18 +95,16 @@ def run_demo(out_dir, epochs=6, num_train=8000, num_test=500, seed=0, verbose=1)
         ),
     )
     phase(f"training for {epochs} epochs")
-    started = time.perf_counter()
-    model.fit(
+    history = fit_resumable(
+        model,
         [train["encoder_tokens"], train["decoder_inputs"]],
-        train["decoder_targets"],
+        out_dir,
+        epochs,
+        None,
+        y=train["decoder_targets"],
         batch_size=64,
-        epochs=epochs,
         verbose=verbose,
-        callbacks=[
-            keras.callbacks.BackupAndRestore(os.path.join(out_dir, "checkpoints"))
-        ],
     )
-    train_seconds = time.perf_counter() - started
 
     phase("evaluating on held-out sequences")
     logits, weights = inspector.predict(
@@ -127,7 +132,7 @@ def run_demo(out_dir, epochs=6, num_train=8000, num_test=500, seed=0, verbose=1)
         "exact_match": exact_match,
         "alignment_accuracy": alignment,
         "epochs": epochs,
-        "train_seconds": round(train_seconds, 2),
+        "train_seconds": history["train_seconds"],
     }
     write_metrics(out_dir, metrics)
     phase(

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from keras_attention.tasks.runner import TrainingOptions, finish_run, train_or_load
+from tests.tasks.callbacks import Record
 
 
 def tiny_build(jit_compile):
@@ -165,6 +166,30 @@ def test_a_training_without_a_step_saves_nothing_and_the_next_run_trains(tmp_pat
     )
     assert history["epochs"] == 2 and len(history["loss"]) == 2
     assert (tmp_path / "model.keras").exists()
+
+
+def test_a_damaged_model_file_is_rebuilt_from_the_final_weights(tmp_path, capsys):
+    options = TrainingOptions(epochs=2, verbose=0)
+    model, history = train_or_load(
+        str(tmp_path), "tiny", None, tiny_build, tiny_fit_arguments, options
+    )
+    saved = tmp_path / "model.keras"
+    saved.write_bytes(saved.read_bytes()[:300])
+    record = Record()
+    rebuilt, again = train_or_load(
+        str(tmp_path),
+        "tiny",
+        None,
+        tiny_build,
+        tiny_fit_arguments,
+        options.replace(callbacks=(record,)),
+    )
+    out = capsys.readouterr().out
+    assert f"{saved} or {tmp_path / 'history.json'} cannot be read (" in out
+    assert "training had finished; loading" in out
+    assert record.epochs == [] and again == history
+    np.testing.assert_array_equal(rebuilt.get_weights()[0], model.get_weights()[0])
+    keras.saving.load_model(saved)  # written again, whole
 
 
 def test_a_kill_while_writing_keeps_the_previous_metrics(tmp_path, monkeypatch):
