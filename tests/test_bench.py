@@ -188,6 +188,283 @@ def test_scaling_suite_quick(tmp_path):
     assert ratios["model-parallel 2/state_per_device_vs_one_device"] < 0.9
 
 
+@pytest.mark.slow
+def test_gpu_suite_quick(tmp_path):
+    """The gpu suite's dry run on a CPU (one process per case, on JAX): every
+    row of every part is there, measured or skipped with its reason (a CPU
+    has no cuDNN), and every fraction of the peak is a number."""
+    from keras_attention.bench.gpu import (
+        DECODE_RUNS,
+        IMPLS,
+        MASKS,
+        PEAK_FLOPS,
+        QUICK,
+        attention_flops,
+        decode_label,
+    )
+
+    results = run_suite("gpu", tmp_path)
+    config = QUICK["attention"]
+    assert results["peak_flops"] == PEAK_FLOPS
+    assert "4·B·H·T·S·D" in results["flops_formula"]
+    assert results["device"]["platform"] == "cpu" and results["device"]["jax"]
+    for length in config["lengths"]:
+        case = results["cases"][f"attention/T{length}"]
+        assert case["batch"] * length == config["tokens"]
+        assert case["dtype"] == "float32"  # bfloat16 on an accelerator
+        for mask in MASKS:
+            rows = case[mask]
+            assert list(rows) == list(IMPLS)
+            for impl in ("ours", "ours_chunked", "jax_xla"):
+                check_timing(rows[impl])
+                fraction = results["fractions"][f"{mask}/{impl}/T{length}"]
+                assert isinstance(fraction, float) and 0 < fraction < 1
+                assert rows[impl]["flops"] == attention_flops(
+                    case["batch"],
+                    config["heads"],
+                    length,
+                    config["head_dim"],
+                    causal=mask == "causal",
+                )
+                assert rows[impl]["peak_fraction"] == pytest.approx(
+                    rows[impl]["flops"] / rows[impl]["median_s"] / PEAK_FLOPS
+                )
+            for impl in ("keras_flash", "jax_cudnn"):
+                assert rows[impl]["skipped"]
+            assert "median_s" in rows["torch_sdpa"] or rows["torch_sdpa"]["skipped"]
+            ratio = results["ratios"][f"{mask}/ours_chunked_vs_jax_xla/T{length}"]
+            assert ratio == pytest.approx(
+                rows["ours_chunked"]["median_s"] / rows["jax_xla"]["median_s"]
+            )
+    seq2seq = results["cases"]["seq2seq"]
+    for length in QUICK["seq2seq"]["lengths"]:
+        rows = seq2seq["lengths"][str(length)]
+        for name in ("transformer", "rnn-bahdanau"):
+            check_timing(rows[name])
+            assert rows[name]["tokens_per_s"] > 0
+        key = f"seq2seq/transformer_vs_rnn_bahdanau_tokens_per_s/n{length}"
+        assert results["ratios"][key] > 0
+    transformer, rnn = (
+        seq2seq["parameters"][n] for n in ("transformer", "rnn-bahdanau")
+    )
+    assert abs(rnn - transformer) < 0.1 * transformer  # QUICK's rnn_units match
+    runs = results["cases"]["decode"]["runs"]
+    assert list(runs) == [decode_label(*run) for run in DECODE_RUNS]
+    for row in runs.values():
+        check_timing(row)
+        assert row["ms_per_step"] > 0
+    assert "decode/transformer_cache_speedup" in results["ratios"]
+    text = (tmp_path / "gpu.md").read_text()
+    assert "| full | 64 | 4 | float32 |" in text and "cuDNN" in text
+
+
+def gpu_results():
+    """What the gpu suite records on a GPU, for the report's code: a T where
+    everything ran, one where the standard paths did not fit and Keras fell
+    back, a T whose process died, a failed part."""
+    from keras_attention.bench.gpu import FULL, IMPLS, attention_flops
+
+    def timed(ms, batch, length, causal):
+        flops = attention_flops(batch, 16, length, 128, causal)
+        return {
+            "median_s": ms / 1e3,
+            "min_s": ms / 1e3,
+            "max_s": ms / 1e3,
+            "repeats": 5,
+            "ms": ms,
+            "flops": flops,
+            "tflops": flops / (ms / 1e3) / 1e12,
+        }
+
+    device = {"platform": "gpu", "device_kind": "NVIDIA H200", "jax": "0.11.2"}
+    everything = {
+        mask: {
+            impl: timed(2.0 + i, 32, 1024, mask == "causal")
+            for i, impl in enumerate(IMPLS)
+        }
+        for mask in ("full", "causal")
+    }
+    long = {
+        mask: {
+            **{
+                impl: timed(80.0 + i, 1, 32768, mask == "causal")
+                for i, impl in enumerate(IMPLS)
+            },
+            "ours": {"skipped": "the (T, S) scores would need about 256 GiB"},
+            "jax_xla": {"skipped": "the (T, S) scores would need about 256 GiB"},
+            "jax_cudnn": {"skipped": "RuntimeError: cuDNN is not detected."},
+        }
+        for mask in ("full", "causal")
+    }
+    for mask in long:
+        long[mask]["keras_flash"]["note"] = "Keras fell back to xla"
+    return {
+        "suite": "gpu",
+        "quick": False,
+        "machine": {
+            "cpu": "Intel Xeon",
+            "cores": 16,
+            "backend": "jax",
+            "keras": "3.15.1",
+            "accelerator": "gpu",
+            "devices": ["cuda:0 (NVIDIA H200)"],
+        },
+        "config": FULL,
+        "peak_flops": 989e12,
+        "peak_given": False,
+        "flops_formula": "fwd 4·B·H·T·S·D",
+        "cases": {
+            "attention/T1024": {
+                "batch": 32,
+                "length": 1024,
+                "dtype": "bfloat16",
+                "device": device,
+                "torch": "2.11.0",
+                "torch_cuda": "12.8",
+                **everything,
+            },
+            "attention/T2048": {"skipped": "exit 1: RuntimeError: boom"},
+            "attention/T32768": {
+                "batch": 1,
+                "length": 32768,
+                "dtype": "bfloat16",
+                "device": device,
+                **long,
+            },
+            "seq2seq": {"skipped": "error: ValueError: bad"},
+            "decode": {
+                "device": device,
+                "policy": "mixed_bfloat16",
+                "rnn_units": 736,
+                "runs": {
+                    "transformer/cache": {
+                        "median_s": 0.5,
+                        "ms_per_step": 2.0,
+                        "tokens_per_s": 16000.0,
+                    },
+                    "transformer/no_cache": {"skipped": "exceeded 120 s"},
+                    "rnn-bahdanau/cache": {
+                        "median_s": 0.25,
+                        "ms_per_step": 1.0,
+                        "tokens_per_s": 32000.0,
+                    },
+                },
+            },
+        },
+    }
+
+
+def test_gpu_report_takes_every_outcome_of_a_gpu_run(tmp_path):
+    from keras_attention.bench.gpu import markdown, plot, summarize
+
+    results = gpu_results()
+    summarize(results)
+    assert results["device"]["device_kind"] == "NVIDIA H200"
+    row = results["cases"]["attention/T1024"]["causal"]["ours"]
+    assert row["peak_fraction"] == pytest.approx(row["tflops"] * 1e12 / 989e12)
+    assert results["fractions"]["causal/ours/T1024"] == row["peak_fraction"]
+    assert results["ratios"]["full/ours_vs_jax_cudnn/T1024"] == pytest.approx(2 / 5)
+    assert "full/ours_vs_jax_cudnn/T32768" not in results["ratios"]
+    assert "full/ours_chunked_vs_torch_sdpa/T32768" in results["ratios"]
+    assert "decode/transformer_cache_speedup" not in results["ratios"]
+    assert results["ratios"]["decode/transformer_vs_rnn_bahdanau_ms_per_step"] == 2.0
+    text = markdown(results)
+    assert text.startswith("Machine: ") and "NVIDIA H200" in text
+    assert "| full | 1024 | 32 | bfloat16 | 2 (" in text
+    for reason in ("exit 1: RuntimeError: boom", "error: ValueError: bad", "256 GiB"):
+        assert reason in text
+    assert "PyTorch 2.11.0 (CUDA 12.8)" in text
+    plot(results, tmp_path / "gpu.png")
+    assert (tmp_path / "gpu.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_all_suites_leave_out_the_gpu_suite(monkeypatch):
+    import types
+
+    import keras_attention.bench as bench
+
+    ran = []
+
+    def fake(name):
+        suite = name.rsplit(".", 1)[1]
+        return types.SimpleNamespace(run=lambda **options: ran.append((suite, options)))
+
+    monkeypatch.setattr(bench.importlib, "import_module", fake)
+    bench.run_suites("all", quick=True)
+    assert [name for name, _ in ran] == list(bench.ALL_SUITES)
+    assert "gpu" in SUITES and "gpu" not in bench.ALL_SUITES
+    ran.clear()
+    bench.run_suites(["gpu"], peak_flops=312e12)
+    assert ran == [("gpu", {"quick": False, "out": "runs/bench", "peak_flops": 312e12})]
+    parser = cli.build_parser()
+    args = parser.parse_args(["bench", "--suite", "gpu", "--peak-tflops", "312"])
+    assert args.peak_tflops == 312.0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "--suite", "gpu", "--peak-tflops", "0"])
+
+
+def test_gpu_suite_runs_a_failed_attention_process_again_cautiously():
+    from keras_attention.bench.gpu import QUICK, _attention_part
+
+    calls = []
+
+    def measure(key, case):
+        calls.append((key, case["torch"], case["parallel_compile"]))
+        if len(calls) == 1:
+            return {"skipped": "exit -11: killed by signal 11 (out of memory?)"}
+        return {"batch": 1}
+
+    _attention_part(measure, QUICK["attention"], quick=True, has_torch=True)
+    # Once more without torch, compiling in turn, and so on for the next T.
+    assert calls == [
+        ("attention/T64", True, True),
+        ("attention/T64", False, False),
+        ("attention/T128", False, False),
+    ]
+
+
+def test_gpu_suite_past_its_time_budget_records_every_case_skipped(
+    tmp_path, monkeypatch
+):
+    from keras_attention.bench import gpu
+
+    monkeypatch.setitem(gpu.QUICK, "budgets_s", dict.fromkeys(gpu.PARTS, 0))
+    results = gpu.run(quick=True, out=str(tmp_path))
+    assert set(results["cases"]) == {
+        "attention/T64",
+        "attention/T128",
+        "seq2seq",
+        "decode",
+    }
+    for case in results["cases"].values():
+        assert case["skipped"] == "the suite's time budget was spent"
+    assert "time budget was spent" in (tmp_path / "gpu.md").read_text()
+    assert (tmp_path / "gpu.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_gpu_suite_rnn_units_are_the_seq2seq_suites_matched_ones():
+    from keras_attention.bench.gpu import FULL
+
+    path = (
+        pathlib.Path(__file__).parents[1] / "docs" / "data" / "bench-seq2seq-cpu.json"
+    )
+    measured = json.loads(path.read_text())
+    width = FULL["seq2seq"]["width"]
+    assert measured["config"]["vocabulary_size"] == FULL["seq2seq"]["vocabulary_size"]
+    units = measured["parameters"][f"rnn-bahdanau/{width}"]["units"]
+    assert FULL["seq2seq"]["rnn_units"] == FULL["decode"]["rnn_units"] == units
+
+
+def test_attention_flops_count_fwd_and_bwd_and_halve_causal():
+    from keras_attention.bench.gpu import attention_flops
+
+    # fwd 4·B·H·T·S·D, bwd 2.5x the forward.
+    assert attention_flops(2, 3, 5, 7, causal=False) == 3.5 * 4 * 2 * 3 * 5 * 5 * 7
+    assert attention_flops(2, 3, 5, 7, causal=True) == 0.5 * attention_flops(
+        2, 3, 5, 7, causal=False
+    )
+
+
 def test_fit_exponent_recovers_power_laws():
     n = np.array([16, 32, 64, 128, 256])
     assert fit_exponent(n, 3e-6 * n**2) == pytest.approx(2.0)

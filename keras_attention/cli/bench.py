@@ -1,5 +1,6 @@
 """`keras-attention bench`."""
 
+from keras_attention.cli.arguments import positive_float
 from keras_attention.names import BENCH_SUITES
 
 HELP = (
@@ -20,13 +21,24 @@ def add_arguments(parser):
         "without cache; xla: every model with jit_compile on vs off; layers: "
         "each attention layer vs its Keras counterpart; scaling: "
         "transformer_base's train step data- and model-parallel on 1, 2, 4 "
-        "devices (JAX); all: every suite",
+        "devices (JAX); gpu: about 6 minutes of one GPU on JAX: attention "
+        "fwd+bwd in bfloat16 over T = 1k-32k, ours vs cuDNN, XLA and PyTorch "
+        "SDPA as a fraction of the chip's peak, Transformer vs RNN training "
+        "tokens/s, decoding ms per token (--quick: a dry run on a CPU); all: "
+        "every suite but gpu",
     )
     parser.add_argument("--quick", action="store_true", help="CI-sized run")
     parser.add_argument("--out", default="runs/bench", help="output folder")
+    parser.add_argument(
+        "--peak-tflops",
+        type=positive_float,
+        help="gpu suite: the chip's dense bfloat16 TFLOP/s that its fractions "
+        "divide by (default 989, an H100 / H200 SXM)",
+    )
 
 
 def run(args):
     from keras_attention.bench import run_suites
 
-    run_suites(args.suite, quick=args.quick, out=args.out)
+    peak = args.peak_tflops * 1e12 if args.peak_tflops else None
+    run_suites(args.suite, quick=args.quick, out=args.out, peak_flops=peak)
