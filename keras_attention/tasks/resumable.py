@@ -416,9 +416,14 @@ class _RunCheckpoints(keras.callbacks.Callback):
             self.offset, self.carried_seconds = restore.batches, restore.seconds
 
     def on_train_begin(self, logs=None):
-        # The optimizer is built by now, so its state loads too.
         if self.restore is not None:
-            self.model.load_weights(self.restore.path)
+            model = self.model
+            # Keras' TensorFlow trainer builds the optimizer only when it
+            # traces the first step: built here, its state loads too.
+            optimizer = getattr(model, "optimizer", None)
+            if optimizer is not None and not optimizer.built:
+                optimizer.build(model.trainable_variables)
+            model.load_weights(self.restore.path)
             self.restore = None
 
     def on_epoch_begin(self, epoch, logs=None):

@@ -277,3 +277,28 @@ def test_checkpoint_size_counts_weights_and_optimizer_state():
         int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
         for v in model.optimizer.variables
     )
+
+
+def test_a_resumed_run_restores_the_optimizer_state(tmp_path):
+    """Adam's moments and step count come back: the steps counted at the end
+    are those of every epoch, before and after the interruption."""
+    options = {"epochs": 3, "validation_data": None, "verbose": 0, "batch_size": 4}
+    model, x, y, _ = batched_task()
+    model.compile(keras.optimizers.Adam(0.01), "mse")
+    with pytest.raises(KeyboardInterrupt):
+        fit_resumable(model, x, tmp_path, y=y, callbacks=[StopAt(2)], **options)
+    saved = [np.array(v) for v in model.optimizer.variables]
+    model, x, y, _ = batched_task()
+    model.compile(keras.optimizers.Adam(0.01), "mse")
+    restored = []
+
+    class Capture(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if not restored:
+                restored.extend(np.array(v) for v in self.model.optimizer.variables)
+
+    fit_resumable(model, x, tmp_path, y=y, callbacks=[Capture()], **options)
+    assert len(restored) == len(saved) > 2
+    for before, after in zip(saved, restored, strict=True):
+        np.testing.assert_allclose(after, before)
+    assert int(model.optimizer.iterations) == 3 * 16

@@ -38,12 +38,17 @@ def last_line(output):
     return output.strip().splitlines()[-1]
 
 
+def with_epochs(epochs):
+    return [*CLASSIFY[:-1], str(epochs)]
+
+
 def test_a_second_run_is_refused_and_sigterm_saves_the_batch_in_progress(tmp_path):
     out = tmp_path / "run"
-    first = cli_process([*CLASSIFY, "--out", out])
+    # Long enough to be training still when the second run starts.
+    first = cli_process([*with_epochs(100), "--out", out])
     try:
         text = b""
-        while b"Epoch 1/3" not in text:
+        while b"Epoch 1/100" not in text:
             chunk = os.read(first.stdout.fileno(), 65536)
             assert chunk, text.decode(errors="replace")[-2000:]
             text += chunk
@@ -64,25 +69,29 @@ def test_a_second_run_is_refused_and_sigterm_saves_the_batch_in_progress(tmp_pat
         assert "Epoch" not in second.stdout
     finally:
         stop_process(first)
-    # The killed first run left its lock file; the next run takes it over.
+    # The killed first run left its lock file; the next run takes it over,
+    # and is stopped by SIGTERM in the epoch after those the first finished.
+    finished = len(read_epoch_log(out / "checkpoints" / "epochs.csv"))
+    epochs = with_epochs(finished + 2)
     status, output = kill_during_epoch(
-        [*CLASSIFY, "--out", out], epoch=1, signal_number=signal.SIGTERM
+        [*epochs, "--out", out], epoch=finished, signal_number=signal.SIGTERM
     )
     assert "taking over" in output and f"process {first.pid}" in output
     stopped = re.search(
-        r"keras-attention classify: stopped by SIGTERM in epoch 2, after batch "
-        r"(\d+) of (\d+); saved \S+state-e0001-b(\d+)\.weights\.h5; the same "
-        "command resumes from there",
+        rf"keras-attention classify: stopped by SIGTERM in epoch {finished + 1}, "
+        r"after batch (\d+) of (\d+); saved \S+state-e(\d+)-b(\d+)\.weights\.h5; "
+        "the same command resumes from there",
         output,
     )
     assert status == 143 and stopped, output[-2000:]
-    batch, steps, saved = stopped.groups()
-    assert int(saved) == int(batch) < int(steps)
-    output = run_cli([*CLASSIFY, "--out", out])
-    assert f"resuming in epoch 2, after batch {batch} of {steps}" in output
+    batch, steps, saved_epochs, saved_batch = stopped.groups()
+    assert int(saved_epochs) == finished
+    assert int(saved_batch) == int(batch) < int(steps)
+    output = run_cli([*epochs, "--out", out])
+    assert f"resuming in epoch {finished + 1}, after batch {batch} of {steps}" in output
     assert "taking over" not in output
     logged = read_epoch_log(out / "checkpoints" / "epochs.csv")
-    assert [row["epoch"] for row in logged] == [0, 1, 2]
+    assert [row["epoch"] for row in logged] == list(range(finished + 2))
     assert (out / "metrics.json").exists()
 
 
