@@ -559,42 +559,40 @@ def fit_resumable(
     budget = TimeBudget(time_budget_minutes * 60) if time_budget_minutes else None
     initial_epoch = restored_epochs = resume.epochs if resume else 0
     with _StopRequests() as requests:
+
+        def train(first, last, restore, best_loss, arguments):
+            """One `fit` from epoch `first` to `last`; returns the best
+            validation loss after it."""
+            record = _RunCheckpoints(
+                checkpoints, requests, expected_bytes, restore, best_loss
+            )
+            model.fit(
+                train_data,
+                validation_data=validation_data,
+                initial_epoch=first,
+                epochs=last,
+                # Those before `record` add to an epoch's logs, which it
+                # writes with the checkpoint; those after see it saved.
+                callbacks=[
+                    empty_epochs,
+                    EpochSeconds(),
+                    *(epoch_metrics or []),
+                    record,
+                    *(callbacks or []),
+                    *_stopping(patience, best_loss, budget),
+                ],
+                verbose=verbose,
+                **arguments,
+            )
+            return record.best_loss
+
         if resume is not None and resume.batches:
             # The rest of the interrupted epoch, then the remaining epochs.
-            partial = dict(fit_kwargs, steps_per_epoch=resume.steps - resume.batches)
-            record = _RunCheckpoints(
-                checkpoints, requests, expected_bytes, resume, best_loss
-            )
-            _fit(
-                model,
-                train_data,
-                validation_data,
-                initial_epoch,
-                initial_epoch + 1,
-                [empty_epochs, EpochSeconds(), *(epoch_metrics or [])],
-                record,
-                [*(callbacks or []), *_stopping(patience, record.best_loss, budget)],
-                verbose,
-                partial,
-            )
-            best_loss, resume = record.best_loss, None
-            initial_epoch += 1
+            rest = dict(fit_kwargs, steps_per_epoch=resume.steps - resume.batches)
+            best_loss = train(initial_epoch, initial_epoch + 1, resume, best_loss, rest)
+            initial_epoch, resume = initial_epoch + 1, None
         if initial_epoch < epochs and not getattr(model, "stop_training", False):
-            record = _RunCheckpoints(
-                checkpoints, requests, expected_bytes, resume, best_loss
-            )
-            _fit(
-                model,
-                train_data,
-                validation_data,
-                initial_epoch,
-                epochs,
-                [empty_epochs, EpochSeconds(), *(epoch_metrics or [])],
-                record,
-                [*(callbacks or []), *_stopping(patience, best_loss, budget)],
-                verbose,
-                fit_kwargs,
-            )
+            train(initial_epoch, epochs, resume, best_loss, fit_kwargs)
         elif resume is not None:
             model.load_weights(resume.path)
     logged = checkpoints.log.rows
@@ -632,31 +630,6 @@ def _stopping(patience, best_loss, budget):
     if budget is not None:
         stopping.append(budget)
     return stopping
-
-
-def _fit(
-    model,
-    train_data,
-    validation_data,
-    initial_epoch,
-    epochs,
-    before,
-    record,
-    after,
-    verbose,
-    fit_kwargs,
-):
-    """One `fit`: `before` add to an epoch's logs, `record` writes them and
-    the checkpoint, `after` see the epoch once saved."""
-    model.fit(
-        train_data,
-        validation_data=validation_data,
-        initial_epoch=initial_epoch,
-        epochs=epochs,
-        callbacks=[*before, record, *after],
-        verbose=verbose,
-        **fit_kwargs,
-    )
 
 
 def _history(logged, patience):

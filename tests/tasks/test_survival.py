@@ -38,6 +38,16 @@ def last_line(output):
     return output.strip().splitlines()[-1]
 
 
+def finished_run(args):
+    """Runs `keras-attention ARGS` to its end; its `CompletedProcess`."""
+    return subprocess.run(
+        [sys.executable, "-m", "keras_attention.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
 def with_epochs(epochs):
     return [*CLASSIFY[:-1], str(epochs)]
 
@@ -52,12 +62,7 @@ def test_a_second_run_is_refused_and_sigterm_saves_the_batch_in_progress(tmp_pat
             chunk = os.read(first.stdout.fileno(), 65536)
             assert chunk, text.decode(errors="replace")[-2000:]
             text += chunk
-        second = subprocess.run(
-            [sys.executable, "-m", "keras_attention.cli", *CLASSIFY, "--out", out],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        second = finished_run([*CLASSIFY, "--out", out])
         assert second.returncode == 1
         assert re.fullmatch(
             rf"keras-attention classify: error: {re.escape(str(out))} is in use by "
@@ -120,12 +125,7 @@ def test_damaged_checkpoints_name_restart_which_starts_afresh(tmp_path):
     ]
     for state in states:  # a power cut while both were written
         state.write_bytes(state.read_bytes()[:1000])
-    process = subprocess.run(
-        [sys.executable, "-m", "keras_attention.cli", *CLASSIFY, "--out", out],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    process = finished_run([*CLASSIFY, "--out", out])
     assert process.returncode == 1
     assert re.fullmatch(
         rf"keras-attention classify: error: {re.escape(str(states[1]))} is damaged "
@@ -162,12 +162,7 @@ def small_disk(tmp_path):
 
 def test_a_full_disk_is_one_line_before_training(small_disk):
     out = small_disk / "run"
-    process = subprocess.run(
-        [sys.executable, "-m", "keras_attention.cli", *CLASSIFY, "--out", out],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    process = finished_run([*CLASSIFY, "--out", out])
     assert process.returncode == 1, process.stderr
     assert re.fullmatch(
         rf"keras-attention classify: error: not enough space in "
