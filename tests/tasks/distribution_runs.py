@@ -11,8 +11,9 @@ coordinator are fixed when JAX starts). Run with `KERAS_BACKEND=jax` and
   along under model parallelism with two shards, and whether a model without
   Transformer blocks is refused;
 - `python -m tests.tasks.distribution_runs subcommands OUT REVIEWS_CSV
-  CAPTIONS_FOLDER` trains `classify`, `caption`, `lm` and `pretrain`
-  data-parallel over every device, one epoch each at a tiny size;
+  CAPTIONS_FOLDER CORPUS` trains `classify`, `caption`, `lm` (on the text
+  file CORPUS) and `pretrain` data-parallel over every device, one epoch
+  each at a tiny size;
 - `python -m tests.tasks.distribution_runs processes STRATEGY OUT`, started
   once per process with the `KERAS_DISTRIBUTION_*` variables set, trains
   with `data-parallel` or `model-parallel` over every process's devices
@@ -98,7 +99,7 @@ def processes(strategy, out):
     run_translate(out, strategy=strategy, **TRANSLATE)
 
 
-def subcommands(out, reviews_csv, captions_folder):
+def subcommands(out, reviews_csv, captions_folder, corpus):
     from keras_attention.tasks import caption, classify, distribute, lm, pretrain
 
     strategy = distribute.make_strategy("data-parallel")
@@ -116,10 +117,13 @@ def subcommands(out, reviews_csv, captions_folder):
         data=captions_folder,
         batch_size=16,
         beam_width=1,
+        encoder_filters=(4, 8),
+        units=16,
         **tiny,
     )
     lm.run_lm(
         os.path.join(out, "lm"),
+        data=corpus,
         num_train=500,
         batch_size=8,
         steps_per_epoch=3,

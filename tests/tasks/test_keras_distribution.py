@@ -17,6 +17,7 @@ from keras_attention.tasks.resumable import read_epoch_log
 from tests.tasks.processes import stop
 from tests.tasks.test_caption import write_shapes_folder
 from tests.tasks.test_classify import keyword_reviews, write_csv
+from tests.tasks.test_lm import write_corpus
 
 
 def jax_env(devices, **extra):
@@ -153,10 +154,13 @@ def test_two_processes_train_like_one_device(tmp_path):
 @pytest.mark.slow
 def test_every_subcommand_on_pairs_trains_data_parallel(tmp_path):
     """classify, caption, lm and pretrain (translate: above) train over two
-    virtual devices on JAX and write their metrics."""
+    virtual devices on JAX and write their metrics (lm on a file of 600
+    sayings: its perplexity then reads 30 test documents, not the 757 of
+    the fortunes)."""
     reviews = write_csv(tmp_path / "reviews.csv", keyword_reviews(120))
     captions = write_shapes_folder(tmp_path / "shapes", 48)
-    finish([start(jax_env(2), "subcommands", tmp_path, reviews, captions)])
+    corpus = write_corpus(tmp_path / "sayings.txt")
+    finish([start(jax_env(2), "subcommands", tmp_path, reviews, captions, corpus)])
     figures = {
         "classify": "accuracy",
         "caption": "final_valid_token_accuracy",
