@@ -158,6 +158,19 @@ def attention_flops(batch, heads, length, head_dim, causal, key_length=None):
     return 3.5 * forward * (0.5 if causal else 1.0)
 
 
+def _time_in_turn(calls, repeats, rows):
+    """`time_alternating(calls)` (compiled and warmed up already); where
+    timing fails, every call's row records why and nothing is returned."""
+    from keras_attention.bench.common import time_alternating
+
+    try:
+        return time_alternating(calls, repeats=repeats, warmup=0)
+    except Exception as error:
+        for name in calls:
+            rows[name] = {"skipped": f"while timing: {_reason(error)}"}
+        return {}
+
+
 def _reason(error):
     lines = str(error).strip().splitlines() or [""]
     return f"{type(error).__name__}: {lines[0]}"[:300]
@@ -299,7 +312,7 @@ def _case_attention(case):
     import jax
     import keras
 
-    from keras_attention.bench.common import accelerator, block, time_alternating
+    from keras_attention.bench.common import accelerator, block
     from keras_attention.utils.backend import value_and_grad
 
     start = time.monotonic()
@@ -391,12 +404,7 @@ def _case_attention(case):
                 rows[mask][impl] = {"skipped": _reason(error)}
                 continue
             calls[impl] = (step, (q, k, v, w))
-        try:
-            timings = time_alternating(calls, repeats=repeats, warmup=0)
-        except Exception as error:
-            timings = {}
-            for impl in calls:
-                rows[mask][impl] = {"skipped": f"while timing: {_reason(error)}"}
+        timings = _time_in_turn(calls, repeats, rows[mask])
         flops = attention_flops(batch, heads, length, head_dim, causal)
         for impl, timing in timings.items():
             rows[mask][impl] = {
@@ -417,7 +425,7 @@ def _case_seq2seq(case):
     """Transformer against RNN + Bahdanau, training steps timed in turn."""
     import keras
 
-    from keras_attention.bench.common import accelerator, time_alternating
+    from keras_attention.bench.common import accelerator
     from keras_attention.bench.seq2seq import (
         build_model,
         compile_for_training,
@@ -461,12 +469,7 @@ def _case_seq2seq(case):
                 continue
             result["parameters"].setdefault(name, model.count_params())
             calls[name] = (model.train_on_batch, (inputs, labels))
-        try:
-            timings = time_alternating(calls, repeats=case["repeats"], warmup=0)
-        except Exception as error:
-            timings = {}
-            for name in calls:
-                rows[name] = {"skipped": f"while timing: {_reason(error)}"}
+        timings = _time_in_turn(calls, case["repeats"], rows)
         for name, timing in timings.items():
             rows[name] = {
                 **timing,
@@ -484,7 +487,7 @@ def _case_decode(case):
     """Greedy generation, each search compiled whole, timed in turn."""
     import keras
 
-    from keras_attention.bench.common import accelerator, block, time_alternating
+    from keras_attention.bench.common import accelerator, block
     from keras_attention.bench.decode import generate_function
     from keras_attention.bench.seq2seq import build_model
 
@@ -518,12 +521,7 @@ def _case_decode(case):
             rows[label] = {"skipped": _reason(error)}
             continue
         calls[label] = (generate, (source,))
-    try:
-        timings = time_alternating(calls, repeats=case["repeats"], warmup=0)
-    except Exception as error:
-        timings = {}
-        for label in calls:
-            rows[label] = {"skipped": f"while timing: {_reason(error)}"}
+    timings = _time_in_turn(calls, case["repeats"], rows)
     for label, timing in timings.items():
         rows[label] = {
             **timing,
