@@ -235,6 +235,11 @@ class _State:
     def sidecar(self):
         return os.path.join(self.folder, f"{self.name}.json")
 
+    def remove(self):
+        for path in (self.path, self.sidecar):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
     def describe(self):
         if not self.batches:
             return f"after epoch {self.epochs}"
@@ -298,12 +303,9 @@ class Checkpoints:
                 state.sidecar,
                 json.dumps({"steps": state.steps, "seconds": state.seconds}),
             )
-        with written_whole(state.path, expected_bytes) as partial:
-            model.save_weights(partial)
+        self.save_weights(model, state.path, expected_bytes)
         for old in self.states()[KEPT_STATES:]:
-            for path in (old.path, old.sidecar):
-                with contextlib.suppress(OSError):
-                    os.remove(path)
+            old.remove()
 
     def save_weights(self, model, path, expected_bytes):
         with written_whole(path, expected_bytes) as partial:
@@ -311,9 +313,7 @@ class Checkpoints:
 
     def drop_states(self):
         for state in self.states():
-            for path in (state.path, state.sidecar):
-                with contextlib.suppress(OSError):
-                    os.remove(path)
+            state.remove()
 
 
 def unreadable(path):
