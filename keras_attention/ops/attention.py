@@ -12,13 +12,20 @@ from keras_attention._checks import (
     check_rank,
     static_shape,
 )
-from keras_attention.ops.chunked import chunked_attention
+from keras_attention.ops.chunked import DEFAULT_CHUNK_SIZE, chunked_attention
 from keras_attention.ops.masks import (
     attended_keys,
     causal_mask,
     merge_masks,
     sliding_window_mask,
     zero_unattended,
+)
+from keras_attention.ops.mods import (
+    and_masks,
+    document_mask_mod,
+    evaluate_mask_mod,
+    evaluate_score_mod,
+    index_grids,
 )
 from keras_attention.ops.positions import alibi_bias
 from keras_attention.ops.softmax import MASKED_SCORE, masked_softmax
@@ -55,26 +62,44 @@ def dot_product_attention(
     query,
     key,
     value,
-    mask=None,
-    is_causal=False,
-    scale=None,
-    chunk_size=None,
-    return_weights=False,
-    sliding_window=None,
     bias=None,
+    mask=None,
+    scale=None,
+    is_causal=False,
+    flash_attention=None,
+    attn_logits_soft_cap=None,
+    *,
+    chunk_size=None,
+    sliding_window=None,
     alibi_slopes=None,
+    score_mod=None,
+    score_mod_inputs=(),
+    mask_mod=None,
+    segment_ids=None,
+    query_offset=0,
+    return_weights=False,
+    return_lse=False,
 ):
     """Scaled dot-product attention, `softmax(Q K^T / sqrt(d_k)) V`, per head.
 
-    Same layout and semantics as `keras.ops.dot_product_attention`, plus
-    attention weights on request and padding masks that are safe for fully
-    masked rows (they give zeros, never NaN). Keys and values may have fewer
-    heads than the queries (grouped-query attention, Ainslie et al. 2023):
-    query head `n` attends with key/value head `n // (N / N_kv)`, without
-    copying the keys and values on the standard path. Keys and values at positions
-    that no query may attend to (padding, keys past the last query of a
-    causal mask) are never read: NaN or inf there reaches no output and no
-    gradient.
+    `keras.ops.dot_product_attention`'s arguments in its order, so that a call
+    written for it runs unchanged, on every backend and device (its flash path
+    and soft cap need a GPU or TPU; here the memory-efficient path and every
+    argument run on CPUs too, and train). Beyond it: attention weights or the
+    log-sum-exp on request, padding masks that are safe for fully masked rows
+    (they give zeros, never NaN), score and mask functions (FlexAttention's
+    `score_mod` and `mask_mod`), packed sequences and queries at an offset
+    into a cache. Keys and values may have fewer heads than the queries
+    (grouped-query attention, Ainslie et al. 2023): query head `n` attends
+    with key/value head `n // (N / N_kv)`, without copying the keys and values
+    on the standard path. Keys and values at positions that no query may
+    attend to (padding, keys past the last query of a causal mask) are never
+    read: NaN or inf there reaches no output and no gradient.
+
+    The score of query `i` for key `j` is built in this order: the scaled
+    dot product, plus `bias`, minus ALiBi's `slope * |i - j|`, through
+    `score_mod`, soft-capped; then `mask`, `is_causal`, `sliding_window`,
+    `mask_mod` and `segment_ids` decide which keys it sees.
 
     Args:
         query: `(batch, T, num_heads, head_dim)`.
@@ -82,32 +107,66 @@ def dot_product_attention(
             of `num_heads` (equal for multi-head attention, 1 for multi-query
             attention).
         value: `(batch, S, num_kv_heads, value_dim)`.
+        bias: optional float tensor broadcastable to `(batch, num_heads, T, S)`
+            added to the scaled scores. Not on the memory-efficient path,
+            which never builds `(T, S)` tensors: a bias computed from the
+            positions goes there as a `score_mod`.
         mask: optional boolean tensor broadcastable to
             `(batch, num_heads, T, S)`; True = attend.
-        is_causal: if True, query `i` only attends to keys `j <= i`.
         scale: multiplier of the scores; default `1 / sqrt(head_dim)`.
-        chunk_size: if set, the memory-efficient path: keys are processed in
-            blocks of this size with an online softmax, so memory grows as
-            O(T * chunk_size) instead of O(T * S), in the backward pass too
-            (custom gradient that recomputes each block). Same result as the
-            standard path to float tolerance; cannot return weights.
-        return_weights: also return the weights `(batch, num_heads, T, S)`.
+        is_causal: query `i` only attends to keys `j <= i + query_offset`
+            (with `T < S` and no offset, the upper-left alignment of
+            `keras.ops`; `query_offset=S - T` aligns to the lower right).
+        flash_attention: True takes the memory-efficient path (with tiles of
+            `chunk_size`, default 256), False the standard one; None (the
+            default) the memory-efficient path when `chunk_size` is set.
+        attn_logits_soft_cap: if set, scores `s` become
+            `cap * tanh(s / cap)` before the softmax (Gemma 2; the tanh of
+            JAX's TPU kernels that keras.ops reaches only there).
+        chunk_size: the memory-efficient path with tiles of this many
+            queries and keys: memory grows as O(T * chunk_size) instead of
+            O(T * S), in the backward pass too (a custom gradient recomputes
+            each tile), and tiles that no query may see are skipped. Same
+            result as the standard path to float tolerance; cannot return
+            weights.
         sliding_window: if set, query `i` only attends to keys `j` with
             `|i - j| < sliding_window` (with `is_causal`, the
-            `sliding_window` most recent keys). The chunked path never
-            computes the tiles wholly outside the window: its time and
+            `sliding_window` most recent keys); on the chunked path time and
             memory grow as T * sliding_window, not T * S.
-        bias: optional float tensor broadcastable to `(batch, num_heads, T, S)`
-            added to the scaled scores (a relative position bias, as in
-            `keras.ops.dot_product_attention`). Not on the chunked path,
-            which never builds the `(T, S)` scores.
         alibi_slopes: optional `num_heads` constants (not trained, e.g.
             `alibi_slopes(num_heads)`): ALiBi's bias `-slope_h * |i - j|` is
             added to the scores of head `h` (Press et al. 2022), computed tile
             by tile on the chunked path.
+        score_mod: `score_mod(score, b, h, q_idx, kv_idx, *score_mod_inputs)`
+            returns the new scores (see `keras_attention.ops.mods`), on both
+            paths, in the forward and the backward pass.
+        score_mod_inputs: tensors `score_mod` reads (a trainable bias table);
+            passed as its last arguments, so that their gradients are exact
+            on the memory-efficient path too, where a tensor the function
+            closes over would be a constant.
+        mask_mod: `mask_mod(b, h, q_idx, kv_idx)` returns True where query
+            `q_idx` may attend to key `kv_idx`; the memory-efficient path
+            skips every tile it masks whole.
+        segment_ids: packed sequences: int `(batch, T)` ids of the document
+            of each position (self-attention), or a pair `(query_ids (batch,
+            T), key_ids (batch, S))`; a query attends only to keys of its
+            own document (JAX's `SegmentIds`). Tiles between two documents
+            are skipped on the memory-efficient path, so a packed row costs
+            the sum of its documents' squared lengths.
+        query_offset: the absolute position of the first query (int or
+            scalar tensor): queries over a cache of earlier keys, a prompt
+            prefilled in one pass. The causal mask, the sliding window,
+            ALiBi and the `q_idx` of the mods count from it.
+        return_weights: also return the weights `(batch, num_heads, T, S)`
+            (standard path only).
+        return_lse: also return the log-sum-exp of each query's scores
+            `(batch, num_heads, T)`, float32 (-inf for a query that sees no
+            key): two attentions over the halves of the keys merge exactly
+            into the attention over all of them with it.
 
     Returns:
-        `(batch, T, num_heads, value_dim)`, and the weights if requested.
+        `(batch, T, num_heads, value_dim)`, followed by the weights and the
+        log-sum-exp when requested (a tuple then).
 
     Example:
 
@@ -120,40 +179,41 @@ def dot_product_attention(
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
         - [Ainslie et al., 2023. GQA](https://arxiv.org/abs/2305.13245)
         - [Press et al., 2022. ALiBi](https://arxiv.org/abs/2108.12409)
+        - [Dao et al., 2022. FlashAttention](https://arxiv.org/abs/2205.14135)
+        - [Gemma Team, 2024. Gemma 2](https://arxiv.org/abs/2408.00118)
     """
-    query = ops.convert_to_tensor(query)
-    key = ops.convert_to_tensor(key)
-    value = ops.convert_to_tensor(value)
+    query, key, value = _common_dtype(query, key, value)
     if mask is not None:
         mask = ops.convert_to_tensor(mask)
     q_shape, k_shape = _check_inputs(query, key, value, mask)
     check_positive_int("chunk_size", chunk_size, allow_none=True)
     check_positive_int("sliding_window", sliding_window, allow_none=True)
+    _check_choices(
+        flash_attention, chunk_size, return_weights, bias, attn_logits_soft_cap
+    )
+    _check_mods(score_mod, score_mod_inputs, mask_mod)
+    if flash_attention and chunk_size is None:
+        chunk_size = DEFAULT_CHUNK_SIZE
     if scale is None:
         scale = 1.0 / math.sqrt(q_shape[-1])
-    if chunk_size is not None and return_weights:
-        raise ValueError(
-            "`return_weights=True` cannot be combined with `chunk_size`: the "
-            "chunked path never materializes the (T, S) weights."
-        )
-    if chunk_size is not None and bias is not None:
-        raise ValueError(
-            "`bias` cannot be combined with `chunk_size`: the chunked path "
-            "never builds the (T, S) scores a dense bias adds to. ALiBi's bias "
-            "goes through `alibi_slopes`, which the chunked path computes tile "
-            "by tile."
-        )
     query_length, key_length = _length(query, 1), _length(key, 1)
     if alibi_slopes is not None:
         alibi_slopes = _check_slopes(alibi_slopes, q_shape[2])
+    if segment_ids is not None:
+        documents = _document_mask_mod(segment_ids, q_shape, k_shape)
+        mask_mod = documents if mask_mod is None else and_masks(mask_mod, documents)
     if sliding_window is not None:
         mask = merge_masks(
             mask,
-            sliding_window_mask(query_length, key_length, sliding_window)
+            sliding_window_mask(
+                query_length, key_length, sliding_window, offset=query_offset
+            )
             if chunk_size is None
-            else _window_reach(query_length, key_length, sliding_window),
+            else _window_reach(query_length, key_length, sliding_window, query_offset),
         )
-    attended = _attended_keys(mask, is_causal, query_length, key_length, k_shape[2])
+    attended = _attended_keys(
+        mask, is_causal, query_length, key_length, k_shape[2], query_offset
+    )
     key = zero_unattended(key, attended)
     value = zero_unattended(value, attended)
     if chunk_size is not None:
@@ -167,21 +227,189 @@ def dot_product_attention(
             key,
             value,
             mask,
-            is_causal=is_causal,
             scale=scale,
             chunk_size=chunk_size,
+            is_causal=is_causal,
+            query_offset=query_offset,
             sliding_window=sliding_window,
             alibi_slopes=alibi_slopes,
+            score_mod=score_mod,
+            score_mod_inputs=score_mod_inputs,
+            mask_mod=mask_mod,
+            soft_cap=attn_logits_soft_cap,
+            return_lse=return_lse,
         )
-    if alibi_slopes is not None:
-        bias = _add_bias(bias, alibi_bias(alibi_slopes, query_length, key_length))
-    if not return_weights and backend.standardize_dtype(value.dtype) != "float16":
-        return _attend_normalizing_last(query, key, value, mask, is_causal, scale, bias)
-    weights = _weights(query, key, mask, is_causal, scale, bias)
-    outputs = apply_attention_weights(weights, value)
-    if return_weights:
-        return outputs, weights
-    return outputs
+    rules = _ScoreRules(
+        scale=scale,
+        bias=bias,
+        is_causal=is_causal,
+        query_offset=query_offset,
+        alibi_slopes=alibi_slopes,
+        score_mod=score_mod,
+        score_mod_inputs=tuple(score_mod_inputs),
+        mask_mod=mask_mod,
+        soft_cap=attn_logits_soft_cap,
+    )
+    results = []
+    if return_weights or backend.standardize_dtype(value.dtype) == "float16":
+        weights = _weights(query, key, mask, rules)
+        results.append(apply_attention_weights(weights, value))
+        if return_weights:
+            results.append(weights)
+        if return_lse:
+            results.append(_log_sum_exp(query, key, mask, rules))
+    else:
+        results.extend(
+            _attend_normalizing_last(query, key, value, mask, rules, return_lse)
+        )
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+class _ScoreRules:
+    """What turns `query . key` into the masked scores on the standard path."""
+
+    def __init__(self, **rules):
+        self.__dict__.update(rules)
+
+    def scores(self, query, key, compute_dtype):
+        """`(B, N, T, S)` scores in `compute_dtype`, before the masks."""
+        # Scaling the queries before the matmul keeps float16 scores in range.
+        query = query * ops.cast(self.scale, query.dtype)
+        scores = ops.cast(_scores(query, key), compute_dtype)
+        if self.bias is not None:
+            scores = scores + ops.cast(self.bias, compute_dtype)
+        if self.alibi_slopes is not None:
+            scores = scores + ops.cast(
+                alibi_bias(
+                    self.alibi_slopes,
+                    ops.shape(query)[1],
+                    ops.shape(key)[1],
+                    self.query_offset,
+                ),
+                compute_dtype,
+            )
+        if self.score_mod is not None:
+            grids = self._grids(query, key)
+            scores = evaluate_score_mod(
+                self.score_mod, scores, grids, self.score_mod_inputs
+            )
+        if self.soft_cap is not None:
+            scores = ops.tanh(scores / self.soft_cap) * self.soft_cap
+        return scores
+
+    def mask(self, mask, query, key):
+        """`mask` with the causal mask and the mask mod's."""
+        query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
+        if self.is_causal:
+            causal = causal_mask(query_length, key_length, self.query_offset)
+            mask = merge_masks(mask, causal)
+        if self.mask_mod is not None:
+            shape = static_shape(query)
+            expected = (shape[0], shape[2], shape[1], static_shape(key)[1])
+            grids = self._grids(query, key)
+            mask = merge_masks(mask, evaluate_mask_mod(self.mask_mod, grids, expected))
+        return mask
+
+    def _grids(self, query, key):
+        batch, query_length, heads = ops.shape(query)[:3]
+        query_positions = ops.arange(query_length) + ops.cast(
+            self.query_offset, "int32"
+        )
+        return index_grids(batch, heads, query_positions, ops.arange(ops.shape(key)[1]))
+
+
+def _common_dtype(query, key, value):
+    """The three as tensors of their common dtype, as in `keras.ops`."""
+    query, key, value = (ops.convert_to_tensor(x) for x in (query, key, value))
+    dtype = backend.result_type(query.dtype, key.dtype, value.dtype)
+    return tuple(
+        x if backend.standardize_dtype(x.dtype) == dtype else ops.cast(x, dtype)
+        for x in (query, key, value)
+    )
+
+
+def _check_choices(flash_attention, chunk_size, return_weights, bias, soft_cap):
+    if flash_attention is False and chunk_size is not None:
+        raise ValueError(
+            "`flash_attention=False` asks for the standard path and "
+            f"`chunk_size={chunk_size}` for the memory-efficient one; pass one "
+            "of them."
+        )
+    memory_efficient = flash_attention or chunk_size is not None
+    if memory_efficient and return_weights:
+        raise ValueError(
+            "`return_weights=True` cannot be combined with `chunk_size` or "
+            "`flash_attention=True`: the memory-efficient path never "
+            "materializes the (T, S) weights."
+        )
+    if memory_efficient and bias is not None:
+        raise ValueError(
+            "`bias` cannot be combined with `chunk_size` or "
+            "`flash_attention=True`: the memory-efficient path never builds "
+            "the (T, S) scores a dense bias adds to. A bias computed from the "
+            "positions goes through `score_mod` (T5's: "
+            "`mods.relative_position_score_mod`), ALiBi's through "
+            "`alibi_slopes`, both computed tile by tile."
+        )
+    if soft_cap is not None and (
+        isinstance(soft_cap, bool)
+        or not isinstance(soft_cap, (int, float))
+        or not soft_cap > 0
+    ):
+        raise ValueError(
+            f"`attn_logits_soft_cap` must be a positive number; received {soft_cap!r}."
+        )
+
+
+def _check_mods(score_mod, score_mod_inputs, mask_mod):
+    for name, mod in (("score_mod", score_mod), ("mask_mod", mask_mod)):
+        if mod is not None and not callable(mod):
+            raise ValueError(
+                f"`{name}` must be a function; received {type(mod).__name__}."
+            )
+    if not isinstance(score_mod_inputs, (tuple, list)):
+        raise ValueError(
+            "`score_mod_inputs` must be a tuple of tensors; received "
+            f"{type(score_mod_inputs).__name__}."
+        )
+    if score_mod_inputs and score_mod is None:
+        raise ValueError(
+            "`score_mod_inputs` are the extra arguments of `score_mod`; "
+            f"received {len(score_mod_inputs)} of them and no `score_mod`."
+        )
+
+
+def _document_mask_mod(segment_ids, q_shape, k_shape):
+    if isinstance(segment_ids, (tuple, list)):
+        if len(segment_ids) != 2:
+            raise ValueError(
+                "`segment_ids` must be one tensor (batch, T) or a pair "
+                "(query_ids (batch, T), key_ids (batch, S)); received a "
+                f"sequence of {len(segment_ids)}."
+            )
+        query_ids, key_ids = segment_ids
+    else:
+        query_ids, key_ids = segment_ids, None
+    mod = document_mask_mod(query_ids, key_ids)
+    expected = (
+        ("segment_ids", static_shape(query_ids), q_shape[:2]),
+        ("key segment_ids", static_shape(key_ids), k_shape[:2]),
+    )
+    if key_ids is None and q_shape[1] is not None and k_shape[1] is not None:
+        if q_shape[1] != k_shape[1]:
+            raise ValueError(
+                "One `segment_ids` tensor serves self-attention, with as many "
+                f"keys as queries; received {q_shape[1]} queries and "
+                f"{k_shape[1]} keys: pass (query_ids, key_ids)."
+            )
+    for name, shape, want in expected:
+        if shape is not None and not all(
+            a is None or b is None or a == b for a, b in zip(shape, want, strict=True)
+        ):
+            raise ValueError(
+                f"`{name}` must be (batch, length) = {want}; received shape {shape}."
+            )
+    return mod
 
 
 def _check_slopes(slopes, num_heads):
@@ -194,11 +422,7 @@ def _check_slopes(slopes, num_heads):
     return slopes
 
 
-def _add_bias(bias, extra):
-    return extra if bias is None else ops.cast(bias, "float32") + extra
-
-
-def _window_reach(query_length, key_length, window):
+def _window_reach(query_length, key_length, window, query_offset=0):
     """`(1, S)`: the keys within `window - 1` positions of some query, or
     None when every key is. The chunked path applies the window tile by tile
     and never builds the `(T, S)` band; the keys no query may see go into the
@@ -207,14 +431,22 @@ def _window_reach(query_length, key_length, window):
     if (
         isinstance(query_length, int)
         and isinstance(key_length, int)
-        and key_length <= query_length + window - 1
+        and isinstance(query_offset, int)
+        and key_length <= query_offset + query_length + window - 1
+        and query_offset - window + 1 <= 0
     ):
         return None
-    return ops.less(ops.arange(key_length), query_length + window - 1)[None, :]
+    positions = ops.arange(key_length)
+    first = ops.cast(query_offset, "int32") - window + 1
+    last = ops.cast(query_offset, "int32") + query_length + window - 1
+    return ops.logical_and(
+        ops.greater_equal(positions, first), ops.less(positions, last)
+    )[None, :]
 
 
-def _attend_normalizing_last(query, key, value, mask, is_causal, scale, bias=None):
-    """`softmax(S) V` computed as `(exp(S - max) V) / sum exp(S - max)`.
+def _attend_normalizing_last(query, key, value, mask, rules, return_lse=False):
+    """`softmax(S) V` computed as `(exp(S - max) V) / sum exp(S - max)`, as a
+    list: the outputs, and their log-sum-exp if asked.
 
     Dividing the `(T, head_dim)` outputs instead of the `(T, S)` weights
     saves a pass over the scores in the forward and in the backward pass
@@ -223,13 +455,9 @@ def _attend_normalizing_last(query, key, value, mask, is_causal, scale, bias=Non
     where the normalized one never does.
     """
     dtype = backend.standardize_dtype(query.dtype)
-    compute_dtype = "float64" if dtype == "float64" else "float32"
-    query = query * ops.cast(scale, query.dtype)
-    scores = ops.cast(_scores(query, key), compute_dtype)
-    if bias is not None:
-        scores = scores + ops.cast(bias, compute_dtype)
-    if is_causal:
-        mask = merge_masks(mask, causal_mask(ops.shape(query)[1], ops.shape(key)[1]))
+    compute_dtype = _accumulation_dtype(dtype)
+    scores = rules.scores(query, key, compute_dtype)
+    mask = rules.mask(mask, query, key)
     if mask is not None:
         mask = ops.cast(mask, "bool")
         scores = ops.where(mask, scores, ops.cast(MASKED_SCORE, compute_dtype))
@@ -242,10 +470,33 @@ def _attend_normalizing_last(query, key, value, mask, is_causal, scale, bias=Non
     total = ops.sum(unnormalized, axis=-1, keepdims=True)
     outputs = _weighted_sum(ops.cast(unnormalized, value.dtype), value)
     outputs = ops.cast(outputs, compute_dtype) / _heads_second(total)
+    attends = None
     if mask is not None:
-        attends = ops.greater(_heads_second(peak), MASKED_SCORE / 2)
-        outputs = ops.where(attends, outputs, 0.0)
-    return ops.cast(outputs, dtype)
+        attends = ops.greater(peak, MASKED_SCORE / 2)
+        outputs = ops.where(_heads_second(attends), outputs, 0.0)
+    results = [ops.cast(outputs, dtype)]
+    if return_lse:
+        results.append(_finite_rows_lse(peak + ops.log(total), attends))
+    return results
+
+
+def _finite_rows_lse(lse, attends):
+    """`(B, N, T, 1)` log-sum-exp -> float32 `(B, N, T)`, -inf where a row
+    sees no key."""
+    lse = ops.cast(lse, "float32")
+    if attends is not None:
+        lse = ops.where(attends, lse, float("-inf"))
+    return lse[..., 0]
+
+
+def _log_sum_exp(query, key, mask, rules):
+    scores = rules.scores(query, key, "float32")
+    mask = rules.mask(mask, query, key)
+    attends = None
+    if mask is not None:
+        scores = ops.where(ops.cast(mask, "bool"), scores, MASKED_SCORE)
+        attends = ops.greater(ops.max(scores, axis=-1, keepdims=True), MASKED_SCORE / 2)
+    return _finite_rows_lse(ops.logsumexp(scores, axis=-1, keepdims=True), attends)
 
 
 # A single query (one decoding step) attends by multiply-and-sum rather than
@@ -333,7 +584,9 @@ def _length(x, axis):
     return static if isinstance(static, int) else ops.shape(x)[axis]
 
 
-def _attended_keys(mask, is_causal, query_length, key_length, key_heads=None):
+def _attended_keys(
+    mask, is_causal, query_length, key_length, key_heads=None, query_offset=0
+):
     """Broadcastable to `(B, S, N_kv)`, the layout of the keys: True at the
     keys that some query of the heads sharing them may attend to; None when
     every key is."""
@@ -341,7 +594,7 @@ def _attended_keys(mask, is_causal, query_length, key_length, key_heads=None):
         mask = ops.cast(mask, "bool")
         while len(mask.shape) < 4:
             mask = ops.expand_dims(mask, 0)
-    attended = attended_keys(mask, query_length, key_length, is_causal)
+    attended = attended_keys(mask, query_length, key_length, is_causal, query_offset)
     if attended is None:
         return None
     if mask is None:  # the causal reach alone, (S,)
@@ -353,17 +606,10 @@ def _attended_keys(mask, is_causal, query_length, key_length, key_heads=None):
     return attended
 
 
-def _weights(query, key, mask, is_causal, scale, bias=None):
-    # Scaling the queries before the matmul keeps float16 scores in range.
-    query = query * ops.cast(scale, query.dtype)
-    scores = _scores(query, key)
-    if bias is not None:
-        scores = ops.cast(
-            ops.cast(scores, "float32") + ops.cast(bias, "float32"), scores.dtype
-        )
-    if is_causal:
-        mask = merge_masks(mask, causal_mask(ops.shape(query)[1], ops.shape(key)[1]))
-    return masked_softmax(scores, mask)
+def _weights(query, key, mask, rules):
+    scores = rules.scores(query, key, "float32")
+    weights = masked_softmax(scores, rules.mask(mask, query, key))
+    return ops.cast(weights, query.dtype)
 
 
 def attention_weights(
@@ -379,13 +625,23 @@ def attention_weights(
     q_shape, k_shape = _check_inputs(query, key, key, mask)
     if scale is None:
         scale = 1.0 / math.sqrt(q_shape[-1])
-    query_length, key_length = _length(query, 1), _length(key, 1)
     if alibi_slopes is not None:
-        slopes = _check_slopes(alibi_slopes, q_shape[2])
-        bias = _add_bias(bias, alibi_bias(slopes, query_length, key_length))
+        alibi_slopes = _check_slopes(alibi_slopes, q_shape[2])
+    query_length, key_length = _length(query, 1), _length(key, 1)
     attended = _attended_keys(mask, is_causal, query_length, key_length, k_shape[2])
     key = zero_unattended(key, attended)
-    return _weights(query, key, mask, is_causal, scale, bias)
+    rules = _ScoreRules(
+        scale=scale,
+        bias=bias,
+        is_causal=is_causal,
+        query_offset=0,
+        alibi_slopes=alibi_slopes,
+        score_mod=None,
+        score_mod_inputs=(),
+        mask_mod=None,
+        soft_cap=None,
+    )
+    return _weights(query, key, mask, rules)
 
 
 def apply_attention_weights(weights, value, mask=None, is_causal=False):

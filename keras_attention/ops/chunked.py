@@ -8,16 +8,29 @@ backward pass is written by hand (the FlashAttention recurrence): it recomputes
 each block's weights from the saved log-sum-exp instead of storing them, so it
 is memory-efficient too.
 
+Which tiles are computed is decided once per call, as a block mask of
+`(query blocks, key blocks)`: a tile that no query of its block may see (above
+the causal diagonal, outside a sliding window, between two packed documents,
+wherever `mask` or a `mask_mod` hides it whole) is never visited, as in
+FlexAttention's block sparsity.
+
 References:
     - [Rabe & Staats, 2021. Self-attention Does Not Need O(n^2) Memory](
       https://arxiv.org/abs/2112.05682)
     - [Dao et al., 2022. FlashAttention](https://arxiv.org/abs/2205.14135)
+    - [He et al., 2024. FlexAttention](https://pytorch.org/blog/flexattention/)
 """
 
 from keras import backend, ops
 
+from keras_attention.ops.mods import evaluate_mask_mod, evaluate_score_mod, index_grids
+from keras_attention.utils.backend import vector_jacobian_product
+
 # A finite stand-in for -inf, safe in float32 (the compute dtype here).
 _NEG = -1e30
+
+# The tile size of `flash_attention=True` without a `chunk_size`.
+DEFAULT_CHUNK_SIZE = 256
 
 
 def _rank4_mask(mask):
@@ -32,25 +45,38 @@ def chunked_attention(
     value,
     mask,
     *,
-    is_causal,
     scale,
     chunk_size,
+    is_causal=False,
+    query_offset=0,
     sliding_window=None,
     alibi_slopes=None,
+    score_mod=None,
+    score_mod_inputs=(),
+    mask_mod=None,
+    soft_cap=None,
+    return_lse=False,
 ):
     """Blockwise `softmax(scale * Q K^T) V` in the `(B, T, N, H)` layout.
 
     `mask` (boolean, broadcastable to `(B, N, T, S)`), `is_causal`,
-    `sliding_window` and `alibi_slopes` (NumPy `(N,)`) behave as in
-    `dot_product_attention`. Rows with no key to attend give zeros.
+    `query_offset`, `sliding_window`, `alibi_slopes` (NumPy `(N,)`),
+    `score_mod` with its `score_mod_inputs`, `mask_mod` and `soft_cap` behave
+    as in `dot_product_attention`. Rows with no key to attend give zeros.
 
     Queries and keys are both cut into blocks of `chunk_size`, so that each
     step works on a `(chunk_size, chunk_size)` tile of scores per head, small
-    enough to stay in the CPU's cache, whatever T. Tiles that no query of
-    theirs may see are never computed: with `is_causal` those above the
-    diagonal (half of the work at long lengths), with a `sliding_window` of w
-    those wholly farther than w - 1 positions from the diagonal, so that the
-    work grows as T * w instead of T * S.
+    enough to stay in the CPU's cache, whatever T. Only the tiles of the
+    block mask are computed: with `is_causal` half of them at long lengths,
+    with a `sliding_window` of w a band, so that the work grows as T * w
+    instead of T * S. The gradients of `score_mod_inputs` (a trainable bias
+    table, say) are exact: each tile's `score_mod` is differentiated where
+    it is recomputed, in the backward pass.
+
+    Returns:
+        `(B, T, N, value_dim)`, and with `return_lse` also the log-sum-exp of
+        each query's scores `(B, N, T)` in float32 (-inf for a query with no
+        key).
     """
     out_dtype = backend.standardize_dtype(query.dtype)
     compute_dtype = "float64" if out_dtype == "float64" else "float32"
@@ -64,6 +90,7 @@ def chunked_attention(
     num_key_blocks = (key_len + chunk_size - 1) // chunk_size
     q_pad = num_query_blocks * chunk_size - q_len
     k_pad = num_key_blocks * chunk_size - key_len
+    query_offset = ops.cast(query_offset, "int32")
 
     tile_mask = None
     if mask is not None:
@@ -75,37 +102,53 @@ def chunked_attention(
             [[0, 0], [0, 0], [0, rows_pad], [0, cols_pad]],
             constant_values=False,
         )
-    offsets = ops.arange(chunk_size)
+    offsets = ops.arange(chunk_size, dtype="int32")
     slopes = None
     if alibi_slopes is not None:
         slopes = ops.cast(ops.convert_to_tensor(alibi_slopes), compute_dtype)
         slopes = slopes[None, :, None, None]
 
-    # How far a query may look back and ahead, in positions (None: no limit).
-    reach_back = None if sliding_window is None else sliding_window - 1
-    reach_ahead = 0 if is_causal else reach_back
+    def query_positions(first_row, count):
+        """Absolute positions of `count` query rows from `first_row`; the
+        padding rows of the last block repeat the last query's."""
+        return query_offset + ops.minimum(first_row + ops.arange(count), q_len - 1)
 
-    def blocks_within(block, before, after, num_blocks):
-        """The blocks `[first, stop)` of the other axis that hold the
-        positions from `before` positions ahead of `block`'s first to `after`
-        past its last (None: unbounded on that side)."""
-        start = block * chunk_size
-        first = 0 if before is None else ops.maximum(start - before, 0) // chunk_size
-        if after is None:
-            return first, num_blocks
-        last = start + chunk_size - 1 + after
-        return first, ops.minimum(last // chunk_size + 1, num_blocks)
+    def key_positions(first_col, count):
+        return ops.minimum(first_col + ops.arange(count), key_len - 1)
 
-    def key_blocks_of(query_block):
-        """The key blocks `[first, stop)` the queries of `query_block` may see."""
-        return blocks_within(query_block, reach_back, reach_ahead, num_key_blocks)
+    visible = _visible_blocks(
+        chunk_size,
+        num_query_blocks,
+        num_key_blocks,
+        q_len,
+        key_len,
+        query_offset,
+        is_causal,
+        sliding_window,
+        tile_mask,
+        mask_mod,
+        batch,
+        heads,
+        query_positions,
+        key_positions,
+    )
+    key_order, key_counts = _visit_lists(visible)
+    query_order, query_counts = _visit_lists(ops.transpose(visible))
 
-    def query_blocks_of(key_block):
-        """The query blocks `[first, stop)` that may see `key_block`."""
-        return blocks_within(key_block, reach_ahead, reach_back, num_query_blocks)
+    def transform(raw, grids, inputs):
+        """The scores after ALiBi, `score_mod` and the soft cap."""
+        scores = raw
+        if slopes is not None:
+            distance = ops.cast(ops.abs(grids[2] - grids[3]), compute_dtype)
+            scores = scores - slopes * distance
+        if score_mod is not None:
+            scores = evaluate_score_mod(score_mod, scores, grids, inputs)
+        if soft_cap is not None:
+            scores = ops.tanh(scores / soft_cap) * soft_cap
+        return scores
 
-    def tile(q_scaled, k, v, query_block, key_block):
-        """Scores, validity and the key/value blocks of one tile."""
+    def tile(q_scaled, k, v, inputs, query_block, key_block):
+        """Scores, validity, index grids and the blocks of one tile."""
         q_start, k_start = query_block * chunk_size, key_block * chunk_size
         q_tile = ops.slice(
             q_scaled, (0, 0, q_start, 0), (batch, heads, chunk_size, depth)
@@ -114,20 +157,21 @@ def chunked_attention(
         v_tile = ops.slice(
             v, (0, 0, k_start, 0), (batch, heads, chunk_size, value_depth)
         )
-        scores = ops.einsum("bnth,bnch->bntc", q_tile, k_tile)
-        rows = (q_start + offsets)[:, None]
-        cols = (k_start + offsets)[None, :]
-        if slopes is not None:
-            distance = ops.cast(ops.abs(rows - cols), compute_dtype)
-            scores = scores - slopes * distance[None, None]
-        valid = ops.less(cols, key_len)
+        raw = ops.einsum("bnth,bnch->bntc", q_tile, k_tile)
+        grids = index_grids(
+            batch,
+            heads,
+            query_positions(q_start, chunk_size),
+            key_positions(k_start, chunk_size),
+        )
+        rows, cols = grids[2], grids[3]
+        valid = ops.less((k_start + offsets)[None, None, None, :], key_len)
         if is_causal:
             valid = ops.logical_and(valid, ops.greater_equal(rows, cols))
         if sliding_window is not None:
             valid = ops.logical_and(
                 valid, ops.less(ops.abs(rows - cols), sliding_window)
             )
-        valid = valid[None, None]
         if tile_mask is not None:
             shape = ops.shape(tile_mask)
             start = [0, 0, 0, 0]
@@ -137,16 +181,24 @@ def chunked_attention(
             if tile_mask.shape[-1] != 1:
                 start[3], size[3] = k_start, chunk_size
             valid = ops.logical_and(valid, ops.slice(tile_mask, start, size))
-        return q_tile, scores, valid, k_tile, v_tile
+        if mask_mod is not None:
+            expected = (None, None, chunk_size, chunk_size)
+            valid = ops.logical_and(valid, evaluate_mask_mod(mask_mod, grids, expected))
+            # A key hidden by the mask mod alone is still read by the tile's
+            # matmul: zeroed, its NaN or inf cannot reach an output.
+            seen = ops.any(valid, axis=2)[..., None]
+            v_tile = ops.where(seen, v_tile, 0.0)
+        return q_tile, raw, valid, grids, k_tile, v_tile
 
-    def forward(q_scaled, k, v):
+    def forward(q_scaled, k, v, inputs):
         def query_step(i, carry):
             output, log_sum_exp = carry
 
-            def key_step(j, state):
+            def key_step(n, state):
                 acc, running_max, normalizer = state
-                _, scores, valid, _, v_tile = tile(q_scaled, k, v, i, j)
-                scores = ops.where(valid, scores, _NEG)
+                j = ops.take(key_order, i * num_key_blocks + n)
+                _, raw, valid, grids, _, v_tile = tile(q_scaled, k, v, inputs, i, j)
+                scores = ops.where(valid, transform(raw, grids, inputs), _NEG)
                 new_max = ops.maximum(running_max, ops.max(scores, axis=-1))
                 weights = ops.where(valid, ops.exp(scores - new_max[..., None]), 0.0)
                 correction = ops.exp(running_max - new_max)
@@ -162,14 +214,16 @@ def chunked_attention(
                 ops.zeros((batch, heads, chunk_size), compute_dtype),
             )
             acc, running_max, normalizer = ops.fori_loop(
-                *key_blocks_of(i), key_step, init
+                0, ops.take(key_counts, i), key_step, init
             )
             has_keys = ops.greater(normalizer, 0.0)
             safe = ops.where(has_keys, normalizer, 1.0)
             start = i * chunk_size
             output = ops.slice_update(output, (0, 0, start, 0), acc / safe[..., None])
             log_sum_exp = ops.slice_update(
-                log_sum_exp, (0, 0, start), running_max + ops.log(safe)
+                log_sum_exp,
+                (0, 0, start),
+                ops.where(has_keys, running_max + ops.log(safe), _NEG),
             )
             return output, log_sum_exp
 
@@ -180,28 +234,56 @@ def chunked_attention(
         )
         return ops.fori_loop(0, num_query_blocks, query_step, init)
 
-    def backward(q_scaled, k, v, output, log_sum_exp, grad_output):
+    def backward(q_scaled, k, v, inputs, output, log_sum_exp, grad_output, grad_lse):
         # Each tile's weights are recomputed from the log-sum-exp, so nothing
-        # of size (T, S) is stored between the passes.
-        delta = ops.sum(grad_output * output, axis=-1)
+        # of size (T, S) is stored between the passes. A gradient reaching
+        # the log-sum-exp adds `weights * grad_lse` to the scores' gradient.
+        delta = ops.sum(grad_output * output, axis=-1) - grad_lse
 
         def key_step(j, carry):
-            grad_q, grad_k, grad_v = carry
+            grad_q, grad_k, grad_v, grad_inputs = carry
 
-            def query_step(i, state):
-                grad_q, grad_k_tile, grad_v_tile = state
-                q_tile, scores, valid, k_tile, v_tile = tile(q_scaled, k, v, i, j)
+            def query_step(n, state):
+                grad_q, grad_k_tile, grad_v_tile, grad_inputs = state
+                i = ops.take(query_order, j * num_query_blocks + n)
+                q_tile, raw, valid, grids, k_tile, v_tile = tile(
+                    q_scaled, k, v, inputs, i, j
+                )
                 start = (0, 0, i * chunk_size, 0)
                 rows = (batch, heads, chunk_size)
                 lse = ops.slice(log_sum_exp, start[:3], rows)
                 d = ops.slice(delta, start[:3], rows)
                 g_out = ops.slice(grad_output, start, (*rows, value_depth))
-                weights = ops.where(valid, ops.exp(scores - lse[..., None]), 0.0)
+
+                def scores_of(raw, *inputs):
+                    return transform(raw, grids, inputs)
+
+                def weights_of(scores):
+                    return ops.where(valid, ops.exp(scores - lse[..., None]), 0.0)
+
+                if score_mod is None:
+                    scores = scores_of(raw)
+                    weights = weights_of(scores)
+                else:
+                    scores = scores_of(raw, *inputs)
+                    weights = weights_of(scores)
                 grad_v_tile = grad_v_tile + ops.einsum(
                     "bntc,bntd->bncd", weights, g_out
                 )
                 grad_weights = ops.einsum("bntd,bncd->bntc", g_out, v_tile)
                 grad_scores = weights * (grad_weights - d[..., None])
+                if score_mod is not None:
+                    _, grads = vector_jacobian_product(
+                        scores_of, (raw, *inputs), grad_scores
+                    )
+                    grad_scores = grads[0]
+                    grad_inputs = tuple(
+                        total + ops.cast(g, total.dtype)
+                        for total, g in zip(grad_inputs, grads[1:], strict=True)
+                    )
+                elif soft_cap is not None:
+                    capped = scores / soft_cap
+                    grad_scores = grad_scores * (1.0 - capped * capped)
                 grad_k_tile = grad_k_tile + ops.einsum(
                     "bntc,bnth->bnch", grad_scores, q_tile
                 )
@@ -211,21 +293,29 @@ def chunked_attention(
                     start,
                     grad_q_tile + ops.einsum("bntc,bnch->bnth", grad_scores, k_tile),
                 )
-                return grad_q, grad_k_tile, grad_v_tile
+                return grad_q, grad_k_tile, grad_v_tile, grad_inputs
 
             tiles = (
                 ops.zeros((batch, heads, chunk_size, depth), compute_dtype),
                 ops.zeros((batch, heads, chunk_size, value_depth), compute_dtype),
             )
-            grad_q, grad_k_tile, grad_v_tile = ops.fori_loop(
-                *query_blocks_of(j), query_step, (grad_q, *tiles)
+            grad_q, grad_k_tile, grad_v_tile, grad_inputs = ops.fori_loop(
+                0,
+                ops.take(query_counts, j),
+                query_step,
+                (grad_q, *tiles, grad_inputs),
             )
             start = (0, 0, j * chunk_size, 0)
             grad_k = ops.slice_update(grad_k, start, grad_k_tile)
             grad_v = ops.slice_update(grad_v, start, grad_v_tile)
-            return grad_q, grad_k, grad_v
+            return grad_q, grad_k, grad_v, grad_inputs
 
-        init = (ops.zeros_like(q_scaled), ops.zeros_like(k), ops.zeros_like(v))
+        init = (
+            ops.zeros_like(q_scaled),
+            ops.zeros_like(k),
+            ops.zeros_like(v),
+            tuple(ops.zeros_like(x) for x in inputs),
+        )
         return ops.fori_loop(0, num_key_blocks, key_step, init)
 
     def from_heads_first(x, length, like):
@@ -237,29 +327,171 @@ def chunked_attention(
     key_padding = [[0, 0], [0, 0], [0, k_pad], [0, 0]]
 
     @ops.custom_gradient
-    def attend(query, key, value):
+    def attend(query, key, value, *inputs):
         # Everything differentiable is derived from the arguments: JAX does not
         # allow a custom gradient to close over traced inputs.
         q_scaled = ops.pad(to_heads_first(query) * scale_t, query_padding)
         k = ops.pad(to_heads_first(key), key_padding)
         v = ops.pad(to_heads_first(value), key_padding)
-        output, log_sum_exp = forward(q_scaled, k, v)
+        output, log_sum_exp = forward(q_scaled, k, v, inputs)
 
         def grad(*args, upstream=None):
             if upstream is None:
                 (upstream,) = args
+            upstream = ops.cast(upstream, compute_dtype)
+            if return_lse:
+                grad_lse = upstream[..., value_depth]
+                upstream = upstream[..., :value_depth]
+                grad_lse = ops.pad(
+                    ops.transpose(grad_lse, (0, 2, 1)), query_padding[:3]
+                )
+            else:
+                grad_lse = ops.zeros_like(log_sum_exp)
             grad_output = ops.pad(to_heads_first(upstream), query_padding)
-            grad_q, grad_k, grad_v = backward(
-                q_scaled, k, v, output, log_sum_exp, grad_output
+            grad_q, grad_k, grad_v, grad_inputs = backward(
+                q_scaled, k, v, inputs, output, log_sum_exp, grad_output, grad_lse
             )
             return (
                 from_heads_first(grad_q * scale_t, q_len, query),
                 from_heads_first(grad_k, key_len, key),
                 from_heads_first(grad_v, key_len, value),
+                *(
+                    ops.cast(g, backend.standardize_dtype(x.dtype))
+                    for g, x in zip(grad_inputs, inputs, strict=True)
+                ),
             )
 
-        return from_heads_first(output, q_len, query), grad
+        result = from_heads_first(output, q_len, query)
+        if return_lse:
+            # One output, so that every backend's custom gradient takes it:
+            # the log-sum-exp rides along as one more feature of the values.
+            lse = ops.cast(
+                ops.transpose(log_sum_exp, (0, 2, 1))[:, :q_len], compute_dtype
+            )
+            result = ops.concatenate(
+                [ops.cast(result, compute_dtype), lse[..., None]], axis=-1
+            )
+        return result, grad
 
     # Copies, so that a custom gradient sees tensors even when handed
     # variables (TensorFlow would otherwise ask for their gradients too).
-    return attend(ops.copy(query), ops.copy(key), ops.copy(value))
+    inputs = tuple(ops.copy(ops.convert_to_tensor(x)) for x in score_mod_inputs)
+    result = attend(ops.copy(query), ops.copy(key), ops.copy(value), *inputs)
+    if not return_lse:
+        return result
+    outputs = ops.cast(result[..., :value_depth], out_dtype)
+    lse = ops.transpose(result[..., value_depth], (0, 2, 1))
+    lse = ops.where(ops.greater(lse, _NEG / 2), ops.cast(lse, "float32"), float("-inf"))
+    return outputs, lse
+
+
+def _visible_blocks(
+    chunk_size,
+    num_query_blocks,
+    num_key_blocks,
+    q_len,
+    key_len,
+    query_offset,
+    is_causal,
+    sliding_window,
+    tile_mask,
+    mask_mod,
+    batch,
+    heads,
+    query_positions,
+    key_positions,
+):
+    """Bool `(query blocks, key blocks)`: True where some query of the block
+    may see some key of the other (for some batch row and head)."""
+    query_blocks = ops.arange(num_query_blocks, dtype="int32")
+    key_blocks = ops.arange(num_key_blocks, dtype="int32")
+    q_first = query_offset + query_blocks * chunk_size
+    q_last = query_offset + ops.minimum((query_blocks + 1) * chunk_size, q_len) - 1
+    k_first = key_blocks * chunk_size
+    k_last = ops.minimum((key_blocks + 1) * chunk_size, key_len) - 1
+    visible = ops.ones((num_query_blocks, num_key_blocks), "bool")
+    reach_back = None if sliding_window is None else sliding_window - 1
+    reach_ahead = 0 if is_causal else reach_back
+    if reach_ahead is not None:
+        visible = ops.logical_and(
+            visible, ops.less_equal(k_first[None, :], q_last[:, None] + reach_ahead)
+        )
+    if reach_back is not None:
+        visible = ops.logical_and(
+            visible, ops.greater_equal(k_last[None, :], q_first[:, None] - reach_back)
+        )
+    if tile_mask is not None:
+        visible = ops.logical_and(
+            visible,
+            _mask_blocks(tile_mask, num_query_blocks, num_key_blocks, chunk_size),
+        )
+    if mask_mod is not None:
+        visible = ops.logical_and(
+            visible,
+            _mask_mod_blocks(
+                mask_mod,
+                chunk_size,
+                num_query_blocks,
+                num_key_blocks,
+                key_len,
+                batch,
+                heads,
+                query_positions,
+                key_positions,
+            ),
+        )
+    return visible
+
+
+def _mask_blocks(tile_mask, num_query_blocks, num_key_blocks, chunk_size):
+    """Bool `(query blocks, key blocks)` (or broadcastable): True where the
+    padded dense mask attends somewhere in the block."""
+    mask = ops.any(tile_mask, axis=(0, 1))  # (rows or 1, cols or 1)
+    if mask.shape[0] != 1:
+        mask = ops.any(ops.reshape(mask, (num_query_blocks, chunk_size, -1)), axis=1)
+    if mask.shape[-1] != 1:
+        rows = ops.shape(mask)[0]
+        mask = ops.any(ops.reshape(mask, (rows, num_key_blocks, chunk_size)), axis=2)
+    return mask
+
+
+def _mask_mod_blocks(
+    mask_mod,
+    chunk_size,
+    num_query_blocks,
+    num_key_blocks,
+    key_len,
+    batch,
+    heads,
+    query_positions,
+    key_positions,
+):
+    """Bool `(query blocks, key blocks)` of the tiles where `mask_mod` lets
+    some query see some key: one query block at a time against every key,
+    `(B, N, chunk_size, S)` at most, never `(T, S)`."""
+    padded_keys = num_key_blocks * chunk_size
+    real_key = ops.less(ops.arange(padded_keys), key_len)[None, None, None, :]
+    key_pos = key_positions(0, padded_keys)
+
+    def step(i, blocks):
+        grids = index_grids(
+            batch, heads, query_positions(i * chunk_size, chunk_size), key_pos
+        )
+        expected = (None, None, chunk_size, None)
+        seen = ops.logical_and(evaluate_mask_mod(mask_mod, grids, expected), real_key)
+        seen = ops.any(seen, axis=(0, 1, 2))
+        seen = ops.any(ops.reshape(seen, (num_key_blocks, chunk_size)), axis=1)
+        return ops.slice_update(blocks, (i, 0), ops.cast(seen, "int32")[None])
+
+    blocks = ops.zeros((num_query_blocks, num_key_blocks), "int32")
+    return ops.greater(ops.fori_loop(0, num_query_blocks, step, blocks), 0)
+
+
+def _visit_lists(visible):
+    """For each row of the block mask, the visible columns first, in order
+    (flattened row by row), and how many there are."""
+    columns = ops.shape(visible)[1]
+    index = ops.arange(columns, dtype="int32")[None, :]
+    order = ops.argsort(ops.where(visible, index, index + columns), axis=1)
+    counts = ops.sum(ops.cast(visible, "int32"), axis=1)
+    return ops.reshape(ops.cast(order, "int32"), (-1,)), counts

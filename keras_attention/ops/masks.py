@@ -100,7 +100,7 @@ def merge_masks(*masks):
     return merged
 
 
-def attended_keys(mask, query_length, key_length, is_causal=False):
+def attended_keys(mask, query_length, key_length, is_causal=False, query_offset=0):
     """The key positions that at least one query may attend to.
 
     Args:
@@ -108,7 +108,9 @@ def attended_keys(mask, query_length, key_length, is_causal=False):
             None.
         query_length: T.
         key_length: S.
-        is_causal: also apply the causal mask (query `i` sees keys `j <= i`).
+        is_causal: also apply the causal mask (query `i` sees keys
+            `j <= i + query_offset`).
+        query_offset: the absolute position of the first query.
 
     Returns:
         Boolean `(..., S)`, the mask's leading axes with T reduced; None when
@@ -120,17 +122,23 @@ def attended_keys(mask, query_length, key_length, is_causal=False):
             mask = ops.expand_dims(mask, 0)
     if is_causal:
         if mask is not None and mask.shape[-2] != 1:
-            mask = merge_masks(mask, causal_mask(query_length, key_length))
+            mask = merge_masks(
+                mask, causal_mask(query_length, key_length, query_offset)
+            )
         elif not (
             isinstance(query_length, int)
             and isinstance(key_length, int)
-            and key_length <= query_length
+            and isinstance(query_offset, int)
+            and key_length <= query_length + query_offset
         ):
             # A mask that is the same for every query hides no more keys once
             # causal: key `j` stays seen by query `j`, and only the keys past
             # the last query are seen by none. This keeps the chunked path
             # from materializing a (T, S) mask.
-            reach = ops.less(ops.arange(key_length), query_length)[None]
+            reach = ops.less(
+                ops.arange(key_length),
+                query_length + ops.cast(query_offset, "int32"),
+            )[None]
             mask = merge_masks(mask, reach)
     if mask is None:
         return None

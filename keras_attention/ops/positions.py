@@ -108,6 +108,14 @@ def relative_position_buckets(
     key_length = query_length if key_length is None else key_length
     rows = ops.arange(query_length)[:, None] + ops.cast(offset, "int32")
     relative = ops.arange(key_length)[None, :] - rows
+    return bucket_of_offset(relative, num_buckets, max_distance, bidirectional)
+
+
+def bucket_of_offset(relative, num_buckets=32, max_distance=128, bidirectional=True):
+    """T5's bucket of each key-minus-query offset in the int tensor
+    `relative` (any shape), as `relative_position_buckets` assigns them; the
+    tile-by-tile form that a `score_mod` uses."""
+    relative = ops.cast(relative, "int32")
     buckets = ops.zeros_like(relative)
     if bidirectional:
         num_buckets //= 2

@@ -91,6 +91,42 @@ def value_and_grad(loss_fn):
     raise NotImplementedError(f"no gradients for backend {backend!r}")
 
 
+def vector_jacobian_product(fn, primals, cotangent):
+    """`(fn(*primals), grads)`: `grads[i]` is `cotangent` times the Jacobian
+    of `fn` with respect to `primals[i]` (float tensors), on TensorFlow, JAX
+    and PyTorch; usable inside a custom gradient and a compiled loop."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            tape.watch(primals)
+            output = fn(*primals)
+        grads = tape.gradient(
+            output,
+            list(primals),
+            output_gradients=cotangent,
+            unconnected_gradients=tf.UnconnectedGradients.ZERO,
+        )
+        return output, tuple(grads)
+    if backend == "jax":
+        import jax
+
+        output, pullback = jax.vjp(fn, *primals)
+        return output, tuple(pullback(cotangent))
+    if backend == "torch":
+        import torch
+
+        with torch.enable_grad():
+            leaves = [p.detach().requires_grad_(True) for p in primals]
+            output = fn(*leaves)
+            grads = torch.autograd.grad(
+                output, leaves, cotangent, allow_unused=True, materialize_grads=True
+            )
+        return output.detach(), tuple(grads)
+    raise NotImplementedError(f"no gradients for backend {backend!r}")
+
+
 def variable_gradients(variables, loss_fn):
     """The gradients of `loss_fn()` (a scalar that reads `variables`) with
     respect to each of `variables`, as tensors of the backend."""
