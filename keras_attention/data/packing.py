@@ -100,6 +100,76 @@ def _best_fit(lengths, sequence_length):
     return placements, len(filled)
 
 
+def _place(pieces, sequence_length, layout):
+    """`(placements, num_rows)`: the row and offset of each piece."""
+    if layout == "packed":
+        return _best_fit([length for *_, length in pieces], sequence_length)
+    return [(row, 0) for row in range(len(pieces))], len(pieces)
+
+
+def _check(documents, layout):
+    if layout not in LAYOUTS:
+        raise ValueError(f"`layout` must be one of {LAYOUTS}; received {layout!r}.")
+    documents = [np.asarray(d, "int32").reshape(-1) for d in documents]
+    if not documents:
+        raise ValueError("`documents` is empty: expected token id sequences.")
+    return documents
+
+
+def pack_texts(texts, sequence_length, layout="packed", seed=None):
+    """Rows of whole texts side by side, for a model that reads its inputs
+    as they are (a masked language model): `pack_documents` without the
+    next-token pairs.
+
+    Args:
+        texts: token id sequences, one per text; a trailing `PAD_ID` padding
+            is dropped (so the rows of `data.pipeline.encode_texts` can be
+            given). A text longer than a row is cut into pieces of
+            `sequence_length` tokens, each a segment of its own.
+        sequence_length: tokens per row.
+        layout: `"packed"` (best fit) or `"padded"` (one piece per row).
+        seed: when not None, the texts are shuffled with it first.
+
+    Returns:
+        A dict of int32 `(R, sequence_length)` arrays: `token_ids` (`PAD_ID`
+        after the last piece), `segment_ids` (1, 2, ... per piece in a row,
+        `PAD_SEGMENT` on padding), `positions` (counted from each piece's
+        start) and float32 `weights` (1 on tokens, 0 on padding).
+    """
+    check_positive_int("sequence_length", sequence_length)
+    texts = _check(texts, layout)
+    texts = [text[: len(np.trim_zeros(text, "b"))] for text in texts]
+    texts = [text for text in texts if len(text)]
+    if not texts:
+        raise ValueError("Every text of `texts` is empty.")
+    order = np.arange(len(texts))
+    if seed is not None:
+        order = np.random.default_rng(seed).permutation(len(texts))
+    pieces = [
+        (int(index), start, min(sequence_length, len(texts[index]) - start))
+        for index in order
+        for start in range(0, len(texts[index]), sequence_length)
+    ]
+    placements, num_rows = _place(pieces, sequence_length, layout)
+    shape = (num_rows, sequence_length)
+    token_ids = np.full(shape, PAD_ID, "int32")
+    segment_ids = np.full(shape, PAD_SEGMENT, "int32")
+    positions = np.zeros(shape, "int32")
+    next_segment = np.ones(num_rows, "int32")
+    for (index, start, length), (row, offset) in zip(pieces, placements, strict=True):
+        span = slice(offset, offset + length)
+        token_ids[row, span] = texts[index][start : start + length]
+        segment_ids[row, span] = next_segment[row]
+        positions[row, span] = np.arange(length, dtype="int32")
+        next_segment[row] += 1
+    return {
+        "token_ids": token_ids,
+        "segment_ids": segment_ids,
+        "positions": positions,
+        "weights": (segment_ids != PAD_SEGMENT).astype("float32"),
+    }
+
+
 def pack_documents(documents, sequence_length, layout="packed", seed=None):
     """Rows of (input, target) pairs of whole documents, with segment ids.
 
@@ -121,20 +191,12 @@ def pack_documents(documents, sequence_length, layout="packed", seed=None):
         (float32, 1 on real targets, 0 on padding).
     """
     check_positive_int("sequence_length", sequence_length)
-    if layout not in LAYOUTS:
-        raise ValueError(f"`layout` must be one of {LAYOUTS}; received {layout!r}.")
-    documents = [np.asarray(d, "int32").reshape(-1) for d in documents]
-    if not documents:
-        raise ValueError("`documents` is empty: expected token id sequences.")
+    documents = _check(documents, layout)
     order = np.arange(len(documents))
     if seed is not None:
         order = np.random.default_rng(seed).permutation(len(documents))
     pieces = document_pieces([documents[i] for i in order], sequence_length)
-    lengths = [length for _, _, length in pieces]
-    if layout == "packed":
-        placements, num_rows = _best_fit(lengths, sequence_length)
-    else:
-        placements, num_rows = [(row, 0) for row in range(len(pieces))], len(pieces)
+    placements, num_rows = _place(pieces, sequence_length, layout)
     shape = (num_rows, sequence_length)
     token_ids = np.full(shape, PAD_ID, "int32")
     targets = np.full(shape, PAD_ID, "int32")

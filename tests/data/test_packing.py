@@ -5,6 +5,7 @@ from keras_attention.data.packing import (
     PAD_SEGMENT,
     document_pieces,
     pack_documents,
+    pack_texts,
     packed_dataset,
     padding_fraction,
     split_stream,
@@ -156,3 +157,30 @@ def test_bad_arguments_are_refused():
         pack_documents([], 8)
     with pytest.raises(ValueError, match="sequence_length"):
         pack_documents([[5]], 0)
+
+
+def test_texts_are_packed_as_they_are_for_a_masked_language_model():
+    texts = np.array(
+        [[11, 12, 13, 0, 0], [21, 22, 0, 0, 0], [31, 32, 33, 34, 35], [41, 0, 0, 0, 0]]
+    )
+    rows = pack_texts(texts, 5)
+    # Padding is dropped: 21-22 fills the room 11-13 left.
+    assert rows["token_ids"].tolist() == [
+        [11, 12, 13, 21, 22],
+        [31, 32, 33, 34, 35],
+        [41, 0, 0, 0, 0],
+    ]
+    assert rows["segment_ids"].tolist() == [
+        [1, 1, 1, 2, 2],
+        [1, 1, 1, 1, 1],
+        [1, 0, 0, 0, 0],
+    ]
+    assert rows["positions"][0].tolist() == [0, 1, 2, 0, 1]
+    long = pack_texts([np.arange(10, 17)], 3, layout="padded")
+    assert long["token_ids"].tolist() == [[10, 11, 12], [13, 14, 15], [16, 0, 0]]
+    shuffled = pack_texts(texts, 5, seed=0)
+    assert sorted(shuffled["token_ids"][shuffled["token_ids"] > 0].tolist()) == sorted(
+        texts[texts > 0].tolist()
+    )
+    with pytest.raises(ValueError, match="empty"):
+        pack_texts([[0, 0]], 4)
