@@ -1,6 +1,7 @@
 """Pure functions on `keras.ops`: masks, score functions, masked softmax, attention,
 positions inside attention, dropout."""
 
+from keras_attention.ops import mods
 from keras_attention.ops.attention import (
     apply_attention_weights,
     attention_weights,
@@ -17,6 +18,7 @@ from keras_attention.ops.positions import (
     alibi_bias,
     alibi_slopes,
     relative_position_buckets,
+    segment_positions,
 )
 from keras_attention.ops.random import dropout
 from keras_attention.ops.scores import (
@@ -50,9 +52,11 @@ __all__ = [
     "length_mask",
     "location_score",
     "masked_softmax",
+    "mods",
     "merge_masks",
     "padding_mask",
     "relative_position_buckets",
     "scaled_dot_score",
+    "segment_positions",
     "sliding_window_mask",
 ]

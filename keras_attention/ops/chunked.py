@@ -23,6 +23,7 @@ References:
 
 from keras import backend, ops
 
+from keras_attention._checks import static_shape
 from keras_attention.ops.mods import evaluate_mask_mod, evaluate_score_mod, index_grids
 from keras_attention.utils.backend import vector_jacobian_product
 
@@ -85,6 +86,7 @@ def chunked_attention(
         return ops.transpose(ops.cast(x, compute_dtype), (0, 2, 1, 3))
 
     batch, q_len, heads, depth = ops.shape(query)
+    static_batch, static_heads = static_shape(query)[0], static_shape(query)[2]
     key_len, value_depth = ops.shape(key)[1], ops.shape(value)[3]
     num_query_blocks = (q_len + chunk_size - 1) // chunk_size
     num_key_blocks = (key_len + chunk_size - 1) // chunk_size
@@ -127,8 +129,7 @@ def chunked_attention(
         sliding_window,
         tile_mask,
         mask_mod,
-        batch,
-        heads,
+        (batch, heads, static_batch, static_heads),
         query_positions,
         key_positions,
     )
@@ -182,7 +183,7 @@ def chunked_attention(
                 start[3], size[3] = k_start, chunk_size
             valid = ops.logical_and(valid, ops.slice(tile_mask, start, size))
         if mask_mod is not None:
-            expected = (None, None, chunk_size, chunk_size)
+            expected = (static_batch, static_heads, chunk_size, chunk_size)
             valid = ops.logical_and(valid, evaluate_mask_mod(mask_mod, grids, expected))
             # A key hidden by the mask mod alone is still read by the tile's
             # matmul: zeroed, its NaN or inf cannot reach an output.
@@ -258,15 +259,8 @@ def chunked_attention(
                 def scores_of(raw, *inputs):
                     return transform(raw, grids, inputs)
 
-                def weights_of(scores):
-                    return ops.where(valid, ops.exp(scores - lse[..., None]), 0.0)
-
-                if score_mod is None:
-                    scores = scores_of(raw)
-                    weights = weights_of(scores)
-                else:
-                    scores = scores_of(raw, *inputs)
-                    weights = weights_of(scores)
+                scores = scores_of(raw, *inputs)
+                weights = ops.where(valid, ops.exp(scores - lse[..., None]), 0.0)
                 grad_v_tile = grad_v_tile + ops.einsum(
                     "bntc,bntd->bncd", weights, g_out
                 )
@@ -396,8 +390,7 @@ def _visible_blocks(
     sliding_window,
     tile_mask,
     mask_mod,
-    batch,
-    heads,
+    heads_of,
     query_positions,
     key_positions,
 ):
@@ -434,8 +427,7 @@ def _visible_blocks(
                 num_query_blocks,
                 num_key_blocks,
                 key_len,
-                batch,
-                heads,
+                heads_of,
                 query_positions,
                 key_positions,
             ),
@@ -461,8 +453,7 @@ def _mask_mod_blocks(
     num_query_blocks,
     num_key_blocks,
     key_len,
-    batch,
-    heads,
+    heads_of,
     query_positions,
     key_positions,
 ):
@@ -472,12 +463,13 @@ def _mask_mod_blocks(
     padded_keys = num_key_blocks * chunk_size
     real_key = ops.less(ops.arange(padded_keys), key_len)[None, None, None, :]
     key_pos = key_positions(0, padded_keys)
+    batch, heads, static_batch, static_heads = heads_of
 
     def step(i, blocks):
         grids = index_grids(
             batch, heads, query_positions(i * chunk_size, chunk_size), key_pos
         )
-        expected = (None, None, chunk_size, None)
+        expected = (static_batch, static_heads, chunk_size, None)
         seen = ops.logical_and(evaluate_mask_mod(mask_mod, grids, expected), real_key)
         seen = ops.any(seen, axis=(0, 1, 2))
         seen = ops.any(ops.reshape(seen, (num_key_blocks, chunk_size)), axis=1)
