@@ -34,6 +34,10 @@ class AttentionPlan(NamedTuple):
             skips the tiles outside it).
         alibi_in_op: ALiBi's bias is computed inside the op (tile by tile on
             the chunked path) instead of passed as a dense bias.
+        segments_in_op: the `segment_ids` of packed sequences go to the op
+            (which skips the tiles between documents on the chunked path)
+            instead of becoming a dense `(B, T, S)` mask, which the weights
+            and a subclass's `_compute_attention` need.
     """
 
     multi_axis: bool
@@ -41,6 +45,7 @@ class AttentionPlan(NamedTuple):
     causal_in_op: bool
     window_in_op: bool
     alibi_in_op: bool
+    segments_in_op: bool = False
 
 
 def plan_attention(
@@ -51,6 +56,7 @@ def plan_attention(
     use_causal_mask=False,
     sliding_window=None,
     alibi=False,
+    segment_ids=False,
     own_bias=False,
     dense_bias=False,
     needs_weights=False,
@@ -68,6 +74,9 @@ def plan_attention(
             every mask materialized, as Keras gives it).
         use_causal_mask, sliding_window: the masks the call asks for.
         alibi: ALiBi's bias is wanted (`attention_positions="alibi"`).
+        segment_ids: `segment_ids` (packed sequences) are passed; they go to
+            the op, with a cache too, unless the weights are needed or a
+            subclass attends.
         own_bias: a dense `(T, S)` bias that the layer makes itself is
             added (T5's relative bias, `attention_positions="relative"`).
             It, and ALiBi's bias when it cannot be computed in the op (with
@@ -105,6 +114,7 @@ def plan_attention(
         causal_in_op=causal_in_op,
         window_in_op=window_in_op,
         alibi_in_op=alibi_in_op,
+        segments_in_op=bool(segment_ids) and not custom_attention and not needs_weights,
     )
 
 

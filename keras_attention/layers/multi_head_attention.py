@@ -31,7 +31,11 @@ from keras_attention.ops.multi_axis import (
     attention_equations,
     multi_axis_attention_weights,
 )
-from keras_attention.ops.positions import alibi_bias
+from keras_attention.ops.positions import (
+    alibi_bias,
+    check_segment_ids,
+    segment_positions,
+)
 from keras_attention.utils import keras_internals
 from keras_attention.utils.initializers import clone_initializer
 
@@ -91,6 +95,10 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
       holding NaN or inf reach neither the output nor the gradients.
     - a 2-D `(T, S)` or 4-D `(B, num_heads, T, S)` `attention_mask` as well
       as Keras' `(B, T, S)`.
+    - **packed sequences**: `segment_ids` (JAX's `SegmentIds` convention)
+      keep each query within its document, on both paths; the chunked path
+      skips the tiles between documents, and no `(T, S)` mask is built
+      unless the weights are needed.
     - **grouped-query and multi-query attention** with `num_key_value_heads`
       below `num_heads` (see `GroupedQueryAttention`); the cache holds only
       the key/value heads.
@@ -162,6 +170,18 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         attention_bias: float, broadcastable to `(B, num_heads, T, S)`,
             added to the scaled scores; it keeps the layer on the standard
             path.
+        segment_ids: packed sequences (several documents in one row): int
+            `(B, T)` ids of the document of each position, for
+            self-attention (`T == S`), or a pair `(query_ids (B, T),
+            key_ids (B, S))`; a query attends only to the keys with its id
+            (JAX's `SegmentIds`), as if each document were run alone. A
+            rotary encoding then restarts its positions at each document
+            (`ops.segment_positions`); ALiBi's and T5's biases, relative
+            already, need nothing more. With a `cache` the keys are the
+            cache's slots, so only the pair is accepted, `key_ids` covering
+            the `max_length` slots (`(B, max_length)`), and the rotary
+            positions stay the absolute ones of the cache. Needs one
+            attention axis.
 
     Returns:
         `(B, T, output_dim)`; then the weights if requested; then the updated
@@ -430,9 +450,12 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         cache=None,
         cache_update_index=None,
         attention_bias=None,
+        segment_ids=None,
     ):
         key = value if key is None else key
         self._check_call(query, value, key, cache, cache_update_index, attention_bias)
+        if segment_ids is not None:
+            segment_ids = self._check_segment_ids(segment_ids, query, key, cache)
         offset = 0 if cache_update_index is None else cache_update_index
         if cache is not None:  # the new inputs' masks do not describe the cache
             value_mask = key_mask = None
@@ -445,6 +468,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             use_causal_mask=use_causal_mask,
             sliding_window=self._sliding_window,
             alibi=self._alibi_slopes is not None,
+            segment_ids=segment_ids is not None,
             own_bias=self._relative_bias is not None,
             dense_bias=attention_bias is not None,
             needs_weights=self._needs_weights(return_attention_scores, training),
@@ -466,6 +490,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             offset=offset,
             num_attention_axes=len(self._attention_axes),
         )
+        if segment_ids is not None and not plan.segments_in_op:
+            mask = _merge_document_mask(mask, segment_ids)
         if cache is None and not plan.multi_axis:
             key, value = hide_unattended_inputs(
                 key, value, mask, query_length, key_length, plan.causal_in_op
@@ -475,10 +501,17 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         with keras_internals.hidden_keras_masks(query, key, value):
             projected_query = self._query_dense(query)
             gate = self._gate_dense(query) if self._use_gate else None
+            query_positions = key_positions = None
+            if self._rotary is not None and segment_ids is not None and cache is None:
+                query_positions, key_positions = map(
+                    segment_positions, _segment_pair(segment_ids)
+                )
             if self._rotary is not None:
-                projected_query = self._rotary(projected_query, start_index=offset)
+                projected_query = self._rotary(
+                    projected_query, start_index=offset, positions=query_positions
+                )
             if cache is None:
-                projected_key = self._project_key(key)
+                projected_key = self._project_key(key, positions=key_positions)
                 projected_value = self._value_dense(value)
             else:
                 cache = self._update_cache(cache, cache_update_index, key, value)
@@ -502,6 +535,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             attention_bias = _add(attention_bias, bias)
         if attention_bias is not None:
             extra["attention_bias"] = attention_bias
+        if plan.segments_in_op:
+            extra["segment_ids"] = segment_ids
         output, scores = self._attend(
             projected_query,
             projected_key,
@@ -539,6 +574,51 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                     f"{static_shape(query)}."
                 )
 
+    def _check_segment_ids(self, segment_ids, query, key, cache):
+        """`segment_ids` checked against the queries and the keys (the
+        cache's slots with a cache): one int32 `(B, T)` tensor, or a pair."""
+        if len(self._attention_axes) != 1 or len(query.shape) != 3:
+            raise ValueError(
+                "`segment_ids` need (batch, length, dim) inputs attending over "
+                f"one sequence axis; received query shape {static_shape(query)}."
+            )
+        query_length = query.shape[1]
+        key_length = key.shape[1] if cache is None else cache.shape[2]
+        if isinstance(segment_ids, (tuple, list)):
+            if len(segment_ids) != 2:
+                raise ValueError(
+                    "`segment_ids` must be one tensor (batch, T) or a pair "
+                    "(query_ids (batch, T), key_ids (batch, S)); received a "
+                    f"sequence of {len(segment_ids)}."
+                )
+            return (
+                check_segment_ids(segment_ids[0], query_length, "query segment_ids"),
+                check_segment_ids(
+                    segment_ids[1],
+                    key_length,
+                    "key segment_ids",
+                    expected=None if cache is None else "(batch, cache slots)",
+                ),
+            )
+        if cache is not None:
+            raise ValueError(
+                "With a `cache` the keys are the cache's slots, not the new "
+                "tokens: pass `segment_ids` as a pair (query_ids (batch, T), "
+                "key_ids (batch, max_length)); received one tensor of shape "
+                f"{static_shape(segment_ids)}."
+            )
+        if (
+            query_length is not None
+            and key_length is not None
+            and query_length != key_length
+        ):
+            raise ValueError(
+                "One `segment_ids` tensor serves self-attention, with as many "
+                f"keys as queries; received {query_length} queries and "
+                f"{key_length} keys: pass (query_ids, key_ids)."
+            )
+        return check_segment_ids(segment_ids, query_length)
+
     def _custom_attention(self):
         """Whether a subclass overrides `_compute_attention` (then it gets
         every mask materialized, as from Keras' layer)."""
@@ -556,11 +636,14 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             query, key, value, mask, training, return_scores, **extra
         )
 
-    def _project_key(self, key, start_index=0):
-        """The key projection, rotated by position with a rotary encoding."""
+    def _project_key(self, key, start_index=0, positions=None):
+        """The key projection, rotated by position with a rotary encoding
+        (at `positions` `(B, S)` when given)."""
         projected = self._key_dense(key)
         if self._rotary is not None:
-            projected = self._rotary(projected, start_index=start_index)
+            projected = self._rotary(
+                projected, start_index=start_index, positions=positions
+            )
         return projected
 
     def _update_cache(self, cache, cache_update_index, key, value):
@@ -597,6 +680,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         sliding_window=None,
         attention_bias=None,
         alibi_slopes=None,
+        segment_ids=None,
     ):
         """Attention of projected `query` `(B, T, N, key_dim)` over `key` and
         `value` `(B, S, N_kv, dim)`; returns `(output (B, T, N, value_dim),
@@ -605,7 +689,9 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         Keras' override point, with its signature: `attention_mask` is
         `(B, T, S)` (or `(T, S)`, `(B, N, T, S)`), True = attend, and
         `use_causal_mask` adds the causal mask without materializing it;
-        so do `sliding_window` its band and `alibi_slopes` ALiBi's bias.
+        so do `sliding_window` its band, `alibi_slopes` ALiBi's bias and
+        `segment_ids` the documents of packed sequences (passed only to this
+        class's own method; a subclass's gets them inside the mask).
         `attention_bias` is added to the scaled scores.
         """
         if self._flash_attention and return_attention_scores:
@@ -654,8 +740,13 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 sliding_window=sliding_window,
                 bias=attention_bias,
                 alibi_slopes=alibi_slopes,
+                segment_ids=segment_ids,
             )
             return output, None
+        if segment_ids is not None:
+            attention_mask = _merge_document_mask(attention_mask, segment_ids)
+            if len(attention_mask.shape) == 3:
+                attention_mask = ops.expand_dims(attention_mask, 1)
         if sliding_window is not None:
             band = sliding_window_mask(
                 ops.shape(query)[1], ops.shape(key)[1], sliding_window
@@ -783,6 +874,25 @@ def _projection_equation(free_dims, bound_dims, output_dims):
     bound = "".join(next(letters) for _ in range(bound_dims))
     output = "".join(next(letters) for _ in range(output_dims))
     return f"{free}{bound},{bound}{output}->{free}{output}"
+
+
+def _segment_pair(segment_ids):
+    """`(query_ids, key_ids)` of checked `segment_ids` (one tensor serves
+    both)."""
+    if isinstance(segment_ids, tuple):
+        return segment_ids
+    return segment_ids, segment_ids
+
+
+def _merge_document_mask(mask, segment_ids):
+    """`mask` (None, `(B, T, S)` or `(B, N, T, S)`) ANDed with the dense
+    `(B, T, S)` mask of `segment_ids`, for the paths that need every mask
+    materialized (the weights, a subclass's `_compute_attention`)."""
+    query_ids, key_ids = _segment_pair(segment_ids)
+    documents = ops.equal(query_ids[:, :, None], key_ids[:, None, :])
+    if mask is not None and len(mask.shape) == 4:
+        documents = documents[:, None]
+    return merge_masks(mask, documents)
 
 
 def _add(bias, extra):

@@ -2,10 +2,33 @@ import keras
 from keras import ops
 
 from keras_attention._checks import check_positive_int, check_rank
+from keras_attention.ops.positions import check_segment_ids, segment_positions
 
 
 def _check_sequence_input(name, input_shape):
     check_rank(name, tuple(input_shape), range(2, 9))
+
+
+def positions_from_segments(segment_ids, positions, start_index, length=None):
+    """The positions a position layer encodes: `segment_positions(segment_ids)`
+    when packed sequences are given (each document from 0), else `positions`.
+
+    Raises a ValueError for `segment_ids` given with `positions` or a nonzero
+    `start_index` (they place the tokens twice), or not of shape
+    `(batch, length)`."""
+    if segment_ids is None:
+        return positions
+    if positions is not None:
+        raise ValueError(
+            "Pass either `positions` or `segment_ids` (whose positions restart "
+            "at each document), not both."
+        )
+    if isinstance(start_index, int) and start_index != 0:
+        raise ValueError(
+            "`segment_ids` number the tokens of each document from 0; they "
+            f"cannot be combined with start_index={start_index}."
+        )
+    return segment_positions(check_segment_ids(segment_ids, length))
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -33,6 +56,9 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         positions: optional absolute positions `(T,)` or `(B, T)` to encode
             instead of `start_index + arange(T)` (as in keras-hub), e.g. for
             left-padded or packed sequences.
+        segment_ids: optional int `(B, T)` document ids of packed sequences:
+            the positions restart at 0 at each document
+            (`keras_attention.ops.segment_positions`); not with `positions`.
 
     Example:
 
@@ -58,9 +84,12 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     def build(self, input_shape):
         _check_sequence_input("inputs", input_shape)
 
-    def call(self, inputs, start_index=0, positions=None):
+    def call(self, inputs, start_index=0, positions=None, segment_ids=None):
         shape = ops.shape(inputs)
         length, depth = shape[-2], shape[-1]
+        positions = positions_from_segments(
+            segment_ids, positions, start_index, inputs.shape[-2]
+        )
         if positions is None:
             positions = ops.arange(length) + start_index
         positions = ops.cast(positions, "float32")
@@ -110,6 +139,9 @@ class PositionEmbedding(keras.layers.Layer):
         positions: optional rows of the table `(T,)` or `(B, T)`, each below
             `sequence_length`, to use instead of `start_index + arange(T)`
             (as in keras-hub).
+        segment_ids: optional int `(B, T)` document ids of packed sequences:
+            the rows restart at 0 at each document
+            (`keras_attention.ops.segment_positions`); not with `positions`.
 
     Example:
 
@@ -162,9 +194,12 @@ class PositionEmbedding(keras.layers.Layer):
                 f"PositionEmbedding's table; received {length}."
             )
 
-    def call(self, inputs, start_index=0, positions=None):
+    def call(self, inputs, start_index=0, positions=None, segment_ids=None):
         self._check_length(inputs.shape[-2])
         shape = ops.shape(inputs)
+        positions = positions_from_segments(
+            segment_ids, positions, start_index, inputs.shape[-2]
+        )
         table = ops.convert_to_tensor(self.position_embeddings)
         if positions is None:
             rows = ops.slice(table, (start_index, 0), (shape[-2], shape[-1]))

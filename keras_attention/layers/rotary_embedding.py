@@ -8,6 +8,7 @@ import numpy as np
 from keras import ops
 
 from keras_attention._checks import check_choice, check_rank, static_shape
+from keras_attention.layers.position_encoding import positions_from_segments
 
 ROPE_TYPES = ("linear", "dynamic", "yarn")
 _MAX_RANK = 8
@@ -106,6 +107,10 @@ class RotaryEmbedding(keras.layers.Layer):
         positions: optional positions `(length,)`, or `(batch, length)` with
             the batch on axis 0, to use instead of
             `start_index + arange(length)`; `start_index` is then ignored.
+        segment_ids: optional int `(batch, length)` document ids of packed
+            sequences (batch on axis 0): the positions restart at 0 at each
+            document (`keras_attention.ops.segment_positions`); not with
+            `positions`.
 
     Example:
 
@@ -249,9 +254,12 @@ class RotaryEmbedding(keras.layers.Layer):
         check_rank("positions", static_shape(positions), (1, 2))
         return ops.cast(positions, "float32")
 
-    def call(self, inputs, start_index=0, positions=None):
+    def call(self, inputs, start_index=0, positions=None, segment_ids=None):
         shape = static_shape(inputs)
         sequence_axis, feature_axis, features = self._axes(shape)
+        positions = positions_from_segments(
+            segment_ids, positions, start_index, shape[sequence_axis]
+        )
         x = ops.cast(inputs, self.compute_dtype)
         length = ops.shape(x)[sequence_axis]
         positions = self._positions(length, start_index, positions)

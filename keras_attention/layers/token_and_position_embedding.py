@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_attention._checks import check_positive_int
+from keras_attention.layers.position_encoding import positions_from_segments
 from keras_attention.layers.positions import INPUT_POSITIONS, positions_from_alias
 from keras_attention.utils.initializers import clone_initializer
 
@@ -40,6 +41,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         start_index: position of the first token (incremental decoding).
         positions: optional positions `(T,)` or `(B, T)` to encode instead of
             `start_index + arange(T)` (as in keras-hub).
+        segment_ids: optional int `(B, T)` document ids of packed sequences
+            (several documents in one row): the positions restart at 0 at
+            each document (`keras_attention.ops.segment_positions`), so each
+            is embedded as if it were alone; not with `positions`.
 
     Attributes:
         token_embedding: the token table (a `keras.layers.Embedding`).
@@ -133,8 +138,11 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 f"sequence_length={self.sequence_length}."
             )
 
-    def call(self, inputs, start_index=0, positions=None):
+    def call(self, inputs, start_index=0, positions=None, segment_ids=None):
         self._check_length(inputs.shape[-1])
+        positions = positions_from_segments(
+            segment_ids, positions, start_index, inputs.shape[-1]
+        )
         embedded = self.token_embedding(inputs)
         if self.scale_embeddings:
             embedded = embedded * ops.cast(

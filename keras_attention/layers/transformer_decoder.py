@@ -49,6 +49,14 @@ class TransformerDecoderBlock(TransformerBlockBase):
         training: whether dropout is active.
         return_attention_scores: also return the cross-attention weights
             `(B, N, T, S)` (for alignment heatmaps).
+        segment_ids: packed sequences in the self-attention: int `(B, T)`
+            ids of the document of each decoder token; a token attends only
+            to the tokens of its own document (JAX's `SegmentIds`), as if
+            each document were decoded alone, on both attention paths. With
+            a `self_attention_cache` the keys are the cache's slots: pass the
+            pair `(query_ids (B, T), key_ids (B, max_length))`, a single
+            tensor is refused. The cross-attention is not affected (mask it
+            with `encoder_attention_mask`).
         decoder_sequence_mask, encoder_sequence_mask, mask: the Keras masks
             of the two sequences (`mask` when the decoder sequence is the only
             tensor), filled in by Keras; used when the padding masks are not
@@ -135,6 +143,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
         decoder_sequence_mask=None,
         encoder_sequence_mask=None,
         mask=None,
+        segment_ids=None,
     ):
         has_cross = self.cross_attention is not None
         if has_cross and encoder_sequence is None and cross_attention_cache is None:
@@ -175,6 +184,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
                     cache=self_attention_cache,
                     cache_update_index=self_attention_cache_update_index,
                     training=training,
+                    segment_ids=segment_ids,
                 )
             )
             return (self.self_attention_dropout(out, training=training), *cache)

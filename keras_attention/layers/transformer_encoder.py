@@ -49,6 +49,14 @@ class TransformerEncoderBlock(TransformerBlockBase):
         return_attention_scores: also return the weights `(B, N, T, T)`.
         mask: the Keras mask of `inputs`, filled in by Keras; used as the
             padding mask when `padding_mask` is not given.
+        segment_ids: packed sequences: int `(B, T)` ids of the document of
+            each token; a token attends only to the tokens of its own
+            document (JAX's `SegmentIds`), as if each document were encoded
+            alone, on the standard and the memory-efficient path (which
+            skips the tiles between documents). Positions inside attention
+            restart at each document; give the same ids to the embedding
+            (`TokenAndPositionEmbedding(segment_ids=...)`) for the input
+            positions.
 
     What padded positions get (the same as keras-hub's `TransformerEncoder`):
     with only an explicit `padding_mask`, a padded position's query attends
@@ -90,6 +98,7 @@ class TransformerEncoderBlock(TransformerBlockBase):
         training=None,
         return_attention_scores=False,
         mask=None,
+        segment_ids=None,
     ):
         padding_mask = self._padding_mask(padding_mask, mask, inputs)
         mask = merge_masks(self._key_padding_mask(padding_mask), attention_mask)
@@ -102,6 +111,7 @@ class TransformerEncoderBlock(TransformerBlockBase):
                     attention_mask=mask,
                     return_attention_scores=return_attention_scores,
                     training=training,
+                    segment_ids=segment_ids,
                 )
             )
             return (self.self_attention_dropout(out, training=training), *weights)

@@ -11,13 +11,14 @@ from keras_attention.layers.positions import (
 from keras_attention.layers.transformer_decoder import TransformerDecoderBlock
 from keras_attention.models.language_model import (
     LanguageModel,
+    PackedInputsMixin,
     check_language_model_args,
     tied_embedding,
 )
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class GPT(LanguageModel):
+class GPT(PackedInputsMixin, LanguageModel):
     """A GPT-style decoder-only Transformer language model (Radford et al.,
     2018, 2019).
 
@@ -62,7 +63,19 @@ class GPT(LanguageModel):
 
     Call arguments:
         inputs: int token ids `(B, T)`, right-padded with 0; `T <= max_length`
-            with learned positions.
+            with learned positions. Or packed sequences, several documents in
+            one row: a dict `{"token_ids": (B, T), "segment_ids": (B, T)}`
+            whose int `segment_ids` name the document of each token (JAX's
+            `SegmentIds`: the same id along a document, a new one where the
+            next begins). Each token then attends only to the earlier tokens
+            of its own document and its positions restart at 0 there
+            (`keras_attention.ops.segment_positions`), so every document
+            gets the logits it would get alone. Give the padding at the end
+            of a row an id of its own (or the last document's: causal
+            attention never lets a real token see it) and mask it out of
+            the loss. `fit` takes the dict as `x`; a dict of `token_ids`
+            alone is the unpacked model. `generate` and `call_with_cache` take
+            unpacked prompts, unchanged.
         training: whether dropout is active.
 
     Returns:
@@ -180,17 +193,23 @@ class GPT(LanguageModel):
             epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm"
         )
 
+        def forward(token_ids, segment_ids=None, training=None):
+            x = token_embedding(token_ids)
+            if position_embedding is not None:
+                x = x + position_embedding(x, segment_ids=segment_ids)
+            x = embedding_dropout(x, training=training)
+            for block in blocks:
+                # No encoder sequence: causal self-attention only.
+                x = block(x, segment_ids=segment_ids, training=training)
+            return token_embedding(final_norm(x), reverse=True)
+
         # === Functional model ===
         token_ids = keras.Input((None,), dtype="int32", name="token_ids")
-        x = token_embedding(token_ids)
-        if position_embedding is not None:
-            x = x + position_embedding(x)
-        x = embedding_dropout(x)
-        for block in blocks:
-            x = block(x)  # no encoder sequence: causal self-attention only
-        logits = token_embedding(final_norm(x), reverse=True)
+        logits = forward(token_ids)
         super().__init__(token_ids, logits, **LanguageModel.arguments_from(locals()))
         self.keep_config(GPT, locals())
+        # Packed rows (`PackedInputsMixin`) run the same layers with the ids.
+        self._packed_forward = forward
 
         # === Layers for decoding ===
         self.token_embedding = token_embedding

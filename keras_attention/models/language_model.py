@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_attention._checks import check_positive_int
+from keras_attention._checks import check_positive_int, static_shape
 from keras_attention.decoding import LanguageModelGenerationMixin
 from keras_attention.layers.tied_embedding import TiedEmbedding, tied_embedding_class
 from keras_attention.models.saving import ConfigMixin
@@ -41,6 +41,69 @@ class LanguageModel(ConfigMixin, LanguageModelGenerationMixin, keras.Model):
     ):
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         self.keep_config(LanguageModel, locals())
+
+
+# The keys of a packed batch: the token ids and the document of each token.
+PACKED_INPUT_KEYS = ("token_ids", "segment_ids")
+
+
+def split_packed_inputs(inputs):
+    """`(token_ids, segment_ids)` of a model's inputs: a tensor of token ids
+    (`segment_ids` None), or a dict `{"token_ids": (B, T), "segment_ids":
+    (B, T)}`, `segment_ids` optional (keras-hub's dict of `token_ids`, with JAX's
+    `SegmentIds` in place of its `padding_mask`).
+
+    Raises:
+        ValueError: a dict without `token_ids` or with keys beyond the two,
+            or `segment_ids` not integer ids of the shape of `token_ids`.
+    """
+    if not isinstance(inputs, dict):
+        return inputs, None
+    unknown = sorted(set(inputs) - set(PACKED_INPUT_KEYS))
+    if "token_ids" not in inputs or unknown:
+        raise ValueError(
+            "A dict of inputs must hold `token_ids` (B, T) and optionally "
+            f"`segment_ids` (B, T); received the keys {sorted(inputs)}."
+        )
+    token_ids, segment_ids = inputs["token_ids"], inputs.get("segment_ids")
+    if segment_ids is not None:
+        dtype = keras.backend.standardize_dtype(segment_ids.dtype)
+        ids_shape, tokens_shape = static_shape(segment_ids), static_shape(token_ids)
+        same = len(ids_shape) == len(tokens_shape) and all(
+            a is None or b is None or a == b
+            for a, b in zip(ids_shape, tokens_shape, strict=True)
+        )
+        if "int" not in dtype or len(ids_shape) != 2 or not same:
+            raise ValueError(
+                "`segment_ids` must be integer ids of the shape of `token_ids`, "
+                f"{tokens_shape}: the document of each token; received dtype "
+                f"{dtype} and shape {ids_shape}."
+            )
+    return token_ids, segment_ids
+
+
+class PackedInputsMixin:
+    """Packed sequences for a functional model built on `token_ids`.
+
+    `call` takes the token ids `(B, T)` as before, or a dict
+    `{"token_ids": (B, T), "segment_ids": (B, T)}` (`PACKED_INPUT_KEYS`):
+    several documents in one row, each token's id naming its document (JAX's
+    `SegmentIds`). With ids, the model runs `self._packed_forward(token_ids,
+    segment_ids, training)` (the same layers as its graph, with the ids
+    passed to the positions and the attention), so that each document gets
+    the outputs it would get alone; without them, the functional graph. The saved model and its config are those of
+    the unpacked model.
+    """
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        token_ids, segment_ids = split_packed_inputs(inputs)
+        if segment_ids is None:
+            return super().call(token_ids, training=training, mask=mask, **kwargs)
+        return self._packed_forward(token_ids, segment_ids, training)
+
+    def compute_output_spec(self, inputs, training=None, mask=None):
+        token_ids, _ = split_packed_inputs(inputs)
+        return super().compute_output_spec(token_ids, training=training, mask=mask)
 
 
 def check_language_model_args(vocabulary_size, max_length, end_token_id, **sizes):

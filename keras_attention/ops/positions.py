@@ -21,9 +21,9 @@ References:
 import math
 
 import numpy as np
-from keras import ops
+from keras import backend, ops
 
-from keras_attention._checks import check_positive_int
+from keras_attention._checks import check_positive_int, static_shape
 
 
 def alibi_slopes(num_heads, max_bias=8.0):
@@ -148,3 +148,71 @@ def check_num_buckets(num_buckets, bidirectional):
             f"bidirectional); received num_buckets={num_buckets}, "
             f"bidirectional={bidirectional}."
         )
+
+
+def segment_positions(segment_ids):
+    """The position of each token inside its document in a packed row: int32
+    `(B, T)`.
+
+    Positions count from 0 and restart wherever the id differs from the one
+    before it (JAX's `SegmentIds` convention: one int id per token, the same
+    id along a document): `[[7, 7, 7, 3, 3, 0]]` gives `[[0, 1, 2, 0, 1, 0]]`.
+    Feed them to a position layer (`positions=`) so that every document of a
+    packed row is encoded as if it were alone. Computed with a sort along
+    each row, O(T log T), never a `(T, T)` tensor.
+
+    Args:
+        segment_ids: int `(B, T)`, the document of each token.
+
+    Returns:
+        int32 `(B, T)`.
+
+    Raises:
+        ValueError: `segment_ids` is not an integer tensor of rank 2.
+
+    Example:
+
+    >>> segment_positions([[1, 1, 1, 2, 2, 0]]).tolist()  # doctest: +SKIP
+    [[0, 1, 2, 0, 1, 0]]
+    """
+    ids = check_segment_ids(segment_ids)
+    length = ops.shape(ids)[1]
+    index = ops.broadcast_to(ops.arange(length, dtype="int32")[None], ops.shape(ids))
+    starts = ops.concatenate(
+        [ops.ones_like(ids[:, :1], "bool"), ops.not_equal(ids[:, 1:], ids[:, :-1])],
+        axis=1,
+    )
+    # Document k of a row starts at the k-th smallest start index; the other
+    # positions sort after them (`length` is past every index).
+    first = ops.sort(ops.where(starts, index, length), axis=1)
+    document = ops.cumsum(ops.cast(starts, "int32"), axis=1) - 1
+    return index - ops.take_along_axis(first, document, axis=1)
+
+
+def check_segment_ids(segment_ids, length=None, name="segment_ids", expected=None):
+    """`segment_ids` as int32, or a ValueError naming what was received and
+    what was expected: an integer tensor `(batch, length)`.
+
+    Args:
+        segment_ids: the ids to check.
+        length: the length they must have, where known (an int), else None.
+        name: the argument's name, for the message.
+        expected: how to describe the expected shape (default
+            `(batch, length)`).
+    """
+    ids = ops.convert_to_tensor(segment_ids)
+    dtype = backend.standardize_dtype(ids.dtype)
+    shape = static_shape(ids)
+    want = expected or ("(batch, length)" if length is None else f"(batch, {length})")
+    if "int" not in dtype or len(shape) != 2:
+        raise ValueError(
+            f"`{name}` must be integer ids of shape {want}, one id per token "
+            f"(the document it belongs to); received dtype {dtype} and shape "
+            f"{shape}."
+        )
+    if isinstance(length, int) and shape[1] is not None and shape[1] != length:
+        raise ValueError(
+            f"`{name}` must have one id per token, shape {want}; received "
+            f"shape {shape}."
+        )
+    return ops.cast(ids, "int32")
