@@ -91,8 +91,8 @@ class PackedInputsMixin:
     `SegmentIds`). With ids, the model runs `self._packed_forward(token_ids,
     segment_ids, training)` (the same layers as its graph, with the ids
     passed to the positions and the attention), so that each document gets
-    the outputs it would get alone; without them, the functional graph. The saved model and its config are those of
-    the unpacked model.
+    the outputs it would get alone; without them, the functional graph. The
+    saved model and its config are those of the unpacked model.
     """
 
     def call(self, inputs, training=None, mask=None, **kwargs):

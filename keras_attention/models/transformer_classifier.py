@@ -13,6 +13,7 @@ from keras_attention.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
 from keras_attention.layers.transformer_encoder import TransformerEncoderBlock
+from keras_attention.models.language_model import PackedInputsMixin
 from keras_attention.models.saving import ConfigMixin
 from keras_attention.models.text_classifier import (
     MaskedAverage,
@@ -382,7 +383,7 @@ def _encoder_layers(
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class TransformerTextEncoder(ConfigMixin, keras.Model):
+class TransformerTextEncoder(PackedInputsMixin, ConfigMixin, keras.Model):
     """The embedding and encoder blocks of a `TransformerClassifier`, without
     its pooling and output layer: token ids in, one vector per token out.
 
@@ -412,7 +413,15 @@ class TransformerTextEncoder(ConfigMixin, keras.Model):
         **kwargs: `name`, `dtype` and other model arguments.
 
     Call arguments:
-        inputs: int token ids `(B, T)`, right-padded with 0.
+        inputs: int token ids `(B, T)`, right-padded with 0. Or packed
+            sequences, several texts in one row: a dict `{"token_ids": (B,
+            T), "segment_ids": (B, T)}` whose int `segment_ids` name the text
+            of each token (JAX's `SegmentIds`); each token then attends only
+            to the tokens of its own text and its positions restart at 0
+            there (`keras_attention.ops.segment_positions`), so every text is
+            encoded as if it were alone. Id 0 tokens stay padding, hidden
+            from every text. `GPT`'s convention; a dict of `token_ids` alone
+            is the unpacked model.
         training: whether dropout is active.
 
     Returns:
@@ -494,14 +503,23 @@ class TransformerTextEncoder(ConfigMixin, keras.Model):
             **encoder_options,
         )
 
+        def forward(token_ids, segment_ids=None, training=None):
+            mask = padding_mask(token_ids)
+            x = embedding(token_ids, segment_ids=segment_ids)
+            x = embedding_dropout(x, training=training)
+            for block in blocks:
+                x = block(
+                    x, padding_mask=mask, segment_ids=segment_ids, training=training
+                )
+            return x
+
         # === Functional model ===
         inputs = keras.Input((None,), dtype="int32", name="token_ids")
-        mask = padding_mask(inputs)
-        x = embedding_dropout(embedding(inputs))
-        for block in blocks:
-            x = block(x, padding_mask=mask)
+        x = forward(inputs)
         super().__init__(inputs=inputs, outputs=x, dtype=dtype, **kwargs)
         self.keep_config(TransformerTextEncoder, locals())
+        # Packed rows (`PackedInputsMixin`) run the same layers with the ids.
+        self._packed_forward = forward
 
     @property
     def token_embedding(self):
