@@ -12,6 +12,7 @@ from keras_attention.cli.arguments import (
     read_inputs,
     training_options,
 )
+from keras_attention.cli.checks import CommandError
 from keras_attention.names import LM_DATA, LM_MODELS, LM_SAMPLERS
 
 HELP = (
@@ -42,6 +43,13 @@ def add_arguments(parser):
         type=positive_int,
         default=100,
         help="training batches per epoch",
+    )
+    parser.add_argument(
+        "--pack",
+        action="store_true",
+        help="train on rows packed with whole documents, each attending only "
+        "to itself, positions restarting at each (default: windows of the "
+        "text read across documents); gpt only",
     )
     parser.add_argument(
         "--prompt",
@@ -89,6 +97,19 @@ def add_arguments(parser):
     parser.set_defaults(inputs="prompts")
 
 
+def check(args):
+    if args.pack and args.load:
+        raise CommandError(
+            "--pack is how a model trains; with --load nothing is trained", 2
+        )
+    if args.pack and "lstm" in args.model:
+        raise CommandError(
+            "--pack needs --model gpt: the lstm would carry its state from one "
+            "document of a row into the next",
+            2,
+        )
+
+
 def run(args):
     from keras_attention.tasks import lm
 
@@ -111,6 +132,7 @@ def run(args):
         "data": args.data,
         "sampler": args.sampler,
         "steps_per_epoch": args.steps_per_epoch,
+        "pack": args.pack,
         "options": training_options(args),
     }
     if len(args.model) == 1:

@@ -40,6 +40,13 @@ def add_arguments(parser):
     parser.add_argument(
         "--learning-rate", type=positive_float, default=1e-3, help="Adam's"
     )
+    parser.add_argument(
+        "--pack",
+        action="store_true",
+        help="pretrain on rows packed with whole texts, each attending only to "
+        "itself, positions restarting at each (default: one text a row, "
+        "batched by length)",
+    )
     add_training_options(
         parser,
         out="runs/pretrain",
@@ -66,5 +73,6 @@ def run(args):
         data=args.data,
         extra_texts=args.extra_texts,
         learning_rate=args.learning_rate,
+        pack=args.pack,
         options=training_options(args),
     )

@@ -11,6 +11,12 @@ from keras_attention.data.language_modeling import (
     decode_tokens,
     load_language_model_texts,
 )
+from keras_attention.data.packing import (
+    pack_documents,
+    packed_dataset,
+    padding_fraction,
+    split_stream,
+)
 from keras_attention.data.pipeline import (
     encode_texts,
     language_model_dataset,
@@ -111,6 +117,26 @@ def perplexity(model, token_ids, sequence_length, batch_size=32):
     return float(metric.result())
 
 
+def packed_inputs(token_ids, segment_ids):
+    """GPT's inputs for packed rows: the token ids and each token's document
+    (segment id; see `keras_attention.data.packing`)."""
+    return {"token_ids": token_ids, "segment_ids": segment_ids}
+
+
+def packed_perplexity(model, rows, batch_size=32):
+    """The model's perplexity per token on packed rows
+    (`data.packing.pack_documents`): `exp(mean cross-entropy)` over every
+    real target, each predicted within its own document (piece), padding
+    left out."""
+    import keras_hub
+
+    metric = keras_hub.metrics.Perplexity(from_logits=True, mask_token_id=PAD_ID)
+    dataset = packed_dataset(rows, batch_size, packed_inputs)
+    for inputs, targets, _ in dataset.as_numpy_iterator():
+        metric.update_state(targets, model.predict_on_batch(inputs))
+    return float(metric.result())
+
+
 def make_sampler(name="greedy", temperature=1.0, top_k=10, top_p=0.9, seed=None):
     """The keras-hub sampler called `name` (one of `SAMPLERS`)."""
     import keras_hub
@@ -180,12 +206,18 @@ class LanguageModelling(runner.Task):
         temperature=0.8,
         top_k=10,
         top_p=0.9,
+        pack=False,
         **model_kwargs,
     ):
         if model not in MODELS:
             raise ValueError(f"`model` must be one of {MODELS}; received {model!r}.")
         check_sampler(sampler)
-        self.data, self.model = data, model
+        if pack and model != "gpt":
+            raise ArgumentError(
+                f"packing needs the model gpt: the {model} would carry its state "
+                "from one document of a row into the next"
+            )
+        self.data, self.model, self.pack = data, model, bool(pack)
         self.steps_per_epoch = steps_per_epoch or SETTINGS["steps_per_epoch"]
         self.sampling = (sampler, temperature, top_k, top_p)
         self.sequence_length = model_kwargs.pop(
@@ -194,7 +226,7 @@ class LanguageModelling(runner.Task):
         self.model_kwargs = model_kwargs
 
     def load(self, context):
-        options, sequence_length = context.options, self.sequence_length
+        options = context.options
         sampler, temperature, top_k, top_p = self.sampling
         self.samplers = {"greedy": make_sampler("greedy")}
         self.samplers[sampler] = make_sampler(
@@ -211,6 +243,20 @@ class LanguageModelling(runner.Task):
             token_stream(texts, self.tokenizer)
             for texts in (self.train_texts, splits["valid"], splits["test"])
         )
+        if self.pack:
+            self._load_packed(options, train, valid)
+        else:
+            self._load_windows(options, train, valid)
+        phase(
+            f"{len(self.train_texts):,} training documents ({len(train):,} "
+            f"characters), {len(splits['valid']):,} validation and "
+            f"{self.test_documents:,} test documents ({len(self.test_stream):,} "
+            f"characters); {self.tokenizer.vocabulary_size()} character ids"
+        )
+
+    def _load_windows(self, options, train, valid):
+        """Windows of the token stream (documents read across)."""
+        sequence_length = self.sequence_length
         self.train_data, num_windows = language_model_dataset(
             train,
             sequence_length,
@@ -225,11 +271,37 @@ class LanguageModelling(runner.Task):
         self.valid_data, _ = language_model_dataset(
             valid, sequence_length, options.batch_size
         )
+        # Only the last window ends in padding.
+        self.padding_fraction = 1 - (len(train) - 1) / (num_windows * sequence_length)
+
+    def _load_packed(self, options, train, valid):
+        """Rows of whole documents, each token with its document's id
+        (`data.packing`); the test documents too."""
+        sequence_length = self.sequence_length
+        rows = pack_documents(split_stream(train), sequence_length, seed=options.seed)
+        check_training_size(
+            options.batch_size,
+            len(rows["token_ids"]),
+            f"packed rows of {sequence_length} characters",
+        )
+        self.padding_fraction = padding_fraction(rows)
+        self.train_data = packed_dataset(
+            rows,
+            options.batch_size,
+            packed_inputs,
+            shuffle=True,
+            seed=options.seed,
+            repeat=True,
+        )
+        self.valid_data = packed_dataset(
+            pack_documents(split_stream(valid), sequence_length),
+            options.batch_size,
+            packed_inputs,
+        )
+        self.test_rows = pack_documents(split_stream(self.test_stream), sequence_length)
         phase(
-            f"{len(self.train_texts):,} training documents ({len(train):,} "
-            f"characters), {len(splits['valid']):,} validation and "
-            f"{self.test_documents:,} test documents ({len(self.test_stream):,} "
-            f"characters); {self.tokenizer.vocabulary_size()} character ids"
+            f"{len(rows['token_ids']):,} packed rows of {sequence_length} "
+            f"characters, {self.padding_fraction:.1%} of them padding"
         )
 
     def build(self, context, jit_compile):
@@ -260,7 +332,10 @@ class LanguageModelling(runner.Task):
     def report(self, context, net, history):
         batch_size, test = context.options.batch_size, self.test_stream
         phase(f"measuring perplexity on {len(test):,} test characters")
-        test_perplexity = perplexity(net, test, self.sequence_length, batch_size)
+        if self.pack:
+            test_perplexity = packed_perplexity(net, self.test_rows, batch_size)
+        else:
+            test_perplexity = perplexity(net, test, self.sequence_length, batch_size)
         plot_curves(
             {"training": history["loss"], "validation": history["val_loss"]},
             path=os.path.join(context.out_dir, "loss.png"),
@@ -271,18 +346,23 @@ class LanguageModelling(runner.Task):
         samples_path = os.path.join(context.out_dir, "samples.txt")
         phase(f"writing samples to {samples_path}")
         samples = write_samples(net, samples_path, self.samplers)
+        train_characters = (
+            history["epochs"] * self.steps_per_epoch * batch_size * self.sequence_length
+        )
+        train_tokens = train_characters * (1 - self.padding_fraction)
         metrics = {
             "model": self.model,
             "data": self.data,
+            "packed": self.pack,
             "perplexity": test_perplexity,
             "bits_per_character": math.log2(test_perplexity),
             "parameters": net.count_params(),
             "epochs": history["epochs"],
             "train_seconds": history["train_seconds"],
-            "train_characters": history["epochs"]
-            * self.steps_per_epoch
-            * batch_size
-            * self.sequence_length,
+            "train_characters": train_characters,
+            "padding_fraction": self.padding_fraction,
+            "train_tokens": int(round(train_tokens)),
+            "tokens_per_second": train_tokens / max(history["train_seconds"], 1e-9),
             "train_documents": len(self.train_texts),
             "test_documents": self.test_documents,
             "test_characters": len(test),
@@ -315,6 +395,12 @@ def run_lm(out_dir, data="fortunes", model="gpt", **kwargs):
         sampler: the sampler of `samples.txt` besides greedy search: one of
             `SAMPLERS` (default `"top_p"`), with `temperature` (0.8), `top_k`
             (10) and `top_p` (0.9) (see `make_sampler`; seeded with `seed`).
+        pack: train on rows packed with whole documents
+            (`data.packing.pack_documents`, best fit) fed to GPT with their
+            `segment_ids`, each document attending only to itself and its
+            positions restarting, instead of windows of the token stream
+            read across documents; the perplexity is then measured on the
+            test documents packed alike (each read alone). GPT only.
         **kwargs: the task's own arguments above (`LanguageModelling`'s);
             `options` (a `runner.TrainingOptions`) or its fields by name (`epochs`
             of `steps_per_epoch` batches, default 10; `batch_size`, windows

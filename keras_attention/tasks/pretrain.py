@@ -17,6 +17,7 @@ import numpy as np
 
 from keras_attention.data.classification import load_classification_data
 from keras_attention.data.language_modeling import load_fortune_texts, read_documents
+from keras_attention.data.packing import PAD_SEGMENT, pack_texts, padding_fraction
 from keras_attention.data.pipeline import classification_dataset, encode_texts
 from keras_attention.data.tokenization import PAD_ID, UNK_ID
 from keras_attention.models import TransformerTextEncoder
@@ -92,18 +93,22 @@ class MaskedLanguageModel(keras.Model):
 
     Args:
         encoder: the `TransformerTextEncoder` to pretrain.
+        packed: whether the inputs are packed rows, several texts in one
+            (then they also hold `segment_ids`, passed to the encoder).
         **kwargs: `name` and other model arguments.
 
     Call arguments:
         inputs: a dict of `token_ids` `(B, T)` (some replaced by the mask
             token) and `mask_positions` `(B, P)`, as
-            `keras_hub.layers.MaskedLMMaskGenerator` makes them.
+            `keras_hub.layers.MaskedLMMaskGenerator` makes them; with
+            `packed`, also `segment_ids` `(B, T)`, the text of each token
+            (see `TransformerTextEncoder`).
 
     Returns:
         Logits `(B, P, vocabulary_size)` of the tokens at `mask_positions`.
     """
 
-    def __init__(self, encoder, **kwargs):
+    def __init__(self, encoder, packed=False, **kwargs):
         import keras_hub
 
         head = keras_hub.layers.MaskedLMHead(
@@ -118,17 +123,25 @@ class MaskedLanguageModel(keras.Model):
                 (None,), dtype="int32", name="mask_positions"
             ),
         }
-        outputs = head(
-            encoder(inputs["token_ids"]), mask_positions=inputs["mask_positions"]
-        )
+        encoder_inputs = inputs["token_ids"]
+        if packed:
+            inputs["segment_ids"] = keras.Input(
+                (None,), dtype="int32", name="segment_ids"
+            )
+            encoder_inputs = {
+                "token_ids": inputs["token_ids"],
+                "segment_ids": inputs["segment_ids"],
+            }
+        outputs = head(encoder(encoder_inputs), mask_positions=inputs["mask_positions"])
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
-        self.encoder = encoder
+        self.encoder, self.packed = encoder, bool(packed)
 
     def get_config(self):
         return {
             "name": self.name,
             "trainable": self.trainable,
             "encoder": keras.layers.serialize(self.encoder),
+            "packed": self.packed,
         }
 
     @classmethod
@@ -187,19 +200,47 @@ def masked_dataset(
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def fixed_masked_dataset(token_ids, generator, batch_size, seed=0):
+def packed_masked_dataset(rows, generator, batch_size, seed=0):
+    """Batches of `(inputs, mask_ids, mask_weights)` for a packed
+    `MaskedLanguageModel`: the rows of `data.packing.pack_texts` (several
+    texts each) shuffled every epoch, full batches only, masked by
+    `generator` anew every epoch, with their `segment_ids`."""
+    import tensorflow as tf
+
+    dataset = tf.data.Dataset.from_tensor_slices(
+        (rows["token_ids"], rows["segment_ids"])
+    )
+    dataset = dataset.shuffle(
+        len(rows["token_ids"]), seed=seed, reshuffle_each_iteration=True
+    )
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+    dataset = dataset.map(
+        lambda ids, segments: _model_data(generator(ids), segments),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def fixed_masked_dataset(token_ids, generator, batch_size, seed=0, packed=False):
     """Like `masked_dataset`, with masks drawn once, from `seed`: held-out
-    text, which every evaluation (and a re-runner.run) sees masked alike."""
+    text, which every evaluation (and a re-runner.run) sees masked alike.
+    With `packed`, the inputs also hold `segment_ids` (one text a row:
+    1 on its tokens, `PAD_SEGMENT` on padding), for a packed model."""
     import tensorflow as tf
 
     keras.utils.set_random_seed(seed)
-    masked = generator(tf.constant(np.asarray(token_ids, "int32")))
-    dataset = tf.data.Dataset.from_tensor_slices(_model_data(masked))
+    token_ids = np.asarray(token_ids, "int32")
+    masked = generator(tf.constant(token_ids))
+    segments = None
+    if packed:
+        segments = np.where(token_ids != PAD_ID, 1, PAD_SEGMENT).astype("int32")
+    dataset = tf.data.Dataset.from_tensor_slices(_model_data(masked, segments))
     return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
-def _model_data(masked):
-    """`(inputs, targets, weights)` from `MaskedLMMaskGenerator`'s dict."""
+def _model_data(masked, segment_ids=None):
+    """`(inputs, targets, weights)` from `MaskedLMMaskGenerator`'s dict (and
+    the rows' `segment_ids`, for a packed model)."""
     import tensorflow as tf
 
     # tf.cast: this runs inside tf.data, on any Keras backend.
@@ -207,7 +248,20 @@ def _model_data(masked):
         "token_ids": masked["token_ids"],
         "mask_positions": tf.cast(masked["mask_positions"], "int32"),
     }
+    if segment_ids is not None:
+        inputs["segment_ids"] = segment_ids
     return inputs, masked["mask_ids"], masked["mask_weights"]
+
+
+def bucketed_padding_fraction(token_ids, boundaries):
+    """The fraction of padding in batches of `token_ids` bucketed by length
+    (`data.pipeline.classification_dataset`: a text padded to the first of
+    `boundaries` that holds it, the longest to the row's length)."""
+    lengths = np.sum(np.asarray(token_ids) != PAD_ID, axis=1)
+    width = np.asarray(token_ids).shape[1]
+    edges = np.array([b for b in boundaries if b < width] + [width])
+    padded = edges[np.searchsorted(edges, np.maximum(lengths, 1))]
+    return float(1 - lengths.sum() / max(padded.sum(), 1))
 
 
 def load_extra_texts(name):
@@ -254,8 +308,10 @@ class Pretraining(runner.Task):
     title = "masked language model"
     epochs = SETTINGS["epochs"]
 
-    def __init__(self, data="reviews", extra_texts=(), learning_rate=1e-3, **kwargs):
-        self.data, self.extra_texts = data, list(extra_texts)
+    def __init__(
+        self, data="reviews", extra_texts=(), learning_rate=1e-3, pack=False, **kwargs
+    ):
+        self.data, self.extra_texts, self.pack = data, list(extra_texts), bool(pack)
         if data == "fortunes" and "fortunes" in self.extra_texts:
             raise ArgumentError(
                 "extra text 'fortunes' holds the held-out fortunes of --data fortunes"
@@ -304,16 +360,35 @@ class Pretraining(runner.Task):
             vocabulary_size, tokenizer.token_to_id(MASK_TOKEN), max_length
         )
         self.valid_data = fixed_masked_dataset(
-            self.valid_ids, generator, options.batch_size, options.seed
+            self.valid_ids, generator, options.batch_size, options.seed, self.pack
         )
-        self.train_data = masked_dataset(
-            self.train_ids,
-            generator,
-            options.batch_size,
-            shuffle=True,
-            seed=options.seed,
-            bucket_boundaries=SETTINGS["token_buckets"],
-        )
+        if self.pack:
+            rows = pack_texts(self.train_ids, max_length, seed=options.seed)
+            check_training_size(
+                options.batch_size,
+                len(rows["token_ids"]),
+                f"packed rows of {max_length} tokens",
+            )
+            self.padding_fraction = padding_fraction(rows)
+            self.train_data = packed_masked_dataset(
+                rows, generator, options.batch_size, seed=options.seed
+            )
+            phase(
+                f"{len(rows['token_ids']):,} packed rows of {max_length} tokens, "
+                f"{self.padding_fraction:.1%} of them padding"
+            )
+        else:
+            self.padding_fraction = bucketed_padding_fraction(
+                self.train_ids, SETTINGS["token_buckets"]
+            )
+            self.train_data = masked_dataset(
+                self.train_ids,
+                generator,
+                options.batch_size,
+                shuffle=True,
+                seed=options.seed,
+                bucket_boundaries=SETTINGS["token_buckets"],
+            )
 
     def build(self, context, jit_compile):
         encoder = TransformerTextEncoder(
@@ -325,7 +400,7 @@ class Pretraining(runner.Task):
         # The loss is the mean over the masked tokens, not over the
         # `mask_positions` slots, some of which are empty.
         return runner.compile_with_adam(
-            MaskedLanguageModel(encoder),
+            MaskedLanguageModel(encoder, packed=self.pack),
             jit_compile,
             reduction="mean_with_sample_weight",
             learning_rate=self.learning_rate,
@@ -365,9 +440,12 @@ class Pretraining(runner.Task):
                 else ""
             ),
         )
+        # Every text once an epoch (but a shuffled epoch's last partial batch).
+        train_tokens = history["epochs"] * int(np.sum(self.train_ids != PAD_ID))
         metrics = {
             "model": "transformer-encoder",
             "data": data,
+            "packed": self.pack,
             "extra_texts": [os.path.basename(name) for name in extra_texts],
             "mlm_loss": float(held_out["loss"]),
             "mlm_accuracy": float(held_out["accuracy"]),
@@ -385,6 +463,8 @@ class Pretraining(runner.Task):
             "epochs": history["epochs"],
             "best_epoch": history["best_epoch"],
             "train_seconds": history["train_seconds"],
+            "padding_fraction": self.padding_fraction,
+            "tokens_per_second": train_tokens / max(history["train_seconds"], 1e-9),
             "mask_selection_rate": SETTINGS["mask_selection_rate"],
             "learning_rate": self.learning_rate,
         }
@@ -397,7 +477,9 @@ class Pretraining(runner.Task):
         )
 
 
-def run_pretrain(out_dir, data="reviews", extra_texts=(), learning_rate=1e-3, **kwargs):
+def run_pretrain(
+    out_dir, data="reviews", extra_texts=(), learning_rate=1e-3, pack=False, **kwargs
+):
     """Pretrains a `TransformerTextEncoder` with masked language modelling
     (`Pretraining`) and writes `metrics.json`, `loss.png`, `vocabulary.txt`,
     `model.keras` (the `MaskedLanguageModel`) and `encoder.keras` under
@@ -412,6 +494,10 @@ def run_pretrain(out_dir, data="reviews", extra_texts=(), learning_rate=1e-3, **
         extra_texts: more unlabelled text: names of `EXTRA_TEXTS` or text
             files (see `load_extra_texts`).
         learning_rate: Adam's learning rate.
+        pack: train on rows packed with whole texts (`data.packing.pack_texts`,
+            best fit), each attending only to itself, its positions
+            restarting, instead of one text a row batched by length; the
+            held-out texts stay one a row.
         **kwargs: `options` (a `runner.TrainingOptions`) or its fields by name
             (`epochs`, `batch_size`, `seed`, ...; default batch 32, at most
             `SETTINGS["epochs"]` epochs; `seed` also draws the held-out
@@ -422,5 +508,5 @@ def run_pretrain(out_dir, data="reviews", extra_texts=(), learning_rate=1e-3, **
         The metrics dict.
     """
     options, encoder_kwargs = runner.TrainingOptions.take(kwargs)
-    task = Pretraining(data, extra_texts, learning_rate, **encoder_kwargs)
+    task = Pretraining(data, extra_texts, learning_rate, pack, **encoder_kwargs)
     return runner.run(task, out_dir, options)
