@@ -200,3 +200,21 @@ def test_query_and_value_sizes_must_match():
     layer = GroupedQueryAttention(**CONFIGS["grouped"])
     with pytest.raises(ValueError, match=r"must be equal.*\(2, 4, 8\).*\(2, 2, 7\)"):
         layer.compute_output_shape((2, 4, 8), (2, 2, 7))
+
+
+@pytest.mark.parametrize("chunk_size", [None, 2])
+@pytest.mark.parametrize("causal", [False, True])
+def test_packed_rows_match_each_document_alone(chunk_size, causal):
+    x = rng.normal(size=(2, 8, D)).astype("float32")
+    ids = np.array([[1, 1, 1, 2, 2, 2, 2, 2], [7, 7, 3, 3, 3, 3, 3, 0]])
+    layer = GroupedQueryAttention(
+        head_dim=4, num_query_heads=4, num_key_value_heads=2, chunk_size=chunk_size
+    )
+    packed = np_(layer(x, x, use_causal_mask=causal, segment_ids=ids))
+    for b, row in enumerate(ids):
+        for document in np.unique(row):
+            where = row == document
+            alone = layer(
+                x[b : b + 1, where], x[b : b + 1, where], use_causal_mask=causal
+            )
+            np.testing.assert_allclose(packed[b, where], np_(alone)[0], atol=2e-6)

@@ -651,3 +651,139 @@ def test_a_user_layer_wrapping_it_builds_on_a_variable_length_input():
     assert tuple(outputs.shape) == (None, None, D)
     model = keras.Model(inputs, outputs)
     assert tuple(model(QUERY).shape) == QUERY.shape
+
+
+# -- packed sequences (segment_ids) ------------------------------------------
+
+PACKED = rng.normal(size=(2, 9, D)).astype("float32")
+SEGMENTS = np.array([[1, 1, 1, 1, 2, 2, 2, 3, 3], [4, 4, 4, 4, 4, 4, 5, 5, 5]])
+
+
+def each_document_alone(call, x, ids):
+    """The outputs of `call(x_d)` for each document `d` of each row, put back
+    at the document's positions."""
+    outputs = np.zeros(x.shape[:2] + (call(x[:1, :1]).shape[-1],), "float32")
+    for b, row in enumerate(ids):
+        for document in np.unique(row):
+            where = row == document
+            outputs[b, where] = np_(call(x[b : b + 1, where]))[0]
+    return outputs
+
+
+@pytest.mark.parametrize("chunk_size", [None, 2])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("positions", [None, "rotary", "alibi", "relative"])
+def test_packed_rows_match_each_document_alone(chunk_size, causal, positions):
+    layer = MultiHeadAttention(
+        num_heads=2, key_dim=4, chunk_size=chunk_size, attention_positions=positions
+    )
+    packed = layer(PACKED, PACKED, use_causal_mask=causal, segment_ids=SEGMENTS)
+    alone = each_document_alone(
+        lambda x: layer(x, x, use_causal_mask=causal), PACKED, SEGMENTS
+    )
+    np.testing.assert_allclose(np_(packed), alone, atol=2e-6)
+
+
+def test_packed_rows_take_the_chunked_path_without_a_dense_mask(monkeypatch):
+    from keras_attention.layers import multi_head_attention as module
+
+    real, seen = module.dot_product_attention, {}
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "dot_product_attention", spy)
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, chunk_size=2)
+    layer(PACKED, PACKED, use_causal_mask=True, segment_ids=SEGMENTS)
+    assert seen["chunk_size"] == 2 and seen["mask"] is None
+    np.testing.assert_array_equal(np_(seen["segment_ids"]), SEGMENTS)
+
+
+def test_packed_weights_see_only_their_document():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    output, weights = layer(
+        PACKED, PACKED, segment_ids=SEGMENTS, return_attention_scores=True
+    )
+    other = SEGMENTS[:, None, :, None] != SEGMENTS[:, None, None, :]
+    assert np.all(np_(weights)[np.broadcast_to(other, weights.shape)] == 0)
+    np.testing.assert_allclose(
+        np_(output), np_(layer(PACKED, PACKED, segment_ids=SEGMENTS)), atol=1e-6
+    )
+
+
+def test_packed_rows_in_training_with_attention_dropout(monkeypatch):
+    # Attention dropout takes the path of the weights, with a dense mask of
+    # the documents; an identity dropout makes it comparable.
+    from keras_attention.layers import multi_head_attention as module
+
+    class NoDropout(keras.layers.Layer):
+        def __init__(self, rate, seed=None, **kwargs):
+            super().__init__(**kwargs)
+
+        def call(self, x, training=None):
+            return x
+
+    monkeypatch.setattr(module, "Dropout", NoDropout)
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.5)
+    packed = layer(PACKED, PACKED, segment_ids=SEGMENTS, training=True)
+    alone = each_document_alone(lambda x: layer(x, x, training=True), PACKED, SEGMENTS)
+    np.testing.assert_allclose(np_(packed), alone, atol=2e-6)
+
+
+def test_a_pair_of_ids_masks_cross_attention_like_the_dense_mask():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    query_ids = np.array([[1, 1, 2, 2, 2], [3, 3, 3, 4, 4]])
+    key_ids = np.array([[1, 2, 2, 2, 2, 1, 1], [4, 4, 3, 3, 3, 3, 4]])
+    dense = query_ids[:, :, None] == key_ids[:, None, :]
+    for chunk_size in (None, 2):
+        layer._chunk_size = chunk_size
+        np.testing.assert_allclose(
+            np_(layer(QUERY, VALUE, segment_ids=(query_ids, key_ids))),
+            np_(layer(QUERY, VALUE, attention_mask=dense)),
+            atol=2e-6,
+        )
+
+
+def test_cached_decoding_of_a_packed_row_takes_the_pair():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, attention_positions="alibi")
+    full = np_(layer(PACKED, PACKED, use_causal_mask=True, segment_ids=SEGMENTS))
+    cache = layer.initial_cache(2, PACKED.shape[1])
+    for t in range(PACKED.shape[1]):
+        step = PACKED[:, t : t + 1]
+        output, cache = layer(
+            step,
+            step,
+            use_causal_mask=True,
+            cache=cache,
+            cache_update_index=t,
+            segment_ids=(SEGMENTS[:, t : t + 1], SEGMENTS),
+        )
+        np.testing.assert_allclose(np_(output)[:, 0], full[:, t], atol=2e-6)
+    with pytest.raises(
+        ValueError, match="With a `cache`.*pass `segment_ids` as a pair"
+    ):
+        layer(
+            step, step, cache=cache, cache_update_index=0, segment_ids=SEGMENTS[:, :1]
+        )
+
+
+@pytest.mark.parametrize(
+    "segment_ids, message",
+    [
+        (SEGMENTS[0], r"integer ids of shape \(batch, 9\).*shape \(9,\)"),
+        (SEGMENTS[:, :5], r"shape \(batch, 9\); received shape \(2, 5\)"),
+        (SEGMENTS.astype("float32"), r"received dtype float32"),
+        ((SEGMENTS, SEGMENTS, SEGMENTS), r"a pair .* received a sequence of 3"),
+    ],
+)
+def test_bad_segment_ids_are_named(segment_ids, message):
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    with pytest.raises(ValueError, match=message):
+        layer(PACKED, PACKED, segment_ids=segment_ids)
+
+
+def test_one_segment_ids_tensor_needs_as_many_keys_as_queries():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    with pytest.raises(ValueError, match="5 queries and 7 keys: pass"):
+        layer(QUERY, VALUE, segment_ids=np.ones((B, T), "int32"))

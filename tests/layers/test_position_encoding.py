@@ -206,3 +206,18 @@ def test_sinusoidal_matches_keras_hub_sine_position_encoding():
     want = np_(keras_hub.layers.SinePositionEncoding(max_wavelength=100)(x))
     got = np_(SinusoidalPositionEncoding(max_wavelength=100)(x))
     np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "layer", [lambda: SinusoidalPositionEncoding(), lambda: PositionEmbedding(8)]
+)
+def test_segment_ids_give_the_positions_inside_each_document(layer):
+    layer = layer()
+    x = np.zeros((2, 6, 4), "float32")
+    ids = np.array([[1, 1, 1, 2, 2, 2], [4, 4, 4, 4, 4, 5]])
+    want = np.array([[0, 1, 2, 0, 1, 2], [0, 1, 2, 3, 4, 0]])
+    np.testing.assert_allclose(
+        np_(layer(x, segment_ids=ids)), np_(layer(x, positions=want)), atol=1e-6
+    )
+    with pytest.raises(ValueError, match=r"\(batch, 6\); received shape \(2, 5\)"):
+        layer(x, segment_ids=ids[:, :5])

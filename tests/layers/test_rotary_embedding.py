@@ -229,3 +229,15 @@ def test_numpy_scalars_in_the_config_become_python_numbers():
     config = layer.get_config()
     assert config["max_wavelength"] == 500 and type(config["max_wavelength"]) is int
     assert type(config["feature_axis"]) is int
+
+
+def test_segment_ids_rotate_each_document_from_position_zero():
+    x = normal(2, 6, 2, 8)
+    ids = np.array([[1, 1, 1, 2, 2, 2], [4, 4, 4, 4, 4, 5]])
+    want = np.array([[0, 1, 2, 0, 1, 2], [0, 1, 2, 3, 4, 0]])
+    rope = RotaryEmbedding()
+    np.testing.assert_allclose(
+        np_(rope(x, segment_ids=ids)), np_(rope(x, positions=want)), atol=1e-6
+    )
+    with pytest.raises(ValueError, match="either `positions` or `segment_ids`"):
+        rope(x, segment_ids=ids, positions=want)

@@ -200,3 +200,22 @@ def test_without_input_positions_only_the_tokens_are_embedded():
         IDS,
         expected_output_shape=(2, 5, 6),
     )
+
+
+@pytest.mark.parametrize("input_positions", ["learned", "sinusoidal"])
+def test_segment_ids_restart_the_positions_at_each_document(input_positions):
+    layer = TokenAndPositionEmbedding(20, 8, 4, input_positions=input_positions)
+    tokens = np.array([[3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
+    ids = np.array([[1, 1, 1, 2, 2, 2], [4, 4, 4, 4, 4, 5]])
+    packed = np_(layer(tokens, segment_ids=ids))
+    for b, row in enumerate(ids):
+        for document in np.unique(row):
+            where = row == document
+            alone = np_(layer(tokens[b : b + 1, where]))[0]
+            np.testing.assert_allclose(packed[b, where], alone, atol=1e-6)
+    with pytest.raises(ValueError, match="either `positions` or `segment_ids`"):
+        layer(tokens, segment_ids=ids, positions=np.arange(6))
+    with pytest.raises(ValueError, match="start_index=2"):
+        layer(tokens, segment_ids=ids, start_index=2)
+    with pytest.raises(ValueError, match=r"\(batch, 6\).*dtype float32"):
+        layer(tokens, segment_ids=ids.astype("float32"))

@@ -677,3 +677,66 @@ def test_decoder_query_with_no_key_gets_zeros_as_keras_hub_with_dropout():
     np.testing.assert_allclose(got, np_(with_dropout(X, **left_pad)), atol=1e-5)
     differs = np.abs(got - np_(without_dropout(X, **left_pad))).max(-1) > 1e-4
     np.testing.assert_array_equal(differs, [[False] * T, [True] * 2 + [False] * 4])
+
+
+# -- packed sequences ----------------------------------------------------------
+
+PACKED_IDS = np.array([[1, 1, 1, 2, 2, 2], [5, 5, 5, 5, 6, 6]])
+
+
+def assert_each_document_alone(call, packed, x=X, ids=PACKED_IDS):
+    packed = np_(packed)
+    for b, row in enumerate(ids):
+        for document in np.unique(row):
+            where = row == document
+            alone = np_(call(x[b : b + 1, where]))[0]
+            np.testing.assert_allclose(packed[b, where], alone, atol=2e-5)
+
+
+@pytest.mark.parametrize("chunk_size", [None, 2])
+@pytest.mark.parametrize("positions", [None, "rotary"])
+def test_encoder_packed_rows_match_each_document_alone(chunk_size, positions):
+    block = TransformerEncoderBlock(
+        32, num_heads=2, chunk_size=chunk_size, attention_positions=positions
+    )
+    packed = block(X, segment_ids=PACKED_IDS)
+    assert_each_document_alone(block, packed)
+
+
+@pytest.mark.parametrize("chunk_size", [None, 2])
+@pytest.mark.parametrize("causal", [True, False])
+def test_decoder_packed_rows_match_each_document_alone(chunk_size, causal):
+    block = TransformerDecoderBlock(
+        32, num_heads=2, chunk_size=chunk_size, attention_positions="alibi"
+    )
+    packed = block(X, segment_ids=PACKED_IDS, use_causal_mask=causal)
+    assert_each_document_alone(lambda x: block(x, use_causal_mask=causal), packed)
+
+
+def test_decoder_packed_rows_decode_with_the_pair_of_ids():
+    block = TransformerDecoderBlock(32, num_heads=2, normalize_first=True)
+    full = np_(block(X, segment_ids=PACKED_IDS))
+    cache = block.initial_self_attention_cache(B, T)
+    for t in range(T):
+        output, cache = block(
+            X[:, t : t + 1],
+            self_attention_cache=cache,
+            self_attention_cache_update_index=t,
+            segment_ids=(PACKED_IDS[:, t : t + 1], PACKED_IDS),
+        )
+        np.testing.assert_allclose(np_(output)[:, 0], full[:, t], atol=2e-5)
+    with pytest.raises(ValueError, match="pass `segment_ids` as a pair"):
+        block(
+            X[:, :1],
+            self_attention_cache=cache,
+            self_attention_cache_update_index=0,
+            segment_ids=PACKED_IDS[:, :1],
+        )
+
+
+def test_blocks_name_bad_segment_ids():
+    block = TransformerEncoderBlock(32, num_heads=2)
+    with pytest.raises(ValueError, match=r"received dtype float32 and shape"):
+        block(X, segment_ids=PACKED_IDS.astype("float32"))
+    with pytest.raises(ValueError, match=r"\(batch, 6\); received shape \(2, 4\)"):
+        block(X, segment_ids=PACKED_IDS[:, :4])

@@ -4,7 +4,7 @@ heads than query heads (grouped-query attention) and additive biases."""
 import keras
 import numpy as np
 import pytest
-from keras import ops
+from keras import backend, ops
 
 from keras_attention.ops import (
     alibi_bias,
@@ -12,6 +12,7 @@ from keras_attention.ops import (
     attention_weights,
     dot_product_attention,
     relative_position_buckets,
+    segment_positions,
 )
 from tests import numpy_reference as ref
 from tests.conftest import trainable_gradients
@@ -202,3 +203,54 @@ def test_key_heads_must_divide_query_heads():
 def test_bad_bucket_arguments_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         relative_position_buckets(4, **kwargs)
+
+
+# -- segment_positions: positions inside the documents of packed rows ----------
+
+
+def segment_positions_by_loop(ids):
+    positions = np.zeros_like(ids)
+    for b, row in enumerate(ids):
+        for t in range(1, len(row)):
+            positions[b, t] = 0 if row[t] != row[t - 1] else positions[b, t - 1] + 1
+    return positions
+
+
+@pytest.mark.parametrize(
+    "ids, want",
+    [
+        ([[7, 7, 7, 3, 3, 0]], [[0, 1, 2, 0, 1, 0]]),
+        ([[1, 1, 1, 1]], [[0, 1, 2, 3]]),
+        ([[4, 3, 2, 1]], [[0, 0, 0, 0]]),
+        # A document id seen again after another one starts a new document.
+        ([[1, 1, 2, 1, 1]], [[0, 1, 0, 0, 1]]),
+        ([[5]], [[0]]),
+    ],
+)
+def test_segment_positions_restart_where_the_id_changes(ids, want):
+    got = segment_positions(np.array(ids, "int32"))
+    assert backend.standardize_dtype(got.dtype) == "int32"
+    np.testing.assert_array_equal(np_(got), want)
+
+
+@pytest.mark.parametrize("length", [1, 37, 4096])
+def test_segment_positions_match_a_loop_at_any_length(length):
+    ids = np.cumsum(rng.random((3, length)) < 0.05, axis=1).astype("int64")
+    np.testing.assert_array_equal(
+        np_(segment_positions(ids)), segment_positions_by_loop(ids)
+    )
+
+
+@pytest.mark.parametrize(
+    "ids, received",
+    [
+        (np.zeros((4,), "int32"), "shape (4,)"),
+        (np.zeros((2, 3, 4), "int32"), "shape (2, 3, 4)"),
+        (np.zeros((2, 3), "float32"), "dtype float32"),
+        (np.zeros((2, 3), "bool"), "dtype bool"),
+    ],
+)
+def test_segment_positions_name_bad_ids(ids, received):
+    with pytest.raises(ValueError, match=r"`segment_ids` must be integer ids") as e:
+        segment_positions(ids)
+    assert received in str(e.value) and "(batch, length)" in str(e.value)
