@@ -274,3 +274,92 @@ def test_learned_positions_refuse_a_cache_past_max_length():
         tiny_gpt().initial_cache(1, 17)
     with pytest.raises(ValueError, match="Unknown `attention_positions`: 't5'"):
         tiny_gpt(attention_positions="t5")
+
+
+# -- packed sequences ----------------------------------------------------------
+
+PACKED_TOKENS = np.array([[5, 6, 7, 8, 9, 10, 11, 12], [13, 14, 15, 16, 17, 18, 0, 0]])
+PACKED_IDS = np.array([[1, 1, 1, 2, 2, 2, 2, 2], [1, 1, 2, 2, 2, 2, 3, 3]])
+
+
+def assert_each_document_alone(model, packed, tokens=PACKED_TOKENS, ids=PACKED_IDS):
+    packed = np.asarray(packed)
+    for b, row in enumerate(ids):
+        for document in np.unique(row):
+            where = row == document
+            alone = np.asarray(model(tokens[b : b + 1, where]))[0]
+            np.testing.assert_allclose(packed[b, where], alone, atol=2e-5)
+
+
+@pytest.mark.parametrize("path", ["standard", "chunked"])
+@pytest.mark.parametrize(
+    "positions",
+    [
+        {},
+        {"input_positions": "sinusoidal"},
+        {"input_positions": None, "attention_positions": "rotary"},
+    ],
+    ids=["learned", "sinusoidal", "rotary"],
+)
+def test_packed_rows_give_each_document_its_logits_alone(path, positions, monkeypatch):
+    if path == "chunked":  # every attention layer built now takes the tiles
+        monkeypatch.setattr(keras.config, "is_flash_attention_enabled", lambda: True)
+    model = tiny_gpt(**positions)
+    packed = model({"token_ids": PACKED_TOKENS, "segment_ids": PACKED_IDS})
+    assert_each_document_alone(model, packed)
+    # A dict of token ids alone is the unpacked model.
+    np.testing.assert_array_equal(
+        np.asarray(model({"token_ids": PACKED_TOKENS})),
+        np.asarray(model(PACKED_TOKENS)),
+    )
+
+
+def test_packed_rows_train_with_fit_and_keep_generation():
+    model = tiny_gpt()
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = {"token_ids": PACKED_TOKENS, "segment_ids": PACKED_IDS}
+    history = model.fit(x, PACKED_TOKENS, epochs=2, batch_size=2, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    prompt = PACKED_TOKENS[:1, :3]
+    tokens = np.asarray(model.generate(prompt, max_length=6))
+    assert tokens[0].tolist() == greedy_by_full_forward(model, prompt[0], 6)
+
+
+def test_a_packed_row_in_a_functional_model_and_after_saving(tmp_path):
+    model = tiny_gpt()
+    inputs = {
+        name: keras.Input((None,), dtype="int32", name=name)
+        for name in ("token_ids", "segment_ids")
+    }
+    outer = keras.Model(inputs, model(inputs))
+    x = {"token_ids": PACKED_TOKENS, "segment_ids": PACKED_IDS}
+    np.testing.assert_allclose(np.asarray(outer(x)), np.asarray(model(x)), atol=1e-6)
+    loaded = assert_saved_model_matches(model, x, tmp_path)
+    assert loaded.get_config() == model.get_config()
+
+
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        (
+            {"token_ids": PACKED_TOKENS, "segment_ids": PACKED_IDS.astype("float32")},
+            r"`segment_ids` must be integer ids of the shape of `token_ids`, "
+            r"\(2, 8\).*received dtype float32 and shape \(2, 8\)",
+        ),
+        (
+            {"token_ids": PACKED_TOKENS, "segment_ids": PACKED_IDS[:, :5]},
+            r"received dtype int\d+ and shape \(2, 5\)",
+        ),
+        (
+            {"token_ids": PACKED_TOKENS, "segment_ids": PACKED_IDS[0]},
+            r"received dtype int\d+ and shape \(8,\)",
+        ),
+        (
+            {"token_ids": PACKED_TOKENS, "segments": PACKED_IDS},
+            r"must hold `token_ids` .* received the keys \['segments', 'token_ids'\]",
+        ),
+    ],
+)
+def test_bad_packed_inputs_are_named(inputs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_gpt()(inputs)
