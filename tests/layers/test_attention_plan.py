@@ -13,8 +13,15 @@ from keras_attention.layers.attention_plan import (
 SHORT, LONG = 64, AUTO_CHUNK_MIN_LENGTH
 
 
-def plan(multi_axis=False, chunk=None, causal=False, window=False, alibi=False):
-    return AttentionPlan(multi_axis, chunk, causal, window, alibi)
+def plan(
+    multi_axis=False,
+    chunk=None,
+    causal=False,
+    window=False,
+    alibi=False,
+    segments=False,
+):
+    return AttentionPlan(multi_axis, chunk, causal, window, alibi, segments)
 
 
 CASES = {
@@ -101,6 +108,28 @@ CASES = {
     ),
     "subclass overriding _compute_attention": (
         dict(custom_attention=True, use_causal_mask=True, sliding_window=4),
+        plan(),
+    ),
+    # Packed sequences: the ids go to the op (with a cache too), a dense
+    # mask where the weights are needed or a subclass attends.
+    "segment ids in the op": (
+        dict(segment_ids=True, key_length=SHORT, use_causal_mask=True),
+        plan(causal=True, segments=True),
+    ),
+    "segment ids on the chunked path": (
+        dict(segment_ids=True, key_length=SHORT, chunk_size=32),
+        plan(chunk=32, segments=True),
+    ),
+    "segment ids with a cache": (
+        dict(segment_ids=True, cached=True, key_length=SHORT),
+        plan(segments=True),
+    ),
+    "segment ids with weights become a mask": (
+        dict(segment_ids=True, needs_weights=True, key_length=SHORT),
+        plan(),
+    ),
+    "segment ids for a subclass become a mask": (
+        dict(segment_ids=True, custom_attention=True, key_length=SHORT),
         plan(),
     ),
     # Several attention axes: Keras' einsum formulation, nothing in the op.
