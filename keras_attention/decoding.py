@@ -61,10 +61,10 @@ def greedy_search(step_fn, cache, batch_size, max_length, start_id, end_id, mode
     return truncate_after_end(tokens[:, 1:], end_id)
 
 
-def greedy_fill(step_fn, cache, prompt, given=None, end_id=None):
+def greedy_fill(step_fn, cache, prompt, given=None, end_id=None, start=1):
     """Fills `prompt` token by token with the most probable token.
 
-    Position `t` (from 1 on) gets the argmax of the logits of the token at
+    Position `t` (from `start` on) gets the argmax of the logits of the token at
     `t - 1`, except where `given` is True: those tokens (a prompt) are kept
     and fed to the model in turn, so that its cache holds them when the first
     token is picked. The argmax is taken over the float32 probabilities, as
@@ -82,6 +82,8 @@ def greedy_fill(step_fn, cache, prompt, given=None, end_id=None):
         given: optional bool `(B, L)`, the positions to keep.
         end_id: optional end token; the loop stops once every row has
             picked it.
+        start: the first position to fill; the cache must already hold the
+            tokens before `start - 1` (a prefilled prompt).
 
     Returns:
         int32 `(B, L)`: `prompt` with its positions filled in; after a row's
@@ -123,18 +125,25 @@ def greedy_fill(step_fn, cache, prompt, given=None, end_id=None):
     _, tokens, _, _ = ops.while_loop(
         cond,
         body,
-        (ops.convert_to_tensor(1, "int32"), prompt, cache, done),
-        maximum_iterations=length - 1,
+        (ops.convert_to_tensor(start, "int32"), prompt, cache, done),
+        maximum_iterations=length - start,
     )
     return tokens
 
 
 def sample(
-    step_fn, cache, prompt, sampler="greedy", given=None, end_id=None, model=None
+    step_fn,
+    cache,
+    prompt,
+    sampler="greedy",
+    given=None,
+    end_id=None,
+    model=None,
+    start=1,
 ):
     """Fills `prompt` token by token, greedily or with a keras-hub sampler.
 
-    Position `t` (from 1 on) gets the sampler's pick from the logits of the
+    Position `t` (from `start` on) gets the sampler's pick from the logits of the
     token at `t - 1`, except where `given` is True: those tokens (a prompt)
     are kept, and fed to the model in turn, so that its cache holds them
     when the first token is picked.
@@ -150,12 +159,14 @@ def sample(
             picked it.
         model: the model whose variables `step_fn` reads (a keras-hub
             sampler needs it on JAX).
+        start: the first position to fill; the cache must already hold the
+            tokens before `start - 1` (a prefilled prompt).
 
     Returns:
         int32 `(B, L)`: `prompt` with its positions filled in.
     """
     if _is_greedy(sampler):
-        return greedy_fill(step_fn, cache, prompt, given, end_id)
+        return greedy_fill(step_fn, cache, prompt, given, end_id, start)
     batch_size = ops.shape(prompt)[0]
 
     def next_logits(prompt, cache, index):
@@ -167,7 +178,7 @@ def sample(
         next_logits,
         prompt,
         cache=cache,
-        index=1,
+        index=start,
         mask=given,
         stop_token_ids=None if end_id is None else (end_id,),
         model=model,
@@ -518,14 +529,20 @@ class LanguageModelGenerationMixin:
       token (key/value caches, recurrent states), batch on axis 0;
     - `decode_step(token_ids, cache, index)`: the logits `(B, V)` of the
       token after `token_ids` `(B,)` (at position `index`), and the updated
-      cache.
+      cache;
+    - optionally `call_with_cache(token_ids, cache, index)`: the same for
+      `(B, T)` tokens at once (logits `(B, T, V)`); a model that has it is
+      prefilled in one pass (`prefill`).
     """
 
     def generate(self, prompt_ids, max_length=None, sampler="greedy", jit_compile=True):
         """Continues each prompt up to `max_length` tokens.
 
-        The prompt's tokens go through the model one by one, filling its
-        cache; then every new token costs one step. Generation stops when
+        The tokens that every prompt has (up to the shortest prompt's
+        length) fill the model's cache in one pass when the model attends
+        over many tokens at once (`call_with_cache`: GPT), one by one
+        otherwise; then every new token costs one step (the longer prompts'
+        remaining tokens are fed in those steps). Generation stops when
         every row has produced `end_token_id` (when the model has one).
 
         Args:
@@ -580,27 +597,58 @@ class LanguageModelGenerationMixin:
             sampler = get_sampler(sampler)
             variables = sampler.variables
 
-        def generate_step(prompt_ids):
-            return self.sample(prompt_ids, max_length, sampler)
+        # Right-padded prompts: the shortest one's length is where the first
+        # row needs a new token.
+        lengths = np.where(prompt_ids == PAD_ID, 0, 1).cumprod(axis=1).sum(axis=1)
+        start = int(lengths.min())
 
-        key = ("sample", max_length, sampler, jit_compile)
+        def generate_step(prompt_ids):
+            return self.sample(prompt_ids, max_length, sampler, start=start)
+
+        key = ("sample", max_length, sampler, jit_compile, start)
         function = _compiled(self, key, generate_step, jit_compile, variables)
         return function(prompt_ids.astype("int32"))
 
-    def sample(self, prompt_ids, max_length, sampler="greedy"):
+    def sample(self, prompt_ids, max_length, sampler="greedy", start=1):
         """The uncompiled loop behind `generate` (`sampler`: `"greedy"` or a
-        keras-hub sampler)."""
+        keras-hub sampler): the first `start - 1` tokens of every prompt
+        prefill the cache, then positions from `start` on are sampled."""
         width = prompt_ids.shape[1]
         prompt = ops.pad(prompt_ids, [[0, 0], [0, max_length - width]])
         given = ops.not_equal(prompt, PAD_ID)
         cache = self.initial_cache(ops.shape(prompt)[0], max_length)
+        if start > 1:
+            cache = self.prefill(prompt[:, : start - 1], cache)
         end_id = self.end_token_id
         tokens = sample(
-            self.decode_step, cache, prompt, sampler, given, end_id, model=self
+            self.decode_step,
+            cache,
+            prompt,
+            sampler,
+            given,
+            end_id,
+            model=self,
+            start=start,
         )
         if end_id is None:
             return tokens
         return truncate_after_end(tokens, end_id, given)
+
+    def prefill(self, token_ids, cache):
+        """`cache` after the tokens `(B, T)` at positions `0..T-1`: in one
+        pass through `call_with_cache` when the model has it (queries at an
+        offset into the cache, causal to the lower right), else token by
+        token through `decode_step`."""
+        if hasattr(self, "call_with_cache"):
+            return self.call_with_cache(token_ids, cache, 0)[1]
+
+        def step(index, cache):
+            token = ops.squeeze(
+                ops.slice(token_ids, [0, index], [ops.shape(token_ids)[0], 1]), 1
+            )
+            return self.decode_step(token, cache, index)[1]
+
+        return ops.fori_loop(0, token_ids.shape[1], step, cache)
 
     def initial_cache(self, batch_size, max_length):
         """The cache before the first token, batch on axis 0."""

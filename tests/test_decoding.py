@@ -2,7 +2,7 @@ import sys
 
 import numpy as np
 import pytest
-from keras import ops
+from keras import ops, tree
 
 from keras_attention.decoding import (
     _initial_tokens,
@@ -16,6 +16,7 @@ from keras_attention.utils.backend import compile_function
 from tests.models.model_cases import (
     LM_VOCABULARY,
     tiny_gpt,
+    tiny_lstm_lm,
     tiny_rnn_seq2seq,
     tiny_transformer,
 )
@@ -196,3 +197,27 @@ def test_greedy_generation_picks_the_tokens_of_keras_hubs_greedy_sampler():
     given = prompts != 0
     np.testing.assert_array_equal(ours[:, :5][given], prompts[given])
     assert (ours == model.end_token_id).any() and (ours == 0).any()
+
+
+@pytest.mark.parametrize("build", [tiny_gpt, tiny_lstm_lm])
+def test_a_prompt_prefilled_in_one_pass_continues_as_token_by_token(build):
+    # GPT's prompt goes through `call_with_cache` at once: queries at an
+    # offset into the cache, causal to the lower right; the LSTM's through
+    # its steps. Their caches and continuations equal those of feeding the
+    # prompt one token at a time.
+    rng = np.random.default_rng(1)
+    prompts = rng.integers(4, LM_VOCABULARY, (3, 6)).astype("int32")
+    for row, width in enumerate([6, 4, 5]):
+        prompts[row, width:] = 0
+    model = build()
+    one_pass = model.prefill(prompts[:, :3], model.initial_cache(3, 12))
+    stepped = model.initial_cache(3, 12)
+    for index in range(3):
+        stepped = model.decode_step(prompts[:, index], stepped, index)[1]
+    for a, b in zip(tree.flatten(one_pass), tree.flatten(stepped), strict=True):
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(a), ops.convert_to_numpy(b), atol=1e-5
+        )
+    token_by_token = np.asarray(model.sample(prompts, 12, start=1))
+    np.testing.assert_array_equal(model.sample(prompts, 12, start=4), token_by_token)
+    np.testing.assert_array_equal(model.generate(prompts, 12), token_by_token)
