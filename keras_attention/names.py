@@ -30,7 +30,16 @@ LM_DATA = ("fortunes",)
 LM_SAMPLERS = ("greedy", "top_k", "top_p")
 PRETRAIN_EXTRA_TEXTS = ("fortunes",)
 # `all` runs every suite but `gpu` (`keras_attention.bench.ALL_SUITES`).
-BENCH_SUITES = ("attention", "seq2seq", "decode", "xla", "layers", "scaling", "gpu")
+BENCH_SUITES = (
+    "attention",
+    "mods",
+    "seq2seq",
+    "decode",
+    "xla",
+    "layers",
+    "scaling",
+    "gpu",
+)
 
 TF_STRATEGIES = ("mirrored", "multi-worker", "tpu")
 KERAS_DISTRIBUTIONS = ("data-parallel", "model-parallel")

@@ -104,6 +104,23 @@ def test_attention_suite_quick(tmp_path):
 
 
 @pytest.mark.slow
+def test_mods_suite_quick(tmp_path):
+    from keras_attention.bench.mods import IMPLS, QUICK
+
+    results = run_suite("mods", tmp_path)
+    (length,) = QUICK["lengths"]
+    compare = results["cases"][f"compare/T{length}"]
+    for kind, impls in IMPLS.items():
+        for impl in impls:
+            check_timing(compare["timings"][f"{kind}/{impl}"])
+        for impl in impls[1:]:
+            assert compare["ratios"][f"{kind}/{impl}_vs_{impls[0]}"] > 0
+    for kind in ("documents", "t5"):
+        memory = results["cases"][f"memory/{kind}/T{QUICK['memory_lengths'][0]}"]
+        assert memory["median_s"] > 0 and "peak_memory_bytes" in memory
+
+
+@pytest.mark.slow
 def test_seq2seq_suite_quick(tmp_path):
     results = run_suite("seq2seq", tmp_path)
     config = results["config"]
