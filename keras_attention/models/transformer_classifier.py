@@ -87,7 +87,9 @@ class TransformerClassifier(TextClassifier):
         **kwargs: `name`, `dtype` and other model arguments.
 
     Call arguments:
-        inputs: int token ids `(B, T)`, right-padded with 0.
+        inputs: int token ids `(B, T)`, right-padded with 0 (one text per
+            row: packed rows, `segment_ids`, are refused with a ValueError;
+            pack texts to pretrain a `TransformerTextEncoder`).
         training: whether dropout is active.
 
     Returns:
@@ -213,6 +215,16 @@ class TransformerClassifier(TextClassifier):
             inputs, outputs, forward=forward, **TextClassifier.arguments_from(locals())
         )
         self.keep_config(TransformerClassifier, locals())
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        # A dict's other keys would be dropped silently by the functional
+        # model: packed rows are refused rather than classified as one text.
+        if isinstance(inputs, dict) and inputs.get("segment_ids") is not None:
+            raise ValueError(
+                "TransformerClassifier classifies one text per row; it takes no "
+                "`segment_ids` (packed rows). Pass token ids (B, T), padded."
+            )
+        return super().call(inputs, training=training, mask=mask, **kwargs)
 
     @classmethod
     def from_pretrained_encoder(cls, encoder, num_classes, pooling="mean", **kwargs):

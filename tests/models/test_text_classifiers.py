@@ -237,3 +237,11 @@ def test_han_attention_weights_need_a_document_grid(trained_han):
         ValueError, match=r"\(batch, max_sentences, max_words\).*\(2, 5\)"
     ):
         trained_han.attention_weights(np.ones((2, 5), "int32"))
+
+
+def test_transformer_classifier_refuses_packed_rows():
+    model = transformer()
+    tokens = np.array([[5, 6, 7, 8]], "int32")
+    model({"token_ids": tokens})  # a dict of token ids alone is fine
+    with pytest.raises(ValueError, match="one text per row.*`segment_ids`"):
+        model({"token_ids": tokens, "segment_ids": np.array([[1, 1, 2, 2]])})
