@@ -584,7 +584,10 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             )
         query_length = query.shape[1]
         key_length = key.shape[1] if cache is None else cache.shape[2]
-        if isinstance(segment_ids, (tuple, list)):
+        # A sequence of tensors is a pair; nested Python lists are one tensor.
+        if isinstance(segment_ids, (tuple, list)) and any(
+            hasattr(ids, "shape") for ids in segment_ids
+        ):
             if len(segment_ids) != 2:
                 raise ValueError(
                     "`segment_ids` must be one tensor (batch, T) or a pair "
