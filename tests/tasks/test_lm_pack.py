@@ -66,5 +66,5 @@ def test_lm_pack_trains_on_packed_rows_and_reports_them(tmp_path):
     plain = tmp_path / "plain"
     cli.main(["lm", "--data", str(corpus), *options, "--out", str(plain)])
     metrics = json.loads((plain / "metrics.json").read_text())
-    assert metrics["packed"] is False and metrics["padding_fraction"] < 0.01
+    assert metrics["packed"] is False and metrics["padding_fraction"] < 0.02
     assert metrics["tokens_per_second"] > 0
