@@ -89,12 +89,14 @@ def test_packed_texts_are_encoded_as_if_alone(chunk_size):
     encoder = tiny_encoder(chunk_size=chunk_size, dropout=0.0)
     tokens = np.array([[5, 9, 7, 4, 6, 8, 10], [11, 12, 13, 14, 15, 0, 0]], "int32")
     ids = np.array([[1, 1, 1, 2, 2, 2, 2], [3, 3, 4, 4, 4, 5, 5]], "int32")
-    packed = np.asarray(encoder({"token_ids": tokens, "segment_ids": ids}))
+    packed = keras.ops.convert_to_numpy(
+        encoder({"token_ids": tokens, "segment_ids": ids})
+    )
     for b, row in enumerate(ids):
         for document in np.unique(row):
             where = (row == document) & (tokens[b] != 0)
             if where.any():
-                alone = np.asarray(encoder(tokens[b : b + 1, where]))[0]
+                alone = keras.ops.convert_to_numpy(encoder(tokens[b : b + 1, where]))[0]
                 np.testing.assert_allclose(packed[b, where], alone, atol=2e-5)
     inputs = {
         name: keras.Input((None,), dtype="int32", name=name)
@@ -102,6 +104,6 @@ def test_packed_texts_are_encoded_as_if_alone(chunk_size):
     }
     outer = keras.Model(inputs, encoder(inputs))
     x = {"token_ids": tokens, "segment_ids": ids}
-    np.testing.assert_allclose(np.asarray(outer(x)), packed, atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(outer(x)), packed, atol=1e-6)
     with pytest.raises(ValueError, match=r"received dtype float32"):
         encoder({"token_ids": tokens, "segment_ids": ids.astype("float32")})
