@@ -787,3 +787,25 @@ def test_one_segment_ids_tensor_needs_as_many_keys_as_queries():
     layer = MultiHeadAttention(num_heads=2, key_dim=4)
     with pytest.raises(ValueError, match="5 queries and 7 keys: pass"):
         layer(QUERY, VALUE, segment_ids=np.ones((B, T), "int32"))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_packed_gradients_agree_on_both_paths(causal):
+    from tests.conftest import trainable_gradients
+
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, attention_positions="rotary")
+    layer(PACKED, PACKED)
+    target = ops.convert_to_tensor(rng.normal(size=PACKED.shape).astype("float32"))
+
+    def loss(chunk_size):
+        def compute():
+            layer._chunk_size = chunk_size
+            out = layer(PACKED, PACKED, use_causal_mask=causal, segment_ids=SEGMENTS)
+            return ops.sum(out * target)
+
+        return compute
+
+    standard = trainable_gradients(layer.trainable_variables, loss(None))
+    chunked = trainable_gradients(layer.trainable_variables, loss(2))
+    for a, b in zip(standard, chunked, strict=True):
+        np.testing.assert_allclose(a, b, atol=2e-5)
