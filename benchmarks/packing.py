@@ -228,11 +228,9 @@ def plot(results, path):
         quality.scatter([i] * len(values), values, color=colors[name], s=40)
     quality.set_xticks([0, 1], list(colors))
     quality.set_xlim(-0.5, 1.5)
-    quality.set_ylabel("held-out perplexity (per character)")
+    quality.set_ylabel("held-out perplexity per character (a dot a seed)")
     steps = results["config"]["rounds"] * results["config"]["steps"]
-    quality.set_title(
-        f"after the same real tokens (padded: {steps} steps), one dot a seed"
-    )
+    quality.set_title(f"after the same real tokens ({steps} padded steps)")
     config = results["config"]
     first = results["seeds"][0]
     figure.suptitle(
