@@ -399,7 +399,10 @@ class GenerationMixin:
       first step, batch on axis 0;
     - `decode_step(token_ids, cache, index)`: the logits `(B, V)` of the token
       after `token_ids` `(B,)` (at target position `index`), and the updated
-      cache.
+      cache;
+    - optionally `call_with_cache(token_ids, cache, index)`: the same for
+      `(B, T)` tokens at once, so that a forced prefix is prefilled in one
+      pass (the Transformer).
     """
 
     def generate(
@@ -409,6 +412,7 @@ class GenerationMixin:
         beam_width=1,
         length_penalty=0.6,
         jit_compile=True,
+        prefix_ids=None,
     ):
         """Generates token ids for a batch of encoder inputs.
 
@@ -420,6 +424,13 @@ class GenerationMixin:
             beam_width: 1 for greedy search, more for beam search.
             length_penalty: alpha of the beam-search length penalty.
             jit_compile: compile the whole search with XLA.
+            prefix_ids: optional int `(B, P)`, `P < max_length`: the tokens
+                every output starts with (after `<start>`), a forced prefix
+                such as a partial translation to complete; greedy search
+                only. It fills the decoder's cache in one pass when the model
+                has `call_with_cache` (the Transformer), token by token
+                otherwise; the tokens after it are those that feeding it one
+                token at a time would give.
 
         Returns:
             int32 numpy-convertible `(B, max_length)`: the generated tokens,
@@ -428,18 +439,35 @@ class GenerationMixin:
         max_length = max_length or self.max_target_length
         check_positive_int("max_length", max_length)
         check_positive_int("beam_width", beam_width)
+        inputs = self.generation_inputs(inputs)
+        if prefix_ids is not None:
+            prefix_ids = _check_prefix(prefix_ids, ops.shape(inputs)[0], max_length)
+            if beam_width != 1:
+                raise ValueError(
+                    "`prefix_ids` works with greedy search (beam_width=1); "
+                    f"received beam_width={beam_width}."
+                )
 
-        def generate_step(inputs):
-            return self.search(inputs, max_length, beam_width, length_penalty)
+        def generate_step(inputs, prefix_ids=None):
+            return self.search(
+                inputs, max_length, beam_width, length_penalty, prefix_ids
+            )
 
-        key = (max_length, beam_width, float(length_penalty), jit_compile)
+        width = None if prefix_ids is None else prefix_ids.shape[1]
+        key = (max_length, beam_width, float(length_penalty), jit_compile, width)
         function = _compiled(self, key, generate_step, jit_compile)
-        return function(self.generation_inputs(inputs))
+        if prefix_ids is None:
+            return function(inputs)
+        return function(inputs, prefix_ids)
 
-    def search(self, inputs, max_length, beam_width=1, length_penalty=0.6):
+    def search(
+        self, inputs, max_length, beam_width=1, length_penalty=0.6, prefix_ids=None
+    ):
         """The uncompiled search behind `generate`."""
         batch_size = ops.shape(inputs)[0]
         cache = self.initial_cache(inputs, max_length)
+        if prefix_ids is not None:
+            return self._complete_prefix(cache, prefix_ids, max_length)
         if beam_width == 1:
             return greedy_search(
                 self.decode_step,
@@ -461,6 +489,20 @@ class GenerationMixin:
             length_penalty=length_penalty,
         )
 
+    def _complete_prefix(self, cache, prefix_ids, max_length):
+        """Greedy search from `<start>` and the forced `prefix_ids`."""
+        width = prefix_ids.shape[1]
+        batch_size = ops.shape(prefix_ids)[0]
+        tokens = _initial_tokens(batch_size, max_length, self.start_token_id)
+        tokens = ops.slice_update(tokens, [0, 1], ops.cast(prefix_ids, "int32"))
+        given = ops.less(ops.arange(max_length + 1), width + 1)[None, :]
+        given = ops.broadcast_to(given, ops.shape(tokens))
+        cache = prefill(self, tokens[:, :width], cache)
+        tokens = greedy_fill(
+            self.decode_step, cache, tokens, given, self.end_token_id, width + 1
+        )
+        return truncate_after_end(tokens[:, 1:], self.end_token_id, given[:, 1:])
+
     def generation_inputs(self, inputs):
         """The encoder inputs as a tensor, checked."""
         raise NotImplementedError
@@ -473,6 +515,43 @@ class GenerationMixin:
         """Logits `(B, V)` of the token after `token_ids` `(B,)` (at target
         position `index`), and the updated cache."""
         raise NotImplementedError
+
+
+def prefill(model, token_ids, cache):
+    """`model`'s decoder cache after the tokens `(B, T)` at positions
+    `0..T-1`: in one pass through `model.call_with_cache` when it has one
+    (queries at an offset into the cache, causal to the lower right), else
+    token by token through `model.decode_step`."""
+    if hasattr(model, "call_with_cache"):
+        return model.call_with_cache(token_ids, cache, 0)[1]
+    batch_size = ops.shape(token_ids)[0]
+
+    def step(index, cache):
+        token = ops.squeeze(ops.slice(token_ids, [0, index], [batch_size, 1]), 1)
+        return model.decode_step(token, cache, index)[1]
+
+    return ops.fori_loop(0, token_ids.shape[1], step, cache)
+
+
+def _check_prefix(prefix_ids, batch_size, max_length):
+    prefix = np.asarray(prefix_ids)
+    if prefix.ndim != 2 or not np.issubdtype(prefix.dtype, np.integer):
+        raise ValueError(
+            "`prefix_ids` must be an integer array (batch, length); received "
+            f"dtype {prefix.dtype} and shape {prefix.shape}."
+        )
+    if prefix.shape[0] != batch_size or not 0 < prefix.shape[1] < max_length:
+        raise ValueError(
+            f"`prefix_ids` must be (batch, length) with batch {batch_size} and a "
+            f"length from 1 to max_length - 1 = {max_length - 1}; received "
+            f"shape {prefix.shape}."
+        )
+    if np.any(prefix == PAD_ID):
+        raise ValueError(
+            f"`prefix_ids` is forced on every row, whole: it holds no padding "
+            f"({PAD_ID}); received {prefix.tolist()}."
+        )
+    return prefix.astype("int32")
 
 
 def _compiled(model, key, fn, jit_compile, variables=()):
@@ -635,20 +714,9 @@ class LanguageModelGenerationMixin:
         return truncate_after_end(tokens, end_id, given)
 
     def prefill(self, token_ids, cache):
-        """`cache` after the tokens `(B, T)` at positions `0..T-1`: in one
-        pass through `call_with_cache` when the model has it (queries at an
-        offset into the cache, causal to the lower right), else token by
-        token through `decode_step`."""
-        if hasattr(self, "call_with_cache"):
-            return self.call_with_cache(token_ids, cache, 0)[1]
-
-        def step(index, cache):
-            token = ops.squeeze(
-                ops.slice(token_ids, [0, index], [ops.shape(token_ids)[0], 1]), 1
-            )
-            return self.decode_step(token, cache, index)[1]
-
-        return ops.fori_loop(0, token_ids.shape[1], step, cache)
+        """`cache` after the tokens `(B, T)` at positions `0..T-1` (see the
+        module's `prefill`)."""
+        return prefill(self, token_ids, cache)
 
     def initial_cache(self, batch_size, max_length):
         """The cache before the first token, batch on axis 0."""

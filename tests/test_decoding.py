@@ -221,3 +221,30 @@ def test_a_prompt_prefilled_in_one_pass_continues_as_token_by_token(build):
     token_by_token = np.asarray(model.sample(prompts, 12, start=1))
     np.testing.assert_array_equal(model.sample(prompts, 12, start=4), token_by_token)
     np.testing.assert_array_equal(model.generate(prompts, 12), token_by_token)
+
+
+@pytest.mark.parametrize("build", [tiny_transformer, tiny_rnn_seq2seq])
+def test_a_forced_prefix_is_prefilled_and_continued_as_token_by_token(build):
+    # The Transformer's decoder takes the prefix in one pass
+    # (`call_with_cache`), the RNN's token by token: both continue it as
+    # feeding the prefix one token at a time through the search would.
+    model = build()
+    sources = reversal_pairs(3, seed=2)[0]["encoder_token_ids"]
+    prefix = np.array([[5, 6, 7], [8, 9, 5], [6, 6, 6]], "int32")
+    got = np.asarray(model.generate(sources, 8, prefix_ids=prefix))
+    np.testing.assert_array_equal(got[:, :3], prefix)
+
+    tokens = ops.slice_update(
+        ops.zeros((3, 9), "int32"),
+        [0, 0],
+        np.concatenate([np.full((3, 1), model.start_token_id), prefix], 1),
+    )
+    given = np.broadcast_to(np.arange(9) < 4, (3, 9))
+    cache = model.initial_cache(model.generation_inputs(sources), 8)
+    stepped = greedy_fill(model.decode_step, cache, tokens, given, model.end_token_id)
+    want = truncate_after_end(stepped[:, 1:], model.end_token_id, given[:, 1:])
+    np.testing.assert_array_equal(got, np.asarray(want))
+    with pytest.raises(ValueError, match="greedy search"):
+        model.generate(sources, 8, beam_width=2, prefix_ids=prefix)
+    with pytest.raises(ValueError, match=r"received shape \(3, 8\)"):
+        model.generate(sources, 8, prefix_ids=np.ones((3, 8), "int32"))

@@ -324,8 +324,12 @@ class Transformer(Seq2Seq):
             "encoder_padding_mask": padding_mask(encoder_token_ids),
         }
 
-    def decode_step(self, token_ids, cache, index):
-        y = self.target_embedding(token_ids[:, None], start_index=index)
+    def call_with_cache(self, token_ids, cache, index):
+        """The logits `(B, T, V)` of `T` target tokens at positions `index`
+        to `index + T - 1`, which attend to the cached tokens before them
+        and to the encoder output, and the cache with their keys and values
+        written in (inference: no dropout)."""
+        y = self.target_embedding(token_ids, start_index=index)
         self_caches = []
         for block, self_cache, cross_cache in zip(
             self.decoder_blocks,
@@ -343,8 +347,11 @@ class Transformer(Seq2Seq):
             self_caches.append(self_cache)
         if self.decoder_norm is not None:
             y = self.decoder_norm(y)
-        logits = self.output_dense(y)[:, 0]
-        return logits, {**cache, "self_attention": self_caches}
+        return self.output_dense(y), {**cache, "self_attention": self_caches}
+
+    def decode_step(self, token_ids, cache, index):
+        logits, cache = self.call_with_cache(token_ids[:, None], cache, index)
+        return logits[:, 0], cache
 
     def attention_weights(self, encoder_token_ids, decoder_token_ids):
         """The last decoder block's cross-attention `(B, T, S)`, averaged over
