@@ -12,6 +12,7 @@ from keras_attention import cli
 from keras_attention.data.packing import pack_documents
 from keras_attention.tasks.common import ArgumentError
 from keras_attention.tasks.lm import build_model, packed_perplexity, run_lm
+from tests.tasks.outputs import assert_picture
 from tests.tasks.test_lm import TINY, write_corpus
 
 
@@ -68,3 +69,33 @@ def test_lm_pack_trains_on_packed_rows_and_reports_them(tmp_path):
     metrics = json.loads((plain / "metrics.json").read_text())
     assert metrics["packed"] is False and metrics["padding_fraction"] < 0.02
     assert metrics["tokens_per_second"] > 0
+
+
+@pytest.mark.slow
+def test_the_packing_benchmark_writes_its_figures(tmp_path):
+    import importlib.util
+    import os
+
+    from keras_attention.data.classification import FORTUNES_DIR
+
+    if not os.path.isdir(FORTUNES_DIR):
+        pytest.skip(f"{FORTUNES_DIR} is absent: `apt-get install fortunes`")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+    spec = importlib.util.spec_from_file_location(
+        "packing_benchmark", os.path.join(path, "packing.py")
+    )
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    assert benchmark.main(["--quick", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "packing.json").read_text())
+    assert results["suite"] == "packing" and results["machine"]["cores"] >= 1
+    (seed,) = results["seeds"]
+    for name in ("padded", "packed"):
+        figures = seed[name]
+        assert len(figures["tokens_per_second"]) == results["config"]["rounds"] - 1
+        assert 1 < figures["perplexity"] < 128
+        assert figures["train_tokens"] > 0
+    assert seed["packed"]["padding_fraction"] < seed["padded"]["padding_fraction"]
+    assert seed["packed"]["batch_size"] < seed["padded"]["batch_size"]
+    assert set(results["summary"]) == {"speedup", "padded", "packed"}
+    assert_picture(tmp_path / "packing.png")
