@@ -59,9 +59,11 @@ class GroupedQueryAttention(MultiHeadAttention):
 
     Call arguments:
         Those of `MultiHeadAttention`: `query`, `value`, `key`, the masks,
-        `return_attention_scores`, `training`, `use_causal_mask`, and the
+        `return_attention_scores`, `training`, `use_causal_mask`, the
         `cache` `(B, 2, max_length, num_key_value_heads, head_dim)` with its
-        `cache_update_index`.
+        `cache_update_index`, and `segment_ids` (packed sequences: int
+        `(B, T)` document ids, or a pair `(query_ids, key_ids)`, the only
+        form with a cache).
 
     Returns:
         `(B, T, dim)`; then the weights `(B, num_query_heads, T, S)` if
