@@ -118,6 +118,10 @@ def test_mods_suite_quick(tmp_path):
     for kind in ("documents", "t5"):
         memory = results["cases"][f"memory/{kind}/T{QUICK['memory_lengths'][0]}"]
         assert memory["median_s"] > 0 and "peak_memory_bytes" in memory
+    packing = results["cases"][f"packing/T{QUICK['packing_length']}"]
+    for document in QUICK["document_lengths"]:
+        check_timing(packing["timings"][f"L{document}"])
+    assert isinstance(packing["time_exponent_in_document_length"], float)
 
 
 @pytest.mark.slow

@@ -19,6 +19,12 @@ length T one process times every implementation in turn
   against our standard path and `keras.ops.dot_product_attention`, each with
   the dense `(N, T, T)` bias gathered from the table.
 
+The packing curve: one row of T = 4,096 tokens (quick: 512) packed with
+documents of L tokens, L from 256 to T, `segment_ids` on the chunked path,
+timed in turn: the attention work of a packed row is the sum of its
+documents' squared lengths, T * L here, so the time should grow as L (the
+fitted exponent near 1) while a padded or dense path costs T^2 whatever L.
+
 Memory rows, each its own process (one timed call): the `documents` and `t5`
 score mods on the chunked path at T = 16,384 and 65,536 (documents of 2,048
 tokens, so that the work stays that of T * 2,048), against the float32
@@ -29,12 +35,24 @@ Usage: `python -m keras_attention.bench --suite mods [--quick] [--out DIR]`.
 
 import numpy as np
 
-from keras_attention.bench.common import describe
+from keras_attention.bench.common import describe, fit_exponent
 
 HEADS, HEAD_DIM, CHUNK, CAP = 8, 64, 256, 30.0
 NUM_BUCKETS, MAX_DISTANCE = 32, 128
-FULL = {"lengths": (1024, 4096), "memory_lengths": (16384, 65536), "repeats": 5}
-QUICK = {"lengths": (256,), "memory_lengths": (1024,), "repeats": 2}
+FULL = {
+    "lengths": (1024, 4096),
+    "memory_lengths": (16384, 65536),
+    "packing_length": 4096,
+    "document_lengths": (256, 512, 1024, 2048, 4096),
+    "repeats": 5,
+}
+QUICK = {
+    "lengths": (256,),
+    "memory_lengths": (1024,),
+    "packing_length": 512,
+    "document_lengths": (256, 512),
+    "repeats": 2,
+}
 MEMORY_DOCUMENT = 2048
 IMPLS = {
     "causal": ("is_causal", "mask_mod"),
@@ -174,7 +192,25 @@ def _case_memory(case):
     return {**timing, "peak_memory_bytes": peak_memory_growth(baseline)}
 
 
-CASES = {"compare": _case_compare, "memory": _case_memory}
+def _case_packing(case):
+    from keras_attention.bench.common import jit, time_alternating, value_and_grad
+
+    length = case["length"]
+    calls = {}
+    for document in case["document_lengths"]:
+        q, k, v, table, segments = _inputs(length, document)
+        loss = _loss("documents", "segment_ids", segments, length)
+        calls[f"L{document}"] = (jit(value_and_grad(loss)), (q, k, v, table))
+    timings = time_alternating(calls, repeats=case["repeats"])
+    documents = list(case["document_lengths"])
+    seconds = [timings[f"L{d}"]["median_s"] for d in documents]
+    return {
+        "timings": timings,
+        "time_exponent_in_document_length": fit_exponent(documents, seconds),
+    }
+
+
+CASES = {"compare": _case_compare, "memory": _case_memory, "packing": _case_packing}
 
 
 def run(quick=False, out="runs/bench", timeout=3600):
@@ -194,6 +230,17 @@ def run(quick=False, out="runs/bench", timeout=3600):
             f"compare/T{length}",
             {"kind": "compare", "length": length, "repeats": config["repeats"]},
         )
+    length = config["packing_length"]
+    phase(f"one packed row of T={length}, documents of {config['document_lengths']}")
+    measure(
+        f"packing/T{length}",
+        {
+            "kind": "packing",
+            "length": length,
+            "document_lengths": list(config["document_lengths"]),
+            "repeats": config["repeats"],
+        },
+    )
     for length in config["memory_lengths"]:
         for kind in ("documents", "t5"):
             phase(f"memory of the {kind} mod on the chunked path, T={length}")
@@ -230,6 +277,28 @@ def _markdown(results, config):
                 lines.append(
                     f"| {length} | {kind} | {impl} | {1e3 * t:.1f} | {t / first:.2f} |"
                 )
+    packing_length = config["packing_length"]
+    packing = results["cases"].get(f"packing/T{packing_length}", {})
+    lines += [
+        "",
+        f"One packed row of T = {packing_length}, documents of L tokens "
+        "(`segment_ids`, chunked):",
+        "",
+        "| L | documents | median ms | / L = T |",
+        "| ---: | ---: | ---: | ---: |",
+    ]
+    if "timings" in packing:
+        whole = packing["timings"][f"L{packing_length}"]["median_s"]
+        for document in config["document_lengths"]:
+            t = packing["timings"][f"L{document}"]["median_s"]
+            lines.append(
+                f"| {document} | {packing_length // document} | {1e3 * t:.1f} | "
+                f"{t / whole:.2f} |"
+            )
+        exponent = packing["time_exponent_in_document_length"]
+        lines += ["", f"Fitted exponent of time in L: {exponent:.2f} (1: work T * L)."]
+    else:
+        lines.append(f"| all | | {packing.get('skipped', 'not run')} | |")
     lines += [
         "",
         "| T | mod (chunked) | median s | peak memory MiB | dense (N, T, T) "
@@ -258,21 +327,51 @@ def _plot(results, path):
     from keras_attention.viz import pyplot, save_figure
 
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, (ratio_ax, packing_ax) = plt.subplots(1, 2, figsize=(13, 4))
     labels, values = [], []
     for key, case in sorted(results["cases"].items()):
         for name, ratio in case.get("ratios", {}).items():
             labels.append(f"{key.split('/')[1]} {name}")
             values.append(ratio)
     if values:
-        ax.barh(range(len(values)), values)
-        ax.set_yticks(range(len(values)), labels, fontsize=7)
-        ax.axvline(1.0, color="gray", lw=0.8)
-        ax.set_xscale("log")
-        ax.set_xlabel("time / the first implementation of the case")
+        ratio_ax.barh(range(len(values)), values)
+        ratio_ax.set_yticks(range(len(values)), labels, fontsize=7)
+        ratio_ax.axvline(1.0, color="gray", lw=0.8)
+        ratio_ax.set_xscale("log")
+        ratio_ax.set_xlabel("time / the first implementation of the case")
     else:
-        ax.text(0.5, 0.5, "not measured in this run", ha="center")
-        ax.set_axis_off()
+        ratio_ax.text(0.5, 0.5, "not measured in this run", ha="center")
+        ratio_ax.set_axis_off()
+    curves = [
+        (key, case)
+        for key, case in results["cases"].items()
+        if key.startswith("packing")
+    ]
+    for key, case in curves:
+        if "timings" not in case:
+            continue
+        documents = case["case"]["document_lengths"]
+        seconds = [case["timings"][f"L{d}"]["median_s"] for d in documents]
+        packing_ax.plot(
+            documents, seconds, "o-", label=f"{key.split('/')[1]}, measured"
+        )
+        packing_ax.plot(
+            documents,
+            [seconds[-1] * d / documents[-1] for d in documents],
+            "--",
+            color="gray",
+            label="proportional to L (work T * L)",
+        )
+    if packing_ax.lines:
+        packing_ax.set_xscale("log", base=2)
+        packing_ax.set_yscale("log")
+        packing_ax.set_xlabel("document length L in one packed row")
+        packing_ax.set_ylabel("forward + backward time (s)")
+        packing_ax.grid(True, which="both", alpha=0.3)
+        packing_ax.legend(fontsize=8)
+    else:
+        packing_ax.text(0.5, 0.5, "not measured in this run", ha="center")
+        packing_ax.set_axis_off()
     fig.suptitle(f"mods: {describe(results['machine'])}", fontsize=9)
     fig.tight_layout()
     save_figure(fig, path)
