@@ -43,6 +43,12 @@ from keras_attention.data.messages import (
     package_catalogs,
     read_mo,
 )
+from keras_attention.data.packing import (
+    pack_documents,
+    pack_texts,
+    packed_dataset,
+    padding_fraction,
+)
 from keras_attention.data.pipeline import (
     caption_dataset,
     classification_dataset,
@@ -126,7 +132,11 @@ __all__ = [
     "mask_placeholders",
     "message_splits",
     "messages_by_package",
+    "pack_documents",
+    "pack_texts",
     "package_catalogs",
+    "packed_dataset",
+    "padding_fraction",
     "placeholder_accuracy",
     "placeholders_kept",
     "read_documents",
