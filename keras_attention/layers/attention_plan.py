@@ -38,6 +38,9 @@ class AttentionPlan(NamedTuple):
             (which skips the tiles between documents on the chunked path)
             instead of becoming a dense `(B, T, S)` mask, which the weights
             and a subclass's `_compute_attention` need.
+        relative_in_op: T5's relative bias goes to the op as a score mod
+            over the layer's table (tile by tile on the chunked path, the
+            table's gradient exact) instead of as a dense `(T, S)` bias.
     """
 
     multi_axis: bool
@@ -46,6 +49,7 @@ class AttentionPlan(NamedTuple):
     window_in_op: bool
     alibi_in_op: bool
     segments_in_op: bool = False
+    relative_in_op: bool = False
 
 
 def plan_attention(
@@ -57,6 +61,7 @@ def plan_attention(
     sliding_window=None,
     alibi=False,
     segment_ids=False,
+    relative=False,
     own_bias=False,
     dense_bias=False,
     needs_weights=False,
@@ -77,11 +82,15 @@ def plan_attention(
         segment_ids: `segment_ids` (packed sequences) are passed; they go to
             the op, with a cache too, unless the weights are needed or a
             subclass attends.
+        relative: T5's relative bias is wanted
+            (`attention_positions="relative"`); it goes to the op as a score
+            mod, except with weights, a cache or a subclass, where it is a
+            dense bias.
         own_bias: a dense `(T, S)` bias that the layer makes itself is
-            added (T5's relative bias, `attention_positions="relative"`).
-            It, and ALiBi's bias when it cannot be computed in the op (with
-            weights, a cache, a dense bias), keep the standard path even
-            with a forced chunk size, which serves the layer's other calls.
+            added (T5's or ALiBi's bias where the op cannot compute it:
+            with weights, a cache, a dense bias). It keeps the standard path
+            even with a forced chunk size, which serves the layer's other
+            calls.
         dense_bias: an `attention_bias` tensor is passed.
         needs_weights: the `(T, S)` weights must exist (returned, or dropped
             out in training).
@@ -101,10 +110,14 @@ def plan_attention(
     causal_in_op = in_op and use_causal_mask
     window_in_op = without_weights and sliding_window is not None
     alibi_in_op = without_weights and alibi and not dense_bias
+    relative_in_op = without_weights and relative
     return AttentionPlan(
         multi_axis=False,
         chunk_size=_chunk_size(
-            needs_weights or own_bias or (alibi and not alibi_in_op),
+            needs_weights
+            or own_bias
+            or (alibi and not alibi_in_op)
+            or (relative and not relative_in_op),
             flash_attention,
             chunk_size,
             dense_bias,
@@ -115,6 +128,7 @@ def plan_attention(
         window_in_op=window_in_op,
         alibi_in_op=alibi_in_op,
         segments_in_op=bool(segment_ids) and not custom_attention and not needs_weights,
+        relative_in_op=relative_in_op,
     )
 
 

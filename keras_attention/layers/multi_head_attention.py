@@ -300,13 +300,6 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 dtype=self.dtype_policy,
             )
         )
-        if self._relative_bias is not None and flash_attention:
-            raise ValueError(
-                f"`attention_positions={attention_positions!r}` adds a dense "
-                "(T, S) bias to the scores, which the chunked path never "
-                "builds: the layer takes the standard path, so it cannot be "
-                "combined with flash_attention=True."
-            )
 
     @property
     def chunk_size(self):
@@ -469,7 +462,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             sliding_window=self._sliding_window,
             alibi=self._alibi_slopes is not None,
             segment_ids=segment_ids is not None,
-            own_bias=self._relative_bias is not None,
+            relative=self._relative_bias is not None,
             dense_bias=attention_bias is not None,
             needs_weights=self._needs_weights(return_attention_scores, training),
             flash_attention=self._flash_attention,
@@ -528,7 +521,11 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         elif self._alibi_slopes is not None:
             bias = alibi_bias(self._alibi_slopes, query_length, key_length, offset)
             attention_bias = _add(attention_bias, bias[None])
-        if self._relative_bias is not None:
+        if plan.relative_in_op:
+            extra["score_mod"], extra["score_mod_inputs"] = (
+                self._relative_bias.score_mod()
+            )
+        elif self._relative_bias is not None:
             bias = self._relative_bias(
                 projected_query, projected_key, query_offset=offset
             )
@@ -684,6 +681,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         attention_bias=None,
         alibi_slopes=None,
         segment_ids=None,
+        score_mod=None,
+        score_mod_inputs=(),
     ):
         """Attention of projected `query` `(B, T, N, key_dim)` over `key` and
         `value` `(B, S, N_kv, dim)`; returns `(output (B, T, N, value_dim),
@@ -693,8 +692,10 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         `(B, T, S)` (or `(T, S)`, `(B, N, T, S)`), True = attend, and
         `use_causal_mask` adds the causal mask without materializing it;
         so do `sliding_window` its band, `alibi_slopes` ALiBi's bias and
-        `segment_ids` the documents of packed sequences (passed only to this
-        class's own method; a subclass's gets them inside the mask).
+        `segment_ids` the documents of packed sequences and `score_mod` (with
+        `score_mod_inputs`) T5's bias from the layer's table (passed only to
+        this class's own method; a subclass's gets them inside the mask and
+        the bias).
         `attention_bias` is added to the scaled scores.
         """
         if self._flash_attention and return_attention_scores:
@@ -719,7 +720,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         if not needs_weights:
             # The layer's own bias, already in `attention_bias`: T5's, or
             # ALiBi's when `call` could not leave it to the op.
-            own_bias = self._relative_bias is not None or (
+            own_bias = (self._relative_bias is not None and score_mod is None) or (
                 self._alibi_slopes is not None and alibi_slopes is None
             )
             plan = plan_attention(
@@ -744,6 +745,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 bias=attention_bias,
                 alibi_slopes=alibi_slopes,
                 segment_ids=segment_ids,
+                score_mod=score_mod,
+                score_mod_inputs=score_mod_inputs,
             )
             return output, None
         if segment_ids is not None:

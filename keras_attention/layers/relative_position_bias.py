@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_attention._checks import check_length, check_positive_int, static_shape
 from keras_attention.ops import relative_position_buckets
+from keras_attention.ops.mods import relative_position_score_mod
 from keras_attention.ops.positions import check_num_buckets
 
 
@@ -155,6 +156,17 @@ class RelativePositionBias(keras.layers.Layer):
         values = ops.take(self.embeddings, buckets, axis=0)
         bias = ops.expand_dims(ops.transpose(values, (2, 0, 1)), 0)
         return ops.cast(bias, self.compute_dtype)
+
+    def score_mod(self):
+        """`(score_mod, score_mod_inputs)` for
+        `keras_attention.ops.dot_product_attention`: the same bias added
+        tile by tile (`ops.mods.relative_position_score_mod` over this
+        layer's table), so that the memory-efficient path never builds the
+        `(T, S)` bias and the table's gradient stays exact."""
+        mod = relative_position_score_mod(
+            self.num_buckets, self.max_distance, self.bidirectional
+        )
+        return mod, (self.embeddings,)
 
     def compute_mask(self, query, previous_mask=None):
         # The bias is not aligned with the query's positions: a padding mask

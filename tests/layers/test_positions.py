@@ -21,6 +21,7 @@ from keras_attention.layers import (
     TransformerDecoderBlock,
     TransformerEncoderBlock,
 )
+from keras_attention.layers import multi_head_attention as mha_module
 from keras_attention.layers.positions import (
     ATTENTION_POSITIONS,
     INPUT_POSITIONS,
@@ -28,6 +29,7 @@ from keras_attention.layers.positions import (
 )
 from keras_attention.models import GPT, Transformer, TransformerClassifier
 from keras_attention.models.transformer_classifier import TransformerTextEncoder
+from tests.conftest import trainable_gradients
 from tests.keras_versions import requires_keras_3_15_files
 
 DATA = Path(__file__).parent.parent / "data"
@@ -270,20 +272,41 @@ def _projections(layer):
     return [np_(w) for w in layer.weights if w is not table]
 
 
-def test_relative_positions_keep_the_standard_path():
-    # T5's bias is a dense (T, S) bias: a forced chunk size leaves the layer
-    # on the standard path (the chunked path serves the layer's other calls,
-    # e.g. cross-attention in the same block); flash_attention=True is
-    # refused.
-    x = np.random.default_rng(2).normal(size=(2, 6, 8)).astype("float32")
+@pytest.mark.parametrize("options", [{"chunk_size": 2}, {"flash_attention": True}])
+def test_relative_positions_take_the_chunked_path_as_a_score_mod(options, monkeypatch):
+    # T5's bias reaches the op as a score mod over the layer's table, tile by
+    # tile: no dense (T, S) bias, and the table's gradient is exact.
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(2, 7, 8)).astype("float32")
     layer = MultiHeadAttention(2, 4, attention_positions="relative")
-    want = np_(layer(x, x, use_causal_mask=True))
-    chunked = MultiHeadAttention(2, 4, attention_positions="relative", chunk_size=2)
+    layer(x, x)
+    layer._relative_bias.embeddings.assign(rng.normal(size=(32, 2)))
+    chunked = MultiHeadAttention(2, 4, attention_positions="relative", **options)
     chunked(x, x)
     chunked.set_weights(layer.get_weights())
-    np.testing.assert_allclose(np_(chunked(x, x, use_causal_mask=True)), want)
-    with pytest.raises(ValueError, match="dense \\(T, S\\) bias.*flash_attention"):
-        MultiHeadAttention(2, 4, attention_positions="relative", flash_attention=True)
+
+    def loss(model):
+        return lambda: ops.sum(ops.square(model(x, x, use_causal_mask=True)))
+
+    want = trainable_gradients(layer.trainable_weights, loss(layer))
+    want_outputs = np_(layer(x, x, use_causal_mask=True))
+    calls = []
+    original = mha_module.dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(mha_module, "dot_product_attention", spy)
+    got = trainable_gradients(chunked.trainable_weights, loss(chunked))
+    np.testing.assert_allclose(
+        np_(chunked(x, x, use_causal_mask=True)), want_outputs, atol=1e-5
+    )
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-5)
+    assert calls and all(
+        c["chunk_size"] and c["score_mod"] and c["bias"] is None for c in calls
+    )
 
 
 def test_relative_positions_decode_step_by_step_with_a_cache():
