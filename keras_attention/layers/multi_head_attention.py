@@ -104,7 +104,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
       the key/value heads.
     - **positions inside attention**: `attention_positions="rotary"` (RoPE)
       or `"alibi"` (on both paths and with the cache) or `"relative"` (T5's
-      bucketed bias, a table of this layer; the standard path), and an
+      bucketed bias, a table of this layer, a score mod on both paths), and an
       `attention_bias` call argument for any `(B, N, T, S)` bias, such as
       one `RelativePositionBias` shared by the blocks of a stack as in T5.
 
@@ -126,8 +126,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             forbids the automatic switch; None chooses by length.
         chunk_size: tile size of the chunked path; setting it forces the
             chunked path whenever the weights are not needed and the layer
-            adds no dense bias of its own (`attention_positions="relative"`,
-            or ALiBi's with a cache).
+            adds no dense bias of its own (ALiBi's or T5's with a cache).
         kernel_initializer: as for `keras.layers.EinsumDense`.
         bias_initializer: as for `keras.layers.EinsumDense`.
         kernel_regularizer: as for `keras.layers.EinsumDense`.
