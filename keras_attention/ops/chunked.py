@@ -21,6 +21,9 @@ References:
     - [He et al., 2024. FlexAttention](https://pytorch.org/blog/flexattention/)
 """
 
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
 from keras import backend, ops
 
 from keras_attention._checks import static_shape
@@ -118,21 +121,18 @@ def chunked_attention(
     def key_positions(first_col, count):
         return ops.minimum(first_col + ops.arange(count), key_len - 1)
 
-    visible = _visible_blocks(
+    grid = _TileGrid(
         chunk_size,
         num_query_blocks,
         num_key_blocks,
         q_len,
         key_len,
         query_offset,
-        is_causal,
-        sliding_window,
-        tile_mask,
-        mask_mod,
         (batch, heads, static_batch, static_heads),
         query_positions,
         key_positions,
     )
+    visible = _visible_blocks(grid, is_causal, sliding_window, tile_mask, mask_mod)
     key_order, key_counts = _visit_lists(visible)
     query_order, query_counts = _visit_lists(ops.transpose(visible))
 
@@ -379,30 +379,36 @@ def chunked_attention(
     return outputs, lse
 
 
-def _visible_blocks(
-    chunk_size,
-    num_query_blocks,
-    num_key_blocks,
-    q_len,
-    key_len,
-    query_offset,
-    is_causal,
-    sliding_window,
-    tile_mask,
-    mask_mod,
-    heads_of,
-    query_positions,
-    key_positions,
-):
+class _TileGrid(NamedTuple):
+    """Where the tiles of one call lie: `chunk_size`, the number of query and
+    key blocks, the lengths, the first query's position, `(batch, heads,
+    static batch, static heads)` and the functions giving the (clamped)
+    positions of `count` rows or columns from a first one."""
+
+    chunk_size: int
+    num_query_blocks: Any
+    num_key_blocks: Any
+    q_len: Any
+    key_len: Any
+    query_offset: Any
+    heads_of: tuple
+    query_positions: Callable
+    key_positions: Callable
+
+
+def _visible_blocks(grid, is_causal, sliding_window, tile_mask, mask_mod):
     """Bool `(query blocks, key blocks)`: True where some query of the block
     may see some key of the other (for some batch row and head)."""
-    query_blocks = ops.arange(num_query_blocks, dtype="int32")
-    key_blocks = ops.arange(num_key_blocks, dtype="int32")
-    q_first = query_offset + query_blocks * chunk_size
-    q_last = query_offset + ops.minimum((query_blocks + 1) * chunk_size, q_len) - 1
+    chunk_size = grid.chunk_size
+    query_blocks = ops.arange(grid.num_query_blocks, dtype="int32")
+    key_blocks = ops.arange(grid.num_key_blocks, dtype="int32")
+    q_first = grid.query_offset + query_blocks * chunk_size
+    q_last = (
+        grid.query_offset + ops.minimum((query_blocks + 1) * chunk_size, grid.q_len) - 1
+    )
     k_first = key_blocks * chunk_size
-    k_last = ops.minimum((key_blocks + 1) * chunk_size, key_len) - 1
-    visible = ops.ones((num_query_blocks, num_key_blocks), "bool")
+    k_last = ops.minimum((key_blocks + 1) * chunk_size, grid.key_len) - 1
+    visible = ops.ones((grid.num_query_blocks, grid.num_key_blocks), "bool")
     reach_back = None if sliding_window is None else sliding_window - 1
     reach_ahead = 0 if is_causal else reach_back
     if reach_ahead is not None:
@@ -414,60 +420,41 @@ def _visible_blocks(
             visible, ops.greater_equal(k_last[None, :], q_first[:, None] - reach_back)
         )
     if tile_mask is not None:
-        visible = ops.logical_and(
-            visible,
-            _mask_blocks(tile_mask, num_query_blocks, num_key_blocks, chunk_size),
-        )
+        visible = ops.logical_and(visible, _mask_blocks(tile_mask, grid))
     if mask_mod is not None:
-        visible = ops.logical_and(
-            visible,
-            _mask_mod_blocks(
-                mask_mod,
-                chunk_size,
-                num_query_blocks,
-                num_key_blocks,
-                key_len,
-                heads_of,
-                query_positions,
-                key_positions,
-            ),
-        )
+        visible = ops.logical_and(visible, _mask_mod_blocks(mask_mod, grid))
     return visible
 
 
-def _mask_blocks(tile_mask, num_query_blocks, num_key_blocks, chunk_size):
+def _mask_blocks(tile_mask, grid):
     """Bool `(query blocks, key blocks)` (or broadcastable): True where the
     padded dense mask attends somewhere in the block."""
     mask = ops.any(tile_mask, axis=(0, 1))  # (rows or 1, cols or 1)
     if mask.shape[0] != 1:
-        mask = ops.any(ops.reshape(mask, (num_query_blocks, chunk_size, -1)), axis=1)
+        mask = ops.any(
+            ops.reshape(mask, (grid.num_query_blocks, grid.chunk_size, -1)), axis=1
+        )
     if mask.shape[-1] != 1:
         rows = ops.shape(mask)[0]
-        mask = ops.any(ops.reshape(mask, (rows, num_key_blocks, chunk_size)), axis=2)
+        mask = ops.any(
+            ops.reshape(mask, (rows, grid.num_key_blocks, grid.chunk_size)), axis=2
+        )
     return mask
 
 
-def _mask_mod_blocks(
-    mask_mod,
-    chunk_size,
-    num_query_blocks,
-    num_key_blocks,
-    key_len,
-    heads_of,
-    query_positions,
-    key_positions,
-):
+def _mask_mod_blocks(mask_mod, grid):
     """Bool `(query blocks, key blocks)` of the tiles where `mask_mod` lets
     some query see some key: one query block at a time against every key,
     `(B, N, chunk_size, S)` at most, never `(T, S)`."""
+    chunk_size, num_key_blocks = grid.chunk_size, grid.num_key_blocks
     padded_keys = num_key_blocks * chunk_size
-    real_key = ops.less(ops.arange(padded_keys), key_len)[None, None, None, :]
-    key_pos = key_positions(0, padded_keys)
-    batch, heads, static_batch, static_heads = heads_of
+    real_key = ops.less(ops.arange(padded_keys), grid.key_len)[None, None, None, :]
+    key_pos = grid.key_positions(0, padded_keys)
+    batch, heads, static_batch, static_heads = grid.heads_of
 
     def step(i, blocks):
         grids = index_grids(
-            batch, heads, query_positions(i * chunk_size, chunk_size), key_pos
+            batch, heads, grid.query_positions(i * chunk_size, chunk_size), key_pos
         )
         expected = (static_batch, static_heads, chunk_size, None)
         seen = ops.logical_and(evaluate_mask_mod(mask_mod, grids, expected), real_key)
@@ -475,8 +462,8 @@ def _mask_mod_blocks(
         seen = ops.any(ops.reshape(seen, (num_key_blocks, chunk_size)), axis=1)
         return ops.slice_update(blocks, (i, 0), ops.cast(seen, "int32")[None])
 
-    blocks = ops.zeros((num_query_blocks, num_key_blocks), "int32")
-    return ops.greater(ops.fori_loop(0, num_query_blocks, step, blocks), 0)
+    blocks = ops.zeros((grid.num_query_blocks, num_key_blocks), "int32")
+    return ops.greater(ops.fori_loop(0, grid.num_query_blocks, step, blocks), 0)
 
 
 def _visit_lists(visible):

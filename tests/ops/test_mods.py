@@ -12,7 +12,7 @@ from keras_attention.ops import (
     relative_position_buckets,
     sliding_window_mask,
 )
-from keras_attention.ops.chunked import _visible_blocks
+from keras_attention.ops.chunked import _TileGrid, _visible_blocks
 from keras_attention.utils.backend import compile_function, value_and_grad
 
 rng = np.random.default_rng(3)
@@ -222,21 +222,19 @@ def test_tiles_between_documents_are_skipped():
     def positions(first, count):
         return ops.minimum(first + ops.arange(count), T - 1)
 
-    visible = _visible_blocks(
+    grid = _TileGrid(
         chunk_size=4,
         num_query_blocks=6,
         num_key_blocks=6,
         q_len=T,
         key_len=T,
         query_offset=0,
-        is_causal=True,
-        sliding_window=None,
-        tile_mask=None,
-        mask_mod=mods.document_mask_mod(np.array([[0] * 8 + [1] * 13])),
         heads_of=(1, N, 1, N),
         query_positions=positions,
         key_positions=positions,
     )
+    documents = mods.document_mask_mod(np.array([[0] * 8 + [1] * 13]))
+    visible = _visible_blocks(grid, True, None, None, documents)
     # Documents at 0-7 and 8-20; tiles of 4: blocks 0-1 and 2-5, causal.
     want = np.zeros((6, 6), bool)
     want[:2, :2] = np.tril(np.ones((2, 2), bool))
