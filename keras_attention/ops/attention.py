@@ -142,8 +142,11 @@ def dot_product_attention(
             paths, in the forward and the backward pass.
         score_mod_inputs: tensors `score_mod` reads (a trainable bias table);
             passed as its last arguments, so that their gradients are exact
-            on the memory-efficient path too, where a tensor the function
-            closes over would be a constant.
+            on the memory-efficient path too. There a `score_mod` may also
+            close over them on JAX (`jax.closure_convert` hoists them into
+            the custom gradient); TensorFlow and PyTorch cannot do that, and
+            a closure over a trainable variable (TensorFlow) or a tensor that
+            requires a gradient (PyTorch) raises a ValueError that says so.
         mask_mod: `mask_mod(b, h, q_idx, kv_idx)` returns True where query
             `q_idx` may attend to key `kv_idx`; the memory-efficient path
             skips every tile it masks whole.

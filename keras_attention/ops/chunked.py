@@ -28,7 +28,7 @@ from keras import backend, ops
 
 from keras_attention._checks import static_shape
 from keras_attention.ops.mods import evaluate_mask_mod, evaluate_score_mod, index_grids
-from keras_attention.utils.backend import vector_jacobian_product
+from keras_attention.utils.backend import hoist_closure, vector_jacobian_product
 
 # A finite stand-in for -inf, safe in float32 (the compute dtype here).
 _NEG = -1e30
@@ -370,6 +370,17 @@ def chunked_attention(
     # Copies, so that a custom gradient sees tensors even when handed
     # variables (TensorFlow would otherwise ask for their gradients too).
     inputs = tuple(ops.copy(ops.convert_to_tensor(x)) for x in score_mod_inputs)
+    if score_mod is not None:
+        # What the mod reads from its closure and is differentiated becomes
+        # one more input (JAX), or is refused with a clear error.
+        example = index_grids(
+            batch, heads, query_positions(0, chunk_size), key_positions(0, chunk_size)
+        )
+        scores = ops.zeros((batch, heads, chunk_size, chunk_size), compute_dtype)
+        score_mod, hoisted = hoist_closure(
+            score_mod, (scores, *example, *inputs), "`score_mod`"
+        )
+        inputs = (*inputs, *hoisted)
     result = attend(ops.copy(query), ops.copy(key), ops.copy(value), *inputs)
     if not return_lse:
         return result

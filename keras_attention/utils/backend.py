@@ -127,6 +127,44 @@ def vector_jacobian_product(fn, primals, cotangent):
     raise NotImplementedError(f"no gradients for backend {backend!r}")
 
 
+def hoist_closure(fn, example_args, name="the function"):
+    """`(fn2, hoisted)`: `fn2(*args, *hoisted)` computes `fn(*args)`, where
+    `hoisted` are the tensors `fn` reads from its closure that take part in
+    a differentiation, now explicit arguments that a custom gradient can
+    return gradients for. On JAX through `jax.closure_convert`; on
+    TensorFlow and PyTorch, which have no such conversion, `fn` itself after
+    checking, on `example_args`, that it reads no trainable variable
+    (TensorFlow) and no tensor that requires a gradient (PyTorch): a
+    ValueError naming `name` then says to pass the tensor as an argument."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        converted, hoisted = jax.closure_convert(fn, *example_args)
+        return converted, tuple(hoisted)
+    reads_trainable = False
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            fn(*example_args)
+        reads_trainable = bool(tape.watched_variables())
+    elif backend == "torch":
+        import torch
+
+        with torch.enable_grad():
+            output = fn(*(x.detach() for x in example_args))
+        reads_trainable = bool(getattr(output, "requires_grad", False))
+    if reads_trainable:
+        raise ValueError(
+            f"{name} reads a trainable tensor from its closure, which the "
+            "memory-efficient path's custom gradient cannot reach on the "
+            f"{backend} backend: take it as an argument and pass it in "
+            "`score_mod_inputs`, so that its gradient is exact."
+        )
+    return fn, ()
+
+
 def variable_gradients(variables, loss_fn):
     """The gradients of `loss_fn()` (a scalar that reads `variables`) with
     respect to each of `variables`, as tensors of the backend."""

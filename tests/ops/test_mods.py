@@ -1,6 +1,7 @@
 """Score and mask functions, packed sequences, queries at an offset and the
 log-sum-exp of dot_product_attention, on the standard and the chunked path."""
 
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -14,6 +15,7 @@ from keras_attention.ops import (
 )
 from keras_attention.ops.chunked import _TileGrid, _visible_blocks
 from keras_attention.utils.backend import compile_function, value_and_grad
+from tests.conftest import trainable_gradients
 
 rng = np.random.default_rng(3)
 B, T, N, N_KV, H = 2, 21, 4, 2, 8  # 21: the last tile of 4 or 8 is padded
@@ -321,3 +323,29 @@ def test_bad_mods_and_ids_are_named(options, message, path):
         path = {}
     with pytest.raises(ValueError, match=message):
         dot_product_attention(Q, K, V, **options, **path)
+
+
+def test_a_score_mod_closing_over_a_trainable_table_on_the_chunked_path():
+    # JAX hoists what the mod reads from its closure into the custom
+    # gradient's inputs (exact gradients); TensorFlow and PyTorch cannot,
+    # and say to pass the table in `score_mod_inputs`.
+    table = keras.Variable(TABLE)
+    t5 = mods.relative_position_score_mod(8, 16, True)
+
+    def closing_over(score, b, h, q_idx, kv_idx):
+        return t5(score, b, h, q_idx, kv_idx, table)
+
+    def loss(options):
+        return lambda: ops.sum(
+            ops.square(
+                dot_product_attention(Q, K, V, score_mod=closing_over, **options)
+            )
+        )
+
+    want = trainable_gradients([table], loss({}))
+    if keras.backend.backend() != "jax":
+        with pytest.raises(ValueError, match="pass it in `score_mod_inputs`"):
+            trainable_gradients([table], loss({"chunk_size": 8}))
+        return
+    (got,) = trainable_gradients([table], loss({"chunk_size": 8}))
+    close(got, want[0], atol=2e-5)
