@@ -86,6 +86,14 @@ def check_positive_int(name, value, allow_none=False):
         )
 
 
+def check_positive_number(name, value, allow_none=False):
+    """Checks a positive int or float (NaN refused)."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"`{name}` must be a positive number; received {value!r}.")
+
+
 def check_rate(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"`{name}` must be a float in [0, 1); received {value!r}.")

@@ -1,6 +1,8 @@
 """Multi-head scaled dot-product attention with the layout of `keras.ops`."""
 
 import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 from keras import backend, ops
@@ -9,7 +11,9 @@ from keras_attention._checks import (
     check_dims_match,
     check_mask_shape,
     check_positive_int,
+    check_positive_number,
     check_rank,
+    dims_equal,
     static_shape,
 )
 from keras_attention.ops.chunked import DEFAULT_CHUNK_SIZE, chunked_attention
@@ -255,12 +259,12 @@ def dot_product_attention(
     )
     results = []
     if return_weights or backend.standardize_dtype(value.dtype) == "float16":
-        weights = _weights(query, key, mask, rules)
+        weights, lse = _weights(query, key, mask, rules, return_lse)
         results.append(apply_attention_weights(weights, value))
         if return_weights:
             results.append(weights)
         if return_lse:
-            results.append(_log_sum_exp(query, key, mask, rules))
+            results.append(lse)
     else:
         results.extend(
             _attend_normalizing_last(query, key, value, mask, rules, return_lse)
@@ -268,11 +272,18 @@ def dot_product_attention(
     return results[0] if len(results) == 1 else tuple(results)
 
 
-class _ScoreRules:
+class _ScoreRules(NamedTuple):
     """What turns `query . key` into the masked scores on the standard path."""
 
-    def __init__(self, **rules):
-        self.__dict__.update(rules)
+    scale: Any
+    bias: Any = None
+    is_causal: bool = False
+    query_offset: Any = 0
+    alibi_slopes: Any = None
+    score_mod: Callable | None = None
+    score_mod_inputs: tuple = ()
+    mask_mod: Callable | None = None
+    soft_cap: float | None = None
 
     def scores(self, query, key, compute_dtype):
         """`(B, N, T, S)` scores in `compute_dtype`, before the masks."""
@@ -354,14 +365,7 @@ def _check_choices(flash_attention, chunk_size, return_weights, bias, soft_cap):
             "`mods.relative_position_score_mod`), ALiBi's through "
             "`alibi_slopes`, both computed tile by tile."
         )
-    if soft_cap is not None and (
-        isinstance(soft_cap, bool)
-        or not isinstance(soft_cap, (int, float))
-        or not soft_cap > 0
-    ):
-        raise ValueError(
-            f"`attn_logits_soft_cap` must be a positive number; received {soft_cap!r}."
-        )
+    check_positive_number("attn_logits_soft_cap", soft_cap, allow_none=True)
 
 
 def _check_mods(score_mod, score_mod_inputs, mask_mod):
@@ -406,9 +410,7 @@ def _document_mask_mod(segment_ids, q_shape, k_shape):
                 f"{k_shape[1]} keys: pass (query_ids, key_ids)."
             )
     for name, shape, want in expected:
-        if shape is not None and not all(
-            a is None or b is None or a == b for a, b in zip(shape, want, strict=True)
-        ):
+        if shape is not None and not all(map(dims_equal, shape, want)):
             raise ValueError(
                 f"`{name}` must be (batch, length) = {want}; received shape {shape}."
             )
@@ -490,16 +492,6 @@ def _finite_rows_lse(lse, attends):
     if attends is not None:
         lse = ops.where(attends, lse, float("-inf"))
     return lse[..., 0]
-
-
-def _log_sum_exp(query, key, mask, rules):
-    scores = rules.scores(query, key, "float32")
-    mask = rules.mask(mask, query, key)
-    attends = None
-    if mask is not None:
-        scores = ops.where(ops.cast(mask, "bool"), scores, MASKED_SCORE)
-        attends = ops.greater(ops.max(scores, axis=-1, keepdims=True), MASKED_SCORE / 2)
-    return _finite_rows_lse(ops.logsumexp(scores, axis=-1, keepdims=True), attends)
 
 
 # A single query (one decoding step) attends by multiply-and-sum rather than
@@ -609,10 +601,20 @@ def _attended_keys(
     return attended
 
 
-def _weights(query, key, mask, rules):
+def _weights(query, key, mask, rules, return_lse=False):
+    """The weights in the dtype of the query, and, if asked, the
+    log-sum-exp of the same scores (else None)."""
     scores = rules.scores(query, key, "float32")
-    weights = masked_softmax(scores, rules.mask(mask, query, key))
-    return ops.cast(weights, query.dtype)
+    mask = rules.mask(mask, query, key)
+    weights = ops.cast(masked_softmax(scores, mask), query.dtype)
+    if not return_lse:
+        return weights, None
+    attends = None
+    if mask is not None:
+        scores = ops.where(ops.cast(mask, "bool"), scores, MASKED_SCORE)
+        attends = ops.greater(ops.max(scores, axis=-1, keepdims=True), MASKED_SCORE / 2)
+    lse = ops.logsumexp(scores, axis=-1, keepdims=True)
+    return weights, _finite_rows_lse(lse, attends)
 
 
 def attention_weights(
@@ -633,18 +635,8 @@ def attention_weights(
     query_length, key_length = _length(query, 1), _length(key, 1)
     attended = _attended_keys(mask, is_causal, query_length, key_length, k_shape[2])
     key = zero_unattended(key, attended)
-    rules = _ScoreRules(
-        scale=scale,
-        bias=bias,
-        is_causal=is_causal,
-        query_offset=0,
-        alibi_slopes=alibi_slopes,
-        score_mod=None,
-        score_mod_inputs=(),
-        mask_mod=None,
-        soft_cap=None,
-    )
-    return _weights(query, key, mask, rules)
+    rules = _ScoreRules(scale, bias, is_causal, alibi_slopes=alibi_slopes)
+    return _weights(query, key, mask, rules)[0]
 
 
 def apply_attention_weights(weights, value, mask=None, is_causal=False):

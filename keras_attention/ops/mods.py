@@ -23,7 +23,12 @@ References:
 
 from keras import backend, ops
 
-from keras_attention._checks import broadcastable, static_shape
+from keras_attention._checks import (
+    broadcastable,
+    check_positive_number,
+    dims_equal,
+    static_shape,
+)
 from keras_attention.ops.positions import bucket_of_offset, check_num_buckets
 
 
@@ -36,7 +41,7 @@ def causal_mask_mod(b, h, q_idx, kv_idx):
 def sliding_window_mask_mod(window, causal=True):
     """Keys within `window - 1` positions of the query (the `window` most
     recent ones when `causal`), as `dot_product_attention(sliding_window=)`."""
-    _check_positive(window, "window")
+    check_positive_number("window", window)
 
     def mask_mod(b, h, q_idx, kv_idx):
         near = ops.less(ops.abs(q_idx - kv_idx), window)
@@ -105,7 +110,7 @@ def or_masks(*mask_mods):
 def soft_cap_score_mod(cap):
     """Gemma 2's logit soft-capping, `cap * tanh(score / cap)`, as
     `dot_product_attention(attn_logits_soft_cap=cap)` applies it."""
-    _check_positive(cap, "cap")
+    check_positive_number("cap", cap)
 
     def score_mod(score, b, h, q_idx, kv_idx):
         return ops.tanh(score / cap) * cap
@@ -190,9 +195,7 @@ def evaluate_score_mod(score_mod, scores, grids, inputs):
         modified = ops.convert_to_tensor(modified)
     dtype = backend.standardize_dtype(modified.dtype)
     shape, expected = static_shape(modified), static_shape(scores)
-    same_shape = len(shape) == len(expected) and all(
-        a is None or b is None or a == b for a, b in zip(shape, expected, strict=True)
-    )
+    same_shape = len(shape) == len(expected) and all(map(dims_equal, shape, expected))
     if not dtype.startswith(("float", "bfloat")) or not same_shape:
         raise ValueError(
             "`score_mod(score, b, h, q_idx, kv_idx)` must return a float tensor "
@@ -232,8 +235,3 @@ def _combine(logical, mask_mods):
         return mask
 
     return mask_mod
-
-
-def _check_positive(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive number; received {value!r}.")
