@@ -107,6 +107,31 @@ def _place(pieces, sequence_length, layout):
     return [(row, 0) for row in range(len(pieces))], len(pieces)
 
 
+def _fill_rows(pieces, sequence_length, layout, sequence_of, with_targets):
+    """The rows' arrays (see `pack_texts` and `pack_documents`): each piece
+    `(index, start, length)` of `sequence_of(index)` where `layout` places
+    it, with the next tokens as `targets` when `with_targets`."""
+    placements, num_rows = _place(pieces, sequence_length, layout)
+    shape = (num_rows, sequence_length)
+    rows = {"token_ids": np.full(shape, PAD_ID, "int32")}
+    if with_targets:
+        rows["targets"] = np.full(shape, PAD_ID, "int32")
+    rows["segment_ids"] = np.full(shape, PAD_SEGMENT, "int32")
+    rows["positions"] = np.zeros(shape, "int32")
+    next_segment = np.ones(num_rows, "int32")
+    for (index, start, length), (row, offset) in zip(pieces, placements, strict=True):
+        sequence = sequence_of(index)
+        span = slice(offset, offset + length)
+        rows["token_ids"][row, span] = sequence[start : start + length]
+        if with_targets:
+            rows["targets"][row, span] = sequence[start + 1 : start + 1 + length]
+        rows["segment_ids"][row, span] = next_segment[row]
+        rows["positions"][row, span] = np.arange(length, dtype="int32")
+        next_segment[row] += 1
+    rows["weights"] = (rows["segment_ids"] != PAD_SEGMENT).astype("float32")
+    return rows
+
+
 def _check(documents, layout):
     if layout not in LAYOUTS:
         raise ValueError(f"`layout` must be one of {LAYOUTS}; received {layout!r}.")
@@ -150,24 +175,7 @@ def pack_texts(texts, sequence_length, layout="packed", seed=None):
         for index in order
         for start in range(0, len(texts[index]), sequence_length)
     ]
-    placements, num_rows = _place(pieces, sequence_length, layout)
-    shape = (num_rows, sequence_length)
-    token_ids = np.full(shape, PAD_ID, "int32")
-    segment_ids = np.full(shape, PAD_SEGMENT, "int32")
-    positions = np.zeros(shape, "int32")
-    next_segment = np.ones(num_rows, "int32")
-    for (index, start, length), (row, offset) in zip(pieces, placements, strict=True):
-        span = slice(offset, offset + length)
-        token_ids[row, span] = texts[index][start : start + length]
-        segment_ids[row, span] = next_segment[row]
-        positions[row, span] = np.arange(length, dtype="int32")
-        next_segment[row] += 1
-    return {
-        "token_ids": token_ids,
-        "segment_ids": segment_ids,
-        "positions": positions,
-        "weights": (segment_ids != PAD_SEGMENT).astype("float32"),
-    }
+    return _fill_rows(pieces, sequence_length, layout, texts.__getitem__, False)
 
 
 def pack_documents(documents, sequence_length, layout="packed", seed=None):
@@ -196,29 +204,12 @@ def pack_documents(documents, sequence_length, layout="packed", seed=None):
     if seed is not None:
         order = np.random.default_rng(seed).permutation(len(documents))
     pieces = document_pieces([documents[i] for i in order], sequence_length)
-    placements, num_rows = _place(pieces, sequence_length, layout)
-    shape = (num_rows, sequence_length)
-    token_ids = np.full(shape, PAD_ID, "int32")
-    targets = np.full(shape, PAD_ID, "int32")
-    segment_ids = np.full(shape, PAD_SEGMENT, "int32")
-    positions = np.zeros(shape, "int32")
-    next_segment = np.ones(num_rows, "int32")
-    for (index, start, length), (row, offset) in zip(pieces, placements, strict=True):
+
+    def sequence_of(index):
         document = documents[order[index]]
-        sequence = np.concatenate([[END_ID], document, [END_ID]]).astype("int32")
-        span = slice(offset, offset + length)
-        token_ids[row, span] = sequence[start : start + length]
-        targets[row, span] = sequence[start + 1 : start + 1 + length]
-        segment_ids[row, span] = next_segment[row]
-        positions[row, span] = np.arange(length, dtype="int32")
-        next_segment[row] += 1
-    return {
-        "token_ids": token_ids,
-        "targets": targets,
-        "segment_ids": segment_ids,
-        "positions": positions,
-        "weights": (segment_ids != PAD_SEGMENT).astype("float32"),
-    }
+        return np.concatenate([[END_ID], document, [END_ID]]).astype("int32")
+
+    return _fill_rows(pieces, sequence_length, layout, sequence_of, True)
 
 
 def padding_fraction(rows):
