@@ -213,6 +213,11 @@ def is_keras_distribution(strategy):
     )
 
 
+def spans_processes(strategy):
+    """Whether `strategy` is a `keras.distribution` over several processes."""
+    return is_keras_distribution(strategy) and _num_processes() > 1
+
+
 def num_replicas(strategy):
     """How many shares every batch is split into."""
     if strategy is None:

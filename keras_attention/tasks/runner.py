@@ -358,6 +358,13 @@ def train_or_load(
     if export is not None:
         export(model)
     write_json(history_path, history)
+    if distribute.spans_processes(strategy):
+        # Every computation on weights that span processes is one program
+        # that all processes must compile and run together. The report's
+        # eager ones (the attention plots) hung so: one process waiting to
+        # compile an op while the other ran ahead. Each process reports on a
+        # copy of the trained model that it holds alone.
+        model = keras.saving.load_model(model_path)
     return model, history
 
 

@@ -20,9 +20,17 @@ coordinator are fixed when JAX starts). Run with `KERAS_BACKEND=jax` and
   (processes other than 0 write `OUT/process-N`).
 """
 
+import faulthandler
 import json
 import os
 import sys
+
+# Set by the tests: after this many seconds print where every thread is and
+# exit, so that a run hung in a collective says where.
+if os.environ.get("DISTRIBUTION_RUNS_HANG_SECONDS"):
+    faulthandler.dump_traceback_later(
+        int(os.environ["DISTRIBUTION_RUNS_HANG_SECONDS"]), exit=True
+    )
 
 # A tiny Transformer on the date task, two epochs of a global batch of 32,
 # without dropout (its masks would differ with the layout of the batch).
