@@ -175,6 +175,7 @@ def train_in_two_processes(strategy, folder):
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_two_processes_train_like_one_device(tmp_path):
     """Two processes of two virtual devices each, joined by
     `keras.distribution.initialize` (gloo collectives on a CPU): data-parallel
