@@ -33,8 +33,12 @@ class GPT(PackedInputsMixin, LanguageModel):
 
     Args:
         vocabulary_size: number of token ids (0 is padding).
-        max_length: the number of positions (the longest input, and
-            `generate`'s default and longest output).
+        max_length: the length the model is built and trained for:
+            `generate`'s default output length, and with learned positions
+            (a table of `max_length` rows) the longest input and output.
+            Positions computed at any index (sinusoidal input positions,
+            rotary, ALiBi or relative attention positions, or none) read
+            and generate longer sequences.
         hidden_dim: the model width.
         num_heads: attention heads per block.
         num_layers: decoder blocks.
@@ -91,6 +95,14 @@ class GPT(PackedInputsMixin, LanguageModel):
     logits = model(np.array([[5, 6, 7]]))  # (1, 3, 50)
     tokens = model.generate(np.array([[5, 6, 7]]), max_length=10)  # (1, 10)
     sampled = model.generate(np.array([[5, 6, 7]]), max_length=10, sampler="top_p")
+
+    # Rotary positions are computed at any index: generate past max_length.
+    rotary = keras_attention.models.GPT(
+        vocabulary_size=50, max_length=32, hidden_dim=32, num_heads=2,
+        num_layers=2, intermediate_dim=64, input_positions=None,
+        attention_positions="rotary",
+    )
+    longer = rotary.generate(np.array([[5, 6, 7]]), max_length=64)  # (1, 64)
     ```
 
     References:
@@ -217,16 +229,36 @@ class GPT(PackedInputsMixin, LanguageModel):
         self.blocks = blocks
         self.final_norm = final_norm
 
+    @property
+    def position_limit(self):
+        """The longest sequence the positions reach: the model's
+        `max_length` with learned input positions (a table of that many
+        rows), None (any length) when every position the model uses is
+        computed from its index."""
+        if INPUT_POSITIONS.is_bounded(self.input_positions):
+            return self.max_length
+        return None
+
+    def check_generation_length(self, max_length):
+        """Raises a ValueError if the positions cannot reach `max_length`
+        (learned positions past the model's `max_length`)."""
+        limit = self.position_limit
+        if limit is not None and max_length > limit:
+            raise ValueError(
+                f"`max_length` must be at most the model's max_length={limit}: "
+                f"its input positions (input_positions={self.input_positions!r}) "
+                f"are a learned table of {limit} rows; received "
+                f"max_length={max_length}. "
+                "Positions computed at any index (input_positions='sinusoidal' "
+                "or None, with attention_positions None, 'rotary', 'alibi' or "
+                "'relative') generate past the training length."
+            )
+
     def initial_cache(self, batch_size, max_length):
         """Empty key/value caches of the blocks,
-        `(B, 2, max_length, num_key_value_heads, H)` each."""
-        # Only a table of positions (learned) ends at the model's max_length.
-        table = getattr(self.position_embedding, "sequence_length", None)
-        if table is not None and max_length > table:
-            raise ValueError(
-                f"`max_length` must be at most the model's max_length="
-                f"{self.max_length} (its positions); received max_length={max_length}."
-            )
+        `(B, 2, max_length, num_key_value_heads, H)` each; `max_length` past
+        the model's own where its positions allow (`position_limit`)."""
+        self.check_generation_length(max_length)
         return [
             block.initial_self_attention_cache(batch_size, max_length)
             for block in self.blocks

@@ -269,9 +269,43 @@ def test_input_and_attention_positions_combine():
     assert model(token_ids()).shape[-1] == model.vocabulary_size
 
 
+@pytest.mark.parametrize(
+    "input_positions, attention_positions",
+    [(None, "rotary"), (None, "alibi"), ("sinusoidal", None)],
+)
+def test_generation_goes_past_max_length_with_positions_computed_at_any_index(
+    input_positions, attention_positions
+):
+    # Twice the trained length, through the cache: the same tokens as the
+    # argmax of a full forward pass over the tokens so far, re-fed. One row's
+    # prompt is itself longer than max_length (fed through the cache past it).
+    model = tiny_gpt(
+        input_positions=input_positions, attention_positions=attention_positions
+    )
+    assert model.position_limit is None
+    prompts = np.zeros((2, 20), "int32")
+    prompts[0, :3] = token_ids(1, 3, seed=1)[0]
+    prompts[1] = token_ids(1, 20, seed=2)[0]
+    tokens = np.asarray(model.generate(prompts, max_length=32))
+    assert tokens.shape == (2, 32)
+    for row, prompt in zip(tokens, prompts, strict=True):
+        given = [int(t) for t in prompt if t]
+        assert row.tolist() == greedy_by_full_forward(model, given, 32)
+    assert model.initial_cache(2, 32)[0].shape[2] == 32  # sized for the request
+
+
 def test_learned_positions_refuse_a_cache_past_max_length():
+    model = tiny_gpt()
+    assert model.position_limit == 16
+    message = (
+        r"at most the model's max_length=16: its input positions "
+        r"\(input_positions='learned'\) are a learned table of 16 rows; "
+        r"received max_length=32"
+    )
+    with pytest.raises(ValueError, match=message):
+        model.generate(token_ids(1, 3), max_length=32)
     with pytest.raises(ValueError, match="at most the model's max_length=16"):
-        tiny_gpt().initial_cache(1, 17)
+        model.initial_cache(1, 17)
     with pytest.raises(ValueError, match="Unknown `attention_positions`: 't5'"):
         tiny_gpt(attention_positions="t5")
 
