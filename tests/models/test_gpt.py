@@ -21,7 +21,8 @@ def greedy_by_full_forward(model, prompt, max_length):
     (no cache): what `generate` must reproduce."""
     tokens = list(prompt)
     while len(tokens) < max_length:
-        logits = np.asarray(model(np.array([tokens], "int32")))[0, -1]
+        logits = keras.ops.convert_to_numpy(model(np.array([tokens], "int32")))
+        logits = logits[0, -1]
         tokens.append(int(np.argmax(logits)))
         if tokens[-1] == model.end_token_id:
             break
@@ -286,7 +287,7 @@ def test_generation_goes_past_max_length_with_positions_computed_at_any_index(
     prompts = np.zeros((2, 20), "int32")
     prompts[0, :3] = token_ids(1, 3, seed=1)[0]
     prompts[1] = token_ids(1, 20, seed=2)[0]
-    tokens = np.asarray(model.generate(prompts, max_length=32))
+    tokens = keras.ops.convert_to_numpy(model.generate(prompts, max_length=32))
     assert tokens.shape == (2, 32)
     for row, prompt in zip(tokens, prompts, strict=True):
         given = [int(t) for t in prompt if t]
