@@ -233,13 +233,13 @@ def test_positions_decode_past_the_training_length(
         num_key_value_heads=1,
     )
     ids = token_ids(rows=2, length=24)
-    full = np.asarray(model(ids))
+    full = keras.ops.convert_to_numpy(model(ids))
     cache = model.initial_cache(2, 24)
     assert tuple(cache[0].shape) == (2, 2, 24, 1, 8)  # one key/value head
     steps = []
     for t in range(24):
         logits, cache = model.call_with_cache(ids[:, t : t + 1], cache, t)
-        steps.append(np.asarray(logits))
+        steps.append(keras.ops.convert_to_numpy(logits))
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
 
 
