@@ -3,6 +3,7 @@ from keras import ops
 
 from keras_attention._checks import check_rate
 from keras_attention.layers.dropout import Dropout
+from keras_attention.layers.multi_head_attention import check_cache_dtype
 from keras_attention.layers.positions import (
     ATTENTION_POSITIONS,
     INPUT_POSITIONS,
@@ -61,6 +62,14 @@ class GPT(PackedInputsMixin, LanguageModel):
             `attention_positions` with `input_positions=None`.
         num_key_value_heads: key/value heads of the attention (grouped-query
             attention: a smaller decoding cache); default `num_heads`.
+        cache_dtype: the storage of the key/value caches of `generate`:
+            None (the compute dtype) or `"int8"`, keys and values quantized
+            per row of `head_dim` values with one scale each, `2 *
+            num_key_value_heads * (head_dim + 2)` bytes per token and block
+            against `8 * num_key_value_heads * head_dim` in float32
+            (0.28x at `head_dim=16`; see `MultiHeadAttention`'s
+            `cache_dtype`). The logits then differ from the float cache's by
+            the quantization error; training and `call` are unchanged.
         end_token_id: optional token at which `generate` stops.
         tokenizer: optional keras-hub tokenizer saved with the model.
         **kwargs: `name`, `dtype` and other model arguments.
@@ -124,6 +133,7 @@ class GPT(PackedInputsMixin, LanguageModel):
         "input_positions",
         "attention_positions",
         "num_key_value_heads",
+        "cache_dtype",
     )
 
     def __init__(
@@ -140,6 +150,7 @@ class GPT(PackedInputsMixin, LanguageModel):
         input_positions="learned",
         attention_positions=None,
         num_key_value_heads=None,
+        cache_dtype=None,
         end_token_id=None,
         tokenizer=None,
         dtype=None,
@@ -162,6 +173,7 @@ class GPT(PackedInputsMixin, LanguageModel):
             attention_positions=attention_positions,
         )
         check_rate("dropout", dropout)
+        check_cache_dtype(cache_dtype)
         INPUT_POSITIONS.check(input_positions)
         ATTENTION_POSITIONS.check(attention_positions)
         if hidden_dim % num_heads:
@@ -196,6 +208,7 @@ class GPT(PackedInputsMixin, LanguageModel):
                 normalize_first=True,
                 num_key_value_heads=num_key_value_heads,
                 attention_positions=attention_positions,
+                cache_dtype=cache_dtype,
                 dtype=dtype,
                 name=f"decoder_block_{i}",
             )
@@ -256,7 +269,8 @@ class GPT(PackedInputsMixin, LanguageModel):
 
     def initial_cache(self, batch_size, max_length):
         """Empty key/value caches of the blocks,
-        `(B, 2, max_length, num_key_value_heads, H)` each; `max_length` past
+        `(B, 2, max_length, num_key_value_heads, H)` each (the quantized
+        pair `(values, scales)` with `cache_dtype="int8"`); `max_length` past
         the model's own where its positions allow (`position_limit`)."""
         self.check_generation_length(max_length)
         return [

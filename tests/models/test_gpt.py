@@ -405,3 +405,87 @@ def test_a_packed_row_in_a_functional_model_and_after_saving(tmp_path):
 def test_bad_packed_inputs_are_named(inputs, message):
     with pytest.raises(ValueError, match=message):
         tiny_gpt()(inputs)
+
+
+# -- the int8 cache --------------------------------------------------------------
+
+# Logits through the int8 cache stay within this of the float cache's (tiny
+# GPTs of N(0, 0.02) weights, logits of magnitude about 0.5; the float cache
+# matches the full forward pass within 1e-5).
+INT8_LOGITS_TOLERANCE = 5e-3
+
+
+def int8_and_float_gpts(**kwargs):
+    """The same weights with a float and an int8 cache (head_dim 16)."""
+    sizes = {"hidden_dim": 32, "input_positions": None, "attention_positions": "rotary"}
+    float_cache = tiny_gpt(**{**sizes, **kwargs})
+    int8_cache = tiny_gpt(cache_dtype="int8", **{**sizes, **kwargs})
+    int8_cache.set_weights(float_cache.get_weights())
+    return float_cache, int8_cache
+
+
+def test_an_int8_cache_decodes_close_to_the_float_cache():
+    float_model, int8_model = int8_and_float_gpts()
+    ids = token_ids(rows=2, length=24)  # past max_length too (rotary)
+    float_cache = float_model.initial_cache(2, 24)
+    int8_cache = int8_model.initial_cache(2, 24)
+    differences = []
+    for t in range(24):
+        expected, float_cache = float_model.decode_step(ids[:, t], float_cache, t)
+        got, int8_cache = int8_model.decode_step(ids[:, t], int8_cache, t)
+        expected = keras.ops.convert_to_numpy(expected)
+        differences.append(np.abs(keras.ops.convert_to_numpy(got) - expected).max())
+    assert max(differences) < INT8_LOGITS_TOLERANCE, differences
+
+    # Memory per token, from the cache arrays: int8 values and a 2-byte
+    # scale per row of 16, 2 * 2 heads * (16 + 2) bytes per block, against
+    # 2 * 2 * 16 * 4 in float32.
+    def bytes_per_token(cache):
+        parts = keras.tree.flatten(cache)
+        total = sum(keras.ops.convert_to_numpy(part).nbytes for part in parts)
+        return total / (2 * 24)
+
+    assert bytes_per_token(int8_cache) == 2 * 2 * 2 * (16 + 2)
+    assert bytes_per_token(float_cache) == 2 * 2 * 2 * 16 * 4
+    assert bytes_per_token(int8_cache) <= 0.3 * bytes_per_token(float_cache)
+
+
+@pytest.mark.parametrize("jit_compile", [True, False])
+def test_int8_greedy_generation_picks_the_float_caches_tokens_where_margins_allow(
+    jit_compile,
+):
+    float_model, int8_model = int8_and_float_gpts()
+    prompts = token_ids(3, 3, seed=3)
+    expected = keras.ops.convert_to_numpy(
+        float_model.generate(prompts, max_length=12, jit_compile=jit_compile)
+    )
+    got = keras.ops.convert_to_numpy(
+        int8_model.generate(prompts, max_length=12, jit_compile=jit_compile)
+    )
+    for got_row, row in zip(got, expected, strict=True):
+        differ = np.flatnonzero(got_row != row)
+        if differ.size:  # only where the float logits nearly tie
+            first = differ[0]
+            logits = keras.ops.convert_to_numpy(float_model(row[None, :first]))
+            top_two = np.sort(logits[0, -1])[-2:]
+            assert top_two[1] - top_two[0] < 2 * INT8_LOGITS_TOLERANCE, (row, got_row)
+
+
+def test_the_cache_dtype_is_saved_and_checked(tmp_path):
+    _, model = int8_and_float_gpts()
+    assert model.get_config()["cache_dtype"] == "int8"
+    assert model.blocks[0].get_config()["cache_dtype"] == "int8"
+    prompts = token_ids(2, 3)
+    tokens = keras.ops.convert_to_numpy(model.generate(prompts, max_length=8))
+    path = str(tmp_path / "gpt_int8.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.cache_dtype == "int8"
+    assert loaded.blocks[0].self_attention.cache_dtype == "int8"
+    values, scales = loaded.initial_cache(1, 4)[0]
+    assert keras.ops.convert_to_numpy(values).dtype == np.int8
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(loaded.generate(prompts, max_length=8)), tokens
+    )
+    with pytest.raises(ValueError, match="Unknown `cache_dtype`: 'int4'"):
+        tiny_gpt(cache_dtype="int4")
