@@ -74,7 +74,9 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
       query steps are written into the cache at that position; without one,
       the cache is used as the precomputed keys/values (cross-attention over
       a fixed encoder output). With a cache the call returns
-      `(output, cache)` (or `(output, scores, cache)`).
+      `(output, cache)` (or `(output, scores, cache)`). With
+      `cache_dtype="int8"` the cache is stored quantized, about 4x smaller
+      than float32.
     - **memory-efficient attention** for long sequences (online softmax over
       tiles of queries and keys, the tiles above a causal diagonal or outside
       a sliding window skipped, forward and backward, on every backend and on
