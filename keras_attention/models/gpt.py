@@ -62,6 +62,8 @@ class GPT(PackedInputsMixin, LanguageModel):
             `attention_positions` with `input_positions=None`.
         num_key_value_heads: key/value heads of the attention (grouped-query
             attention: a smaller decoding cache); default `num_heads`.
+        end_token_id: optional token at which `generate` stops.
+        tokenizer: optional keras-hub tokenizer saved with the model.
         cache_dtype: the storage of the key/value caches of `generate`:
             None (the compute dtype) or `"int8"`, keys and values quantized
             per row of `head_dim` values with one scale each, `2 *
@@ -70,8 +72,6 @@ class GPT(PackedInputsMixin, LanguageModel):
             (0.28x at `head_dim=16`; see `MultiHeadAttention`'s
             `cache_dtype`). The logits then differ from the float cache's by
             the quantization error; training and `call` are unchanged.
-        end_token_id: optional token at which `generate` stops.
-        tokenizer: optional keras-hub tokenizer saved with the model.
         **kwargs: `name`, `dtype` and other model arguments.
 
     Call arguments:
@@ -150,9 +150,10 @@ class GPT(PackedInputsMixin, LanguageModel):
         input_positions="learned",
         attention_positions=None,
         num_key_value_heads=None,
-        cache_dtype=None,
         end_token_id=None,
         tokenizer=None,
+        # After the earlier arguments, whose positions it keeps.
+        cache_dtype=None,
         dtype=None,
         **kwargs,
     ):
