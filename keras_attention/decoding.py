@@ -600,9 +600,8 @@ class LanguageModelGenerationMixin:
     """`generate` for a decoder-only language model (`GPT`, the LSTM
     baseline): continues prompts greedily or with a keras-hub sampler.
 
-    The model provides `max_length` (the default and the longest output;
-    None: no limit but the one given), `end_token_id` (None: no end token)
-    and implements:
+    The model provides `max_length` (the default output length),
+    `end_token_id` (None: no end token) and implements:
 
     - `initial_cache(batch_size, max_length)`: the cache before the first
       token (key/value caches, recurrent states), batch on axis 0;
@@ -611,7 +610,11 @@ class LanguageModelGenerationMixin:
       cache;
     - optionally `call_with_cache(token_ids, cache, index)`: the same for
       `(B, T)` tokens at once (logits `(B, T, V)`); a model that has it is
-      prefilled in one pass (`prefill`).
+      prefilled in one pass (`prefill`);
+    - optionally `check_generation_length(max_length)`: refuses an output
+      length the model cannot reach; by default the longest is the model's
+      `max_length` (None: any length). `GPT` allows any length unless its
+      positions are a learned table.
     """
 
     def generate(self, prompt_ids, max_length=None, sampler="greedy", jit_compile=True):
@@ -628,7 +631,14 @@ class LanguageModelGenerationMixin:
             prompt_ids: int `(B, P)`, each row's prompt, right-padded with
                 0; at least one token per row.
             max_length: the length of the output, prompt included; defaults
-                to the model's `max_length`.
+                to the model's `max_length`. It may exceed the model's
+                `max_length` where the model's positions are defined at any
+                position (`GPT` with rotary, ALiBi, T5's relative or
+                sinusoidal positions, or none): the cache is then sized for
+                `max_length` and the positions computed past the trained
+                length. A model with a learned table of positions (`GPT`'s
+                default) stops at its `max_length`, as does the LSTM
+                baseline (`check_generation_length`).
             sampler: `"greedy"` (the most probable token, written here with
                 `keras.ops`: the same tokens as keras-hub's `GreedySampler`,
                 without keras-hub), or a keras-hub sampler
@@ -657,13 +667,14 @@ class LanguageModelGenerationMixin:
             )
         max_length = max_length or self.max_length
         check_positive_int("max_length", max_length)
-        limit = self.max_length or max_length
         width = prompt_ids.shape[1]
-        if not width <= max_length <= limit:
+        if max_length < width:
             raise ValueError(
-                f"`max_length` must be from the prompt's length ({width}) to the "
-                f"model's max_length ({limit}); received max_length={max_length}."
+                f"`max_length` must be from the prompt's length ({width}) on: "
+                "the output holds the prompt; received "
+                f"max_length={max_length}."
             )
+        self.check_generation_length(max_length)
         if _is_greedy(sampler):  # written here: no keras-hub
             variables = ()
         else:
@@ -717,6 +728,17 @@ class LanguageModelGenerationMixin:
         """`cache` after the tokens `(B, T)` at positions `0..T-1` (see the
         module's `prefill`)."""
         return prefill(self, token_ids, cache)
+
+    def check_generation_length(self, max_length):
+        """Raises a ValueError if `generate` cannot reach `max_length`
+        tokens: by default past the model's `max_length` (None: no limit).
+        Models whose positions go on past it override this."""
+        limit = self.max_length
+        if limit is not None and max_length > limit:
+            raise ValueError(
+                f"`max_length` must be at most the model's max_length ({limit}); "
+                f"received max_length={max_length}."
+            )
 
     def initial_cache(self, batch_size, max_length):
         """The cache before the first token, batch on axis 0."""

@@ -54,13 +54,16 @@ class GroupedQueryAttention(MultiHeadAttention):
         use_gate: gate the attention output with `sigmoid(query W^G)`.
         seed: dropout seed.
         **kwargs: `MultiHeadAttention`'s other arguments (`chunk_size`,
-            `attention_positions`, `max_wavelength`, `alibi_bias_max`) and the
-            base layer arguments.
+            `attention_positions`, `max_wavelength`, `alibi_bias_max`,
+            `cache_dtype`: `"int8"` for a quantized decoding cache, about 4x
+            smaller than float32, `2 * num_key_value_heads * (head_dim + 2)`
+            bytes per token) and the base layer arguments.
 
     Call arguments:
         Those of `MultiHeadAttention`: `query`, `value`, `key`, the masks,
         `return_attention_scores`, `training`, `use_causal_mask`, the
-        `cache` `(B, 2, max_length, num_key_value_heads, head_dim)` with its
+        `cache` `(B, 2, max_length, num_key_value_heads, head_dim)` (or the
+        quantized pair `(values, scales)` of `cache_dtype="int8"`) with its
         `cache_update_index`, and `segment_ids` (packed sequences: int
         `(B, T)` document ids, or a pair `(query_ids, key_ids)`, the only
         form with a cache).
@@ -189,6 +192,8 @@ class GroupedQueryAttention(MultiHeadAttention):
             config["flash_attention"] = self._flash_attention_argument
         if self._chunk_size is not None:
             config["chunk_size"] = self._chunk_size
+        if self._cache_dtype is not None:
+            config["cache_dtype"] = self._cache_dtype
         if self._attention_positions is not None:
             config["attention_positions"] = self._attention_positions
             config["max_wavelength"] = self._max_wavelength

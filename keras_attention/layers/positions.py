@@ -39,12 +39,22 @@ class PositionRegistry:
         builders: `{name: function}`; what the function takes and returns
             is the kind's (see `INPUT_POSITIONS`, `ATTENTION_POSITIONS`).
         description: what the kind is, in a few words.
+        bounded: the names whose positions stop at the length they are
+            built for (a table of positions, such as learned ones); the
+            others are computed at any position, so a model that uses only
+            those reads and generates sequences of any length.
     """
 
-    def __init__(self, argument, builders, description):
+    def __init__(self, argument, builders, description, bounded=()):
         self.argument = argument
         self.description = description
         self._builders = dict(builders)
+        unknown = [kind for kind in bounded if kind not in self._builders]
+        if unknown:
+            raise ValueError(
+                f"`bounded` must name some of {self.names}; received {unknown}."
+            )
+        self._bounded = tuple(bounded)
 
     @property
     def names(self):
@@ -56,6 +66,17 @@ class PositionRegistry:
             return kind in self._builders
         except TypeError:  # an unhashable value is no name
             return False
+
+    @property
+    def bounded(self):
+        """The names whose positions end at the length they are built for."""
+        return self._bounded
+
+    def is_bounded(self, kind):
+        """Whether the positions `kind` names (after `check`) end at the
+        length they are built for, rather than being computed at any
+        position."""
+        return self.check(kind) in self._bounded
 
     def check(self, kind):
         """Returns `kind` if it is one of `names`, else raises a ValueError
@@ -110,6 +131,9 @@ INPUT_POSITIONS = PositionRegistry(
         None: _no_input_positions,
     },
     "positions added to the token embeddings",
+    # A learned table has one row per position it was built for; sinusoidal
+    # positions are computed from the index, at any index.
+    bounded=("learned",),
 )
 
 
@@ -170,6 +194,9 @@ ATTENTION_POSITIONS = PositionRegistry(
         "relative": _relative,
     },
     "positions inside attention",
+    # RoPE's angles and ALiBi's bias are computed from the index, and T5's
+    # buckets saturate (every offset past 128 shares the last bucket): none
+    # ends at a length.
 )
 
 _REGISTRIES = (INPUT_POSITIONS, ATTENTION_POSITIONS)

@@ -94,7 +94,12 @@ class TransformerBlockBase(keras.layers.Layer):
         return head_size
 
     def _build_attention_sublayer(
-        self, name, query_shape, value_shape, attention_positions=None
+        self,
+        name,
+        query_shape,
+        value_shape,
+        attention_positions=None,
+        cache_dtype=None,
     ):
         """The attention `name` from `query_shape` to `value_shape`, with its
         layer normalization `{name}_layer_norm` and dropout `{name}_dropout`,
@@ -104,6 +109,7 @@ class TransformerBlockBase(keras.layers.Layer):
             key_dim=self._head_size(query_shape[-1]),
             num_key_value_heads=self.num_key_value_heads,
             attention_positions=attention_positions,
+            cache_dtype=cache_dtype,
             dropout=self.dropout,
             chunk_size=self.chunk_size,
             kernel_initializer=clone_initializer(self.kernel_initializer),
@@ -125,7 +131,13 @@ class TransformerBlockBase(keras.layers.Layer):
             self.self_attention_layer_norm,
             self.self_attention_dropout,
         ) = self._build_attention_sublayer(
-            "self_attention", input_shape, input_shape, self.attention_positions
+            "self_attention",
+            input_shape,
+            input_shape,
+            self.attention_positions,
+            # The decoder's: only its self-attention cache grows with the
+            # decoded tokens.
+            getattr(self, "cache_dtype", None),
         )
 
     def _build_feedforward(self, input_shape):

@@ -3,6 +3,10 @@ from operator import attrgetter
 import keras
 from keras import ops
 
+from keras_attention.layers.multi_head_attention import (
+    cache_slots,
+    check_cache_dtype,
+)
 from keras_attention.layers.transformer_block_base import (
     TransformerBlockBase,
     as_tuple,
@@ -24,7 +28,16 @@ class TransformerDecoderBlock(TransformerBlockBase):
     Its constructor is `TransformerEncoderBlock`'s (both are
     `TransformerBlockBase`'s), with the same arguments and defaults;
     `attention_positions` applies to the self-attention, the cross-attention
-    has none.
+    has none. One more argument:
+
+    Args:
+        cache_dtype: the storage of the self-attention cache
+            (`initial_self_attention_cache`): None (the compute dtype) or
+            `"int8"`, keys and values quantized per row, `2 *
+            num_key_value_heads * (head_dim + 2)` bytes per token, about 4x
+            smaller than float32 (see `MultiHeadAttention`'s `cache_dtype`).
+            The cross-attention cache, computed once per source, stays in
+            the compute dtype.
 
     Call arguments:
         decoder_sequence: `(B, T, hidden_dim)`.
@@ -39,7 +52,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
             values: NaN there reaches no real token's output.
         encoder_attention_mask: boolean `(B, T, S)`.
         self_attention_cache: `(B, 2, max_length, N, H)` keys/values of the
-            tokens decoded so far (see `MultiHeadAttention.initial_cache`).
+            tokens decoded so far, or the quantized pair `(values, scales)`
+            of `cache_dtype="int8"` (see `MultiHeadAttention.initial_cache`).
         self_attention_cache_update_index: position of the first token of
             `decoder_sequence` in the cache.
         cross_attention_cache: `(B, 2, S, N, H)`, the encoder keys/values
@@ -97,11 +111,15 @@ class TransformerDecoderBlock(TransformerBlockBase):
     _cross_attention_layer = property(attrgetter("cross_attention"))
     _cross_attention_layer_norm = property(attrgetter("cross_attention_layer_norm"))
 
+    def __init__(self, *args, cache_dtype=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cache_dtype = check_cache_dtype(cache_dtype)
+
     def _cache_padding_mask(self, padding_mask, cache):
         if padding_mask is None:
             return None
         padding_mask = ops.convert_to_tensor(padding_mask)
-        slots, length = cache.shape[2], padding_mask.shape[-1]
+        slots, length = cache_slots(cache), padding_mask.shape[-1]
         if slots is not None and length is not None and slots != length:
             raise ValueError(
                 "With a `self_attention_cache`, `decoder_padding_mask` must "
@@ -248,8 +266,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
         has_cross = self.cross_attention is not None
         if self_attention_cache is not None:
             results.append(
-                keras.KerasTensor(
-                    self_attention_cache.shape, dtype=self_attention_cache.dtype
+                keras.tree.map_structure(
+                    lambda part: keras.KerasTensor(part.shape, dtype=part.dtype),
+                    self_attention_cache,
                 )
             )
             if has_cross:
@@ -293,5 +312,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
         return self.cross_attention.compute_key_value_cache(encoder_sequence)
 
     def initial_self_attention_cache(self, batch_size, max_length, dtype=None):
-        """An empty self-attention cache for `max_length` decoding steps."""
+        """An empty self-attention cache for `max_length` decoding steps, in
+        `dtype` (default: `cache_dtype`, else the compute dtype)."""
         return self.self_attention.initial_cache(batch_size, max_length, dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "cache_dtype": self.cache_dtype}

@@ -3,6 +3,7 @@ from keras import ops
 
 from keras_attention._checks import check_rate
 from keras_attention.layers.dropout import Dropout
+from keras_attention.layers.multi_head_attention import check_cache_dtype
 from keras_attention.layers.positions import (
     ATTENTION_POSITIONS,
     INPUT_POSITIONS,
@@ -33,8 +34,12 @@ class GPT(PackedInputsMixin, LanguageModel):
 
     Args:
         vocabulary_size: number of token ids (0 is padding).
-        max_length: the number of positions (the longest input, and
-            `generate`'s default and longest output).
+        max_length: the length the model is built and trained for:
+            `generate`'s default output length, and with learned positions
+            (a table of `max_length` rows) the longest input and output.
+            Positions computed at any index (sinusoidal input positions,
+            rotary, ALiBi or relative attention positions, or none) read
+            and generate longer sequences.
         hidden_dim: the model width.
         num_heads: attention heads per block.
         num_layers: decoder blocks.
@@ -59,6 +64,14 @@ class GPT(PackedInputsMixin, LanguageModel):
             attention: a smaller decoding cache); default `num_heads`.
         end_token_id: optional token at which `generate` stops.
         tokenizer: optional keras-hub tokenizer saved with the model.
+        cache_dtype: the storage of the key/value caches of `generate`:
+            None (the compute dtype) or `"int8"`, keys and values quantized
+            per row of `head_dim` values with one scale each, `2 *
+            num_key_value_heads * (head_dim + 2)` bytes per token and block
+            against `8 * num_key_value_heads * head_dim` in float32
+            (0.28x at `head_dim=16`; see `MultiHeadAttention`'s
+            `cache_dtype`). The logits then differ from the float cache's by
+            the quantization error; training and `call` are unchanged.
         **kwargs: `name`, `dtype` and other model arguments.
 
     Call arguments:
@@ -91,6 +104,14 @@ class GPT(PackedInputsMixin, LanguageModel):
     logits = model(np.array([[5, 6, 7]]))  # (1, 3, 50)
     tokens = model.generate(np.array([[5, 6, 7]]), max_length=10)  # (1, 10)
     sampled = model.generate(np.array([[5, 6, 7]]), max_length=10, sampler="top_p")
+
+    # Rotary positions are computed at any index: generate past max_length.
+    rotary = keras_attention.models.GPT(
+        vocabulary_size=50, max_length=32, hidden_dim=32, num_heads=2,
+        num_layers=2, intermediate_dim=64, input_positions=None,
+        attention_positions="rotary",
+    )
+    longer = rotary.generate(np.array([[5, 6, 7]]), max_length=64)  # (1, 64)
     ```
 
     References:
@@ -112,6 +133,7 @@ class GPT(PackedInputsMixin, LanguageModel):
         "input_positions",
         "attention_positions",
         "num_key_value_heads",
+        "cache_dtype",
     )
 
     def __init__(
@@ -130,6 +152,8 @@ class GPT(PackedInputsMixin, LanguageModel):
         num_key_value_heads=None,
         end_token_id=None,
         tokenizer=None,
+        # After the earlier arguments, whose positions it keeps.
+        cache_dtype=None,
         dtype=None,
         **kwargs,
     ):
@@ -150,6 +174,7 @@ class GPT(PackedInputsMixin, LanguageModel):
             attention_positions=attention_positions,
         )
         check_rate("dropout", dropout)
+        check_cache_dtype(cache_dtype)
         INPUT_POSITIONS.check(input_positions)
         ATTENTION_POSITIONS.check(attention_positions)
         if hidden_dim % num_heads:
@@ -184,6 +209,7 @@ class GPT(PackedInputsMixin, LanguageModel):
                 normalize_first=True,
                 num_key_value_heads=num_key_value_heads,
                 attention_positions=attention_positions,
+                cache_dtype=cache_dtype,
                 dtype=dtype,
                 name=f"decoder_block_{i}",
             )
@@ -217,16 +243,37 @@ class GPT(PackedInputsMixin, LanguageModel):
         self.blocks = blocks
         self.final_norm = final_norm
 
+    @property
+    def position_limit(self):
+        """The longest sequence the positions reach: the model's
+        `max_length` with learned input positions (a table of that many
+        rows), None (any length) when every position the model uses is
+        computed from its index."""
+        if INPUT_POSITIONS.is_bounded(self.input_positions):
+            return self.max_length
+        return None
+
+    def check_generation_length(self, max_length):
+        """Raises a ValueError if the positions cannot reach `max_length`
+        (learned positions past the model's `max_length`)."""
+        limit = self.position_limit
+        if limit is not None and max_length > limit:
+            raise ValueError(
+                f"`max_length` must be at most the model's max_length={limit}: "
+                f"its input positions (input_positions={self.input_positions!r}) "
+                f"are a learned table of {limit} rows; received "
+                f"max_length={max_length}. "
+                "Positions computed at any index (input_positions='sinusoidal' "
+                "or None, with attention_positions None, 'rotary', 'alibi' or "
+                "'relative') generate past the training length."
+            )
+
     def initial_cache(self, batch_size, max_length):
         """Empty key/value caches of the blocks,
-        `(B, 2, max_length, num_key_value_heads, H)` each."""
-        # Only a table of positions (learned) ends at the model's max_length.
-        table = getattr(self.position_embedding, "sequence_length", None)
-        if table is not None and max_length > table:
-            raise ValueError(
-                f"`max_length` must be at most the model's max_length="
-                f"{self.max_length} (its positions); received max_length={max_length}."
-            )
+        `(B, 2, max_length, num_key_value_heads, H)` each (the quantized
+        pair `(values, scales)` with `cache_dtype="int8"`); `max_length` past
+        the model's own where its positions allow (`position_limit`)."""
+        self.check_generation_length(max_length)
         return [
             block.initial_self_attention_cache(batch_size, max_length)
             for block in self.blocks

@@ -7,10 +7,12 @@ import pytest
 from keras import ops
 
 from keras_attention.layers import (
+    GroupedQueryAttention,
     MultiHeadAttention,
     RotaryEmbedding,
     TokenAndPositionEmbedding,
 )
+from keras_attention.layers import multi_head_attention as mha_module
 from keras_attention.ops import alibi_slopes
 from tests import numpy_reference as ref
 from tests.keras_versions import requires_keras_3_15_files, skip_unless_keras_accepts
@@ -809,3 +811,78 @@ def test_packed_gradients_agree_on_both_paths(causal):
     chunked = trainable_gradients(layer.trainable_variables, loss(2))
     for a, b in zip(standard, chunked, strict=True):
         np.testing.assert_allclose(a, b, atol=2e-5)
+
+
+# -- the int8 cache ------------------------------------------------------------
+
+
+def cache_bytes_per_token(cache):
+    """Bytes a cache (a tensor or the quantized pair) holds per position."""
+    parts = keras.tree.flatten(cache)
+    slots = parts[0].shape[2]
+    return sum(
+        int(np.prod(part.shape)) * np.dtype(ops.convert_to_numpy(part).dtype).itemsize
+        for part in parts
+    ) / (slots * parts[0].shape[0])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **kw: MultiHeadAttention(num_heads=2, key_dim=16, **kw),
+        lambda **kw: GroupedQueryAttention(16, 4, 2, **kw),
+    ],
+    ids=["multi_head", "grouped_query"],
+)
+def test_an_int8_cache_decodes_close_to_the_float_cache(make):
+    layer = make(cache_dtype="int8")
+    x = rng.normal(size=(B, T, 32)).astype("float32")
+    full = np_(layer(x, x, use_causal_mask=True))
+    cache = layer.initial_cache(B, T)
+    values, scales = cache
+    assert ops.convert_to_numpy(values).dtype == np.int8
+    assert ops.convert_to_numpy(scales).dtype == np.int16
+    assert tuple(values.shape) == (B, 2, T, 2, 16)
+    assert tuple(scales.shape) == (B, 2, T, 2)  # one scale per row of key_dim
+    steps = []
+    for t in range(T):
+        out, cache = layer(
+            x[:, t : t + 1],
+            x[:, t : t + 1],
+            use_causal_mask=True,
+            cache=cache,
+            cache_update_index=t,
+        )
+        steps.append(np_(out))
+    # Each key and value is within half a step (max|row| / 254) of its own.
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=3e-2)
+    # 2 * 2 heads * (16 + 2) bytes, against 2 * 2 * 16 * 4 in float32.
+    float_cache = make().initial_cache(B, T)
+    assert cache_bytes_per_token(cache) == 2 * 2 * (16 + 2)
+    assert cache_bytes_per_token(float_cache) == 2 * 2 * 16 * 4
+    assert cache_bytes_per_token(cache) <= 0.3 * cache_bytes_per_token(float_cache)
+    config = layer.get_config()
+    assert config["cache_dtype"] == "int8"
+    assert type(layer).from_config(config).cache_dtype == "int8"
+
+
+def test_int8_rows_are_within_half_a_step_of_the_values():
+    # Rows of three magnitudes: the scale follows each row.
+    x = rng.normal(size=(3, 5, 16)) * np.array([1e-3, 1.0, 1e3])[:, None, None]
+    x = x.astype("float32")
+    x[0, 0] = 0.0  # a row of zeros keeps zeros
+    values, codes = mha_module.quantize_rows(x)
+    back = np_(mha_module.dequantize_rows(values, codes))
+    half_step = np.abs(x).max(-1, keepdims=True) / 254
+    assert np.all(np.abs(back - x) <= half_step * 1.001 + 1e-12)
+    assert np.all(back[0, 0] == 0.0)
+    scales = np_(mha_module.decode_scales(codes))
+    np.testing.assert_allclose(scales, np.abs(x).max(-1) / 127, rtol=4e-4, atol=1e-30)
+
+
+@pytest.mark.parametrize("cache_dtype", ["int4", "float32", 8, "INT8"])
+def test_a_bad_cache_dtype_is_refused_by_name(cache_dtype):
+    with pytest.raises(
+        ValueError, match=f"Unknown `cache_dtype`: {cache_dtype!r}.*'int8'"
+    ):
+        MultiHeadAttention(num_heads=2, key_dim=8, cache_dtype=cache_dtype)

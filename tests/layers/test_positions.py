@@ -49,6 +49,28 @@ def test_registries_hold_the_names_of_each_kind():
     assert ATTENTION_POSITIONS.names == (None, "rotary", "alibi", "relative")
 
 
+def test_only_learned_positions_end_at_the_length_they_are_built_for():
+    # What lets GPT generate past its max_length: every other name is
+    # computed at any position.
+    assert INPUT_POSITIONS.bounded == ("learned",)
+    assert ATTENTION_POSITIONS.bounded == ()
+    assert INPUT_POSITIONS.is_bounded("learned")
+    assert not INPUT_POSITIONS.is_bounded("sinusoidal")
+    assert not INPUT_POSITIONS.is_bounded(None)
+    assert not any(map(ATTENTION_POSITIONS.is_bounded, ATTENTION_POSITIONS.names))
+    with pytest.raises(ValueError, match="Unknown `input_positions`: 'table'"):
+        INPUT_POSITIONS.is_bounded("table")
+    # Far past any length a model is built for, the computed positions are
+    # those of one long pass.
+    x = keras.random.normal((1, 4100, 8), seed=0)
+    sinusoidal = SinusoidalPositionEncoding()
+    np.testing.assert_allclose(
+        np_(sinusoidal(x[:, -3:], start_index=4097)),
+        np_(sinusoidal(x))[:, -3:],
+        atol=1e-4,
+    )
+
+
 def test_input_positions_build_the_layer_added_to_the_embeddings():
     def build(name):
         return INPUT_POSITIONS.build(

@@ -740,3 +740,27 @@ def test_blocks_name_bad_segment_ids():
         block(X, segment_ids=PACKED_IDS.astype("float32"))
     with pytest.raises(ValueError, match=r"\(batch, 6\); received shape \(2, 4\)"):
         block(X, segment_ids=PACKED_IDS[:, :4])
+
+
+def test_decoder_int8_self_attention_cache_decodes_close_to_one_pass():
+    block = TransformerDecoderBlock(32, 2, cache_dtype="int8")
+    full = np_(block(X, ENC))
+    assert block.get_config()["cache_dtype"] == "int8"
+    assert TransformerDecoderBlock.from_config(block.get_config()).cache_dtype == "int8"
+    assert block.self_attention.cache_dtype == "int8"
+    assert block.cross_attention.cache_dtype is None  # computed once per source
+    self_cache = block.initial_self_attention_cache(B, T)
+    assert [ops.convert_to_numpy(p).dtype for p in self_cache] == [np.int8, np.int16]
+    cross_cache = block.compute_cross_attention_cache(ENC)
+    steps = []
+    for t in range(T):
+        out, self_cache, cross_cache = block(
+            X[:, t : t + 1],
+            self_attention_cache=self_cache,
+            self_attention_cache_update_index=t,
+            cross_attention_cache=cross_cache,
+        )
+        steps.append(np_(out))
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=3e-2)
+    with pytest.raises(ValueError, match="Unknown `cache_dtype`: 'uint8'"):
+        TransformerDecoderBlock(32, 2, cache_dtype="uint8")

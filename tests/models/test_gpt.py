@@ -21,7 +21,8 @@ def greedy_by_full_forward(model, prompt, max_length):
     (no cache): what `generate` must reproduce."""
     tokens = list(prompt)
     while len(tokens) < max_length:
-        logits = np.asarray(model(np.array([tokens], "int32")))[0, -1]
+        logits = keras.ops.convert_to_numpy(model(np.array([tokens], "int32")))
+        logits = logits[0, -1]
         tokens.append(int(np.argmax(logits)))
         if tokens[-1] == model.end_token_id:
             break
@@ -232,13 +233,13 @@ def test_positions_decode_past_the_training_length(
         num_key_value_heads=1,
     )
     ids = token_ids(rows=2, length=24)
-    full = np.asarray(model(ids))
+    full = keras.ops.convert_to_numpy(model(ids))
     cache = model.initial_cache(2, 24)
     assert tuple(cache[0].shape) == (2, 2, 24, 1, 8)  # one key/value head
     steps = []
     for t in range(24):
         logits, cache = model.call_with_cache(ids[:, t : t + 1], cache, t)
-        steps.append(np.asarray(logits))
+        steps.append(keras.ops.convert_to_numpy(logits))
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
 
 
@@ -269,9 +270,43 @@ def test_input_and_attention_positions_combine():
     assert model(token_ids()).shape[-1] == model.vocabulary_size
 
 
+@pytest.mark.parametrize(
+    "input_positions, attention_positions",
+    [(None, "rotary"), (None, "alibi"), ("sinusoidal", None)],
+)
+def test_generation_goes_past_max_length_with_positions_computed_at_any_index(
+    input_positions, attention_positions
+):
+    # Twice the trained length, through the cache: the same tokens as the
+    # argmax of a full forward pass over the tokens so far, re-fed. One row's
+    # prompt is itself longer than max_length (fed through the cache past it).
+    model = tiny_gpt(
+        input_positions=input_positions, attention_positions=attention_positions
+    )
+    assert model.position_limit is None
+    prompts = np.zeros((2, 20), "int32")
+    prompts[0, :3] = token_ids(1, 3, seed=1)[0]
+    prompts[1] = token_ids(1, 20, seed=2)[0]
+    tokens = keras.ops.convert_to_numpy(model.generate(prompts, max_length=32))
+    assert tokens.shape == (2, 32)
+    for row, prompt in zip(tokens, prompts, strict=True):
+        given = [int(t) for t in prompt if t]
+        assert row.tolist() == greedy_by_full_forward(model, given, 32)
+    assert model.initial_cache(2, 32)[0].shape[2] == 32  # sized for the request
+
+
 def test_learned_positions_refuse_a_cache_past_max_length():
+    model = tiny_gpt()
+    assert model.position_limit == 16
+    message = (
+        r"at most the model's max_length=16: its input positions "
+        r"\(input_positions='learned'\) are a learned table of 16 rows; "
+        r"received max_length=32"
+    )
+    with pytest.raises(ValueError, match=message):
+        model.generate(token_ids(1, 3), max_length=32)
     with pytest.raises(ValueError, match="at most the model's max_length=16"):
-        tiny_gpt().initial_cache(1, 17)
+        model.initial_cache(1, 17)
     with pytest.raises(ValueError, match="Unknown `attention_positions`: 't5'"):
         tiny_gpt(attention_positions="t5")
 
@@ -370,3 +405,87 @@ def test_a_packed_row_in_a_functional_model_and_after_saving(tmp_path):
 def test_bad_packed_inputs_are_named(inputs, message):
     with pytest.raises(ValueError, match=message):
         tiny_gpt()(inputs)
+
+
+# -- the int8 cache --------------------------------------------------------------
+
+# Logits through the int8 cache stay within this of the float cache's (tiny
+# GPTs of N(0, 0.02) weights, logits of magnitude about 0.5; the float cache
+# matches the full forward pass within 1e-5).
+INT8_LOGITS_TOLERANCE = 5e-3
+
+
+def int8_and_float_gpts(**kwargs):
+    """The same weights with a float and an int8 cache (head_dim 16)."""
+    sizes = {"hidden_dim": 32, "input_positions": None, "attention_positions": "rotary"}
+    float_cache = tiny_gpt(**{**sizes, **kwargs})
+    int8_cache = tiny_gpt(cache_dtype="int8", **{**sizes, **kwargs})
+    int8_cache.set_weights(float_cache.get_weights())
+    return float_cache, int8_cache
+
+
+def test_an_int8_cache_decodes_close_to_the_float_cache():
+    float_model, int8_model = int8_and_float_gpts()
+    ids = token_ids(rows=2, length=24)  # past max_length too (rotary)
+    float_cache = float_model.initial_cache(2, 24)
+    int8_cache = int8_model.initial_cache(2, 24)
+    differences = []
+    for t in range(24):
+        expected, float_cache = float_model.decode_step(ids[:, t], float_cache, t)
+        got, int8_cache = int8_model.decode_step(ids[:, t], int8_cache, t)
+        expected = keras.ops.convert_to_numpy(expected)
+        differences.append(np.abs(keras.ops.convert_to_numpy(got) - expected).max())
+    assert max(differences) < INT8_LOGITS_TOLERANCE, differences
+
+    # Memory per token, from the cache arrays: int8 values and a 2-byte
+    # scale per row of 16, 2 * 2 heads * (16 + 2) bytes per block, against
+    # 2 * 2 * 16 * 4 in float32.
+    def bytes_per_token(cache):
+        parts = keras.tree.flatten(cache)
+        total = sum(keras.ops.convert_to_numpy(part).nbytes for part in parts)
+        return total / (2 * 24)
+
+    assert bytes_per_token(int8_cache) == 2 * 2 * 2 * (16 + 2)
+    assert bytes_per_token(float_cache) == 2 * 2 * 2 * 16 * 4
+    assert bytes_per_token(int8_cache) <= 0.3 * bytes_per_token(float_cache)
+
+
+@pytest.mark.parametrize("jit_compile", [True, False])
+def test_int8_greedy_generation_picks_the_float_caches_tokens_where_margins_allow(
+    jit_compile,
+):
+    float_model, int8_model = int8_and_float_gpts()
+    prompts = token_ids(3, 3, seed=3)
+    expected = keras.ops.convert_to_numpy(
+        float_model.generate(prompts, max_length=12, jit_compile=jit_compile)
+    )
+    got = keras.ops.convert_to_numpy(
+        int8_model.generate(prompts, max_length=12, jit_compile=jit_compile)
+    )
+    for got_row, row in zip(got, expected, strict=True):
+        differ = np.flatnonzero(got_row != row)
+        if differ.size:  # only where the float logits nearly tie
+            first = differ[0]
+            logits = keras.ops.convert_to_numpy(float_model(row[None, :first]))
+            top_two = np.sort(logits[0, -1])[-2:]
+            assert top_two[1] - top_two[0] < 2 * INT8_LOGITS_TOLERANCE, (row, got_row)
+
+
+def test_the_cache_dtype_is_saved_and_checked(tmp_path):
+    _, model = int8_and_float_gpts()
+    assert model.get_config()["cache_dtype"] == "int8"
+    assert model.blocks[0].get_config()["cache_dtype"] == "int8"
+    prompts = token_ids(2, 3)
+    tokens = keras.ops.convert_to_numpy(model.generate(prompts, max_length=8))
+    path = str(tmp_path / "gpt_int8.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.cache_dtype == "int8"
+    assert loaded.blocks[0].self_attention.cache_dtype == "int8"
+    values, scales = loaded.initial_cache(1, 4)[0]
+    assert keras.ops.convert_to_numpy(values).dtype == np.int8
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(loaded.generate(prompts, max_length=8)), tokens
+    )
+    with pytest.raises(ValueError, match="Unknown `cache_dtype`: 'int4'"):
+        tiny_gpt(cache_dtype="int4")
