@@ -8,7 +8,10 @@ search compiled with XLA and run the full `max_length` steps (no end token),
 timed in turns (`time_alternating`): greedy search, the generic
 `decoding.beam_search` (cache repeated per beam and gathered by the surviving
 beams at every step) and `decoding.ancestry_beam_search` (what `generate`
-runs for the Transformer: no cache gathered). Prints each median and the
+runs for the Transformer: no cache gathered), and greedy search over the
+sources repeated `beam_width` times (`greedy_x_k_rows`: the dense work of
+`k` beams per source with nothing gathered or ranked, the floor of any
+beam search that runs its beams as rows). Prints each median and the
 beam / greedy time ratios; checks that both beam searches agree.
 """
 
@@ -72,6 +75,9 @@ def main(argv=None):
             NO_END_TOKEN,
         )
 
+    def greedy_rows(source):  # the dense work of k beams, nothing moved
+        return greedy(ops.repeat(source, k, axis=0))
+
     def generic(source):
         cache = model.initial_cache(source, length)
         return beam_search(
@@ -92,6 +98,7 @@ def main(argv=None):
         name: (compile_function(fn, variables, jit_compile=True), (source,))
         for name, fn in (
             ("greedy", greedy),
+            ("greedy_x_k_rows", greedy_rows),
             ("beam_generic", generic),
             ("beam_ancestry", ancestry),
         )
@@ -112,7 +119,7 @@ def main(argv=None):
             f"({1e3 * timing['min_s']:.1f}-{1e3 * timing['max_s']:.1f})"
         )
     greedy_s = timings["greedy"]["median_s"]
-    for name in ("beam_generic", "beam_ancestry"):
+    for name in ("greedy_x_k_rows", "beam_generic", "beam_ancestry"):
         print(f"{name} / greedy: {timings[name]['median_s'] / greedy_s:.2f}x")
     print(f"beam searches agree: {same}")
     return 0 if same else 1

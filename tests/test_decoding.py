@@ -401,3 +401,22 @@ def test_a_forced_prefix_is_prefilled_and_continued_as_token_by_token(build):
         model.generate(sources, 8, beam_width=2, prefix_ids=prefix)
     with pytest.raises(ValueError, match=r"received shape \(3, 8\)"):
         model.generate(sources, 8, prefix_ids=np.ones((3, 8), "int32"))
+
+
+@pytest.mark.parametrize("attention", ["bahdanau", "luong-general"])
+def test_the_rnn_beam_search_leaves_the_memory_where_it_is(attention):
+    keras.utils.set_random_seed(0)
+    model = tiny_rnn_seq2seq(attention)
+    sources = reversal_pairs(4)[0]["encoder_token_ids"]
+    cache = model.initial_cache(ops.convert_to_tensor(sources, "int32"))
+    assert model.beam_reorder(cache)[-3:] == [False] * 3
+
+    def gather_all(sources):
+        cache = model.initial_cache(sources, 7)
+        return beam_search(
+            model.decode_step, cache, ops.shape(sources)[0], 7, START, END, 3
+        )
+
+    variables = [*model.trainable_variables, *model.non_trainable_variables]
+    generic = compile_function(gather_all, variables)(ops.convert_to_tensor(sources))
+    np.testing.assert_array_equal(model.generate(sources, 7, beam_width=3), generic)
