@@ -168,7 +168,7 @@ def transformer_and_sources(seed, **options):
     keras.utils.set_random_seed(seed)
     model = tiny_transformer(num_decoder_layers=2, **options)
     bias = model.output_dense.bias
-    bias.assign(np.where(np.arange(bias.shape[0]) == END, 1.0, 0.0))
+    bias.assign(np.where(np.arange(bias.shape[0]) == END, 1.5, 0.0))
     rng = np.random.default_rng(seed)
     sources = rng.integers(4, 20, (5, 8)).astype("int32")
     lengths = rng.integers(1, 9, 5)
@@ -213,8 +213,7 @@ def test_the_transformers_ancestry_beam_search_gives_the_generic_tokens(
         model, sources, beam_width, length_penalty
     )
     np.testing.assert_array_equal(ancestry, generic)
-    finished = (generic == END).any(axis=1)
-    assert finished.any() and (generic[:, -1] == 0).any()
+    assert (generic[:, -1] == 0).any()  # some outputs ended early
 
 
 @pytest.mark.parametrize(
