@@ -559,7 +559,17 @@ class GenerationMixin:
                 0 for translation, images `(B, H, W, C)` for captioning).
             max_length: tokens to generate at most; defaults to the model's
                 `max_target_length`.
-            beam_width: 1 for greedy search, more for beam search.
+            beam_width: 1 for greedy search, more for beam search
+                (`model_beam_search`): `ancestry_beam_search` where the model
+                gives a `beam_search_cache` (the `Transformer` without
+                attention positions: its beams are the queries of one
+                sequence per source, with a position-major self-attention
+                cache that is never gathered, read through each beam's
+                ancestry, and the cross-attention cache unrepeated), else
+                the generic `beam_search` (the cache repeated per beam and
+                gathered by the surviving beams, but for what `beam_reorder`
+                marks as shared by a source's beams). Both give the same
+                tokens.
             length_penalty: alpha of the beam-search length penalty.
             jit_compile: compile the whole search with XLA.
             prefix_ids: optional int `(B, P)`, `P < max_length`: the tokens
