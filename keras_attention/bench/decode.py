@@ -1,7 +1,9 @@
 """The `decode` suite: generation speed, Transformer against RNN.
 
 Generated tokens per second of greedy and beam search (the package's
-compiled `decoding.greedy_search` / `decoding.beam_search`, XLA on) for the
+compiled `decoding.greedy_search` / `decoding.model_beam_search`, as
+`generate` runs them: `ancestry_beam_search` for the Transformer, which
+gathers no cache, the generic `beam_search` for the RNN; XLA on) for the
 `Transformer` and the `RNNSeq2Seq` with Bahdanau attention of the `seq2seq`
 suite (same width, matched parameter counts), each:
 
@@ -79,10 +81,18 @@ def generate_function(model, search, cached, max_length, beam_width):
     """The compiled `encoder_token_ids -> tokens` search that the case times."""
     from keras import ops
 
-    from keras_attention.decoding import beam_search, greedy_search
+    from keras_attention.decoding import (
+        beam_search,
+        greedy_search,
+        model_beam_search,
+    )
     from keras_attention.utils.backend import compile_function
 
     def generate(encoder_token_ids):
+        if cached and search == "beam":  # as `generate` searches
+            return model_beam_search(
+                model, encoder_token_ids, max_length, beam_width, end_id=NO_END_TOKEN
+            )
         if cached:
             step_fn = model.decode_step
             cache = model.initial_cache(encoder_token_ids, max_length)

@@ -185,6 +185,13 @@ class AttentionRNNCell(keras.layers.Layer):
         keys = self.attention.prepare_keys(memory)
         return [*states, memory, keys, ops.cast(memory_mask, self.compute_dtype)]
 
+    def beam_reorder(self, states):
+        """For `decoding.beam_search`'s `reorder`: the memory, its prepared
+        keys and its mask (the last three states) are the same for all the
+        beams of a source, so a beam search need not gather them; the cell's
+        own states follow the beams."""
+        return [True] * (len(states) - 3) + [False] * 3
+
     def _build_attention(self):
         if not self.attention.built:
             self.attention.build([(None, self.units), (None, None, self.memory_dim)])

@@ -204,6 +204,14 @@ class RNNSeq2Seq(Seq2Seq):
         )
         return logits, list(cache)
 
+    def beam_reorder(self, cache):
+        """Beam search gathers the decoder's states by the surviving beams,
+        not the encoder outputs, their keys and mask (the same for all beams
+        of a source)."""
+        if self.parts.memory_projection is None:
+            return None
+        return self.parts.cell.beam_reorder(cache)
+
     def attention_weights(self, encoder_token_ids, decoder_token_ids):
         if self.attention == "none":
             raise ValueError("An RNNSeq2Seq with attention='none' has no attention.")

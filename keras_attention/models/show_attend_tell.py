@@ -279,6 +279,12 @@ class ShowAttendTell(ConfigMixin, GenerationMixin, keras.Model):
         output, cache = self.cell(embedded, cache)
         return self._logits(output, embedded), list(cache)
 
+    def beam_reorder(self, cache):
+        """Beam search gathers the decoder's states by the surviving beams,
+        not the image's annotations, their keys and mask (the same for all
+        beams of an image)."""
+        return self.cell.beam_reorder(cache) if self.attention else None
+
     def _logits(self, output, embedded):
         readout = self.readout(
             ops.concatenate([output, ops.cast(embedded, output.dtype)], axis=-1)

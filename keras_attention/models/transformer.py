@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from keras_attention._checks import check_choice, check_positive_int, check_rate
+from keras_attention.decoding import ancestry_attention_mask
 from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.multi_head_attention import check_key_value_heads
 from keras_attention.layers.positions import (
@@ -304,6 +305,9 @@ class Transformer(Seq2Seq):
         return x if self.encoder_norm is None else self.encoder_norm(x)
 
     def initial_cache(self, encoder_token_ids, max_length):
+        return self._cache(encoder_token_ids, max_length, max_length)
+
+    def _cache(self, encoder_token_ids, max_length, slots):
         if max_length > self.max_target_length:
             raise ValueError(
                 f"`max_length` must be at most the model's max_target_length="
@@ -314,7 +318,7 @@ class Transformer(Seq2Seq):
         batch_size = ops.shape(encoder_token_ids)[0]
         return {
             "self_attention": [
-                block.initial_self_attention_cache(batch_size, max_length)
+                block.initial_self_attention_cache(batch_size, slots)
                 for block in self.decoder_blocks
             ],
             "cross_attention": [
@@ -323,6 +327,51 @@ class Transformer(Seq2Seq):
             ],
             "encoder_padding_mask": padding_mask(encoder_token_ids),
         }
+
+    def beam_search_cache(self, encoder_token_ids, max_length, beam_width):
+        """The cache of `ancestry_beam_search`: per source (not per beam),
+        self-attention caches of `max_length * beam_width` slots
+        (position-major: slot `j * k + s` is beam slot `s`'s position `j`)
+        and the cross-attention caches; None with `attention_positions`
+        (their positions come from the cache slots, which this layout
+        interleaves: such a model takes the generic `beam_search`)."""
+        if self.attention_positions is not None:
+            return None
+        return self._cache(encoder_token_ids, max_length, max_length * beam_width)
+
+    def beam_decode_step(self, token_ids, cache, index, ancestry):
+        """The logits `(B, k, V)` after the `k` beams' tokens `(B, k)`, all
+        at target position `index`: the beams are the `k` queries of one
+        sequence per source, which write their keys/values at slots
+        `index * k ...` of the self-attention cache and read their own
+        histories through `ancestry` (`decoding.ancestry_attention_mask`),
+        and attend over the source's cross-attention cache unrepeated."""
+        batch_size, k = ops.shape(token_ids)
+        y = self.target_embedding(
+            ops.reshape(token_ids, (batch_size * k, 1)), start_index=index
+        )
+        y = ops.reshape(y, (batch_size, k, ops.shape(y)[-1]))
+        mask = ancestry_attention_mask(ancestry, k)
+        self_caches = []
+        for block, self_cache, cross_cache in zip(
+            self.decoder_blocks,
+            cache["self_attention"],
+            cache["cross_attention"],
+            strict=True,
+        ):
+            y, self_cache, _ = block(
+                y,
+                decoder_attention_mask=mask,
+                use_causal_mask=False,
+                self_attention_cache=self_cache,
+                self_attention_cache_update_index=index * k,
+                cross_attention_cache=cross_cache,
+                encoder_padding_mask=cache["encoder_padding_mask"],
+            )
+            self_caches.append(self_cache)
+        if self.decoder_norm is not None:
+            y = self.decoder_norm(y)
+        return self.output_dense(y), {**cache, "self_attention": self_caches}
 
     def call_with_cache(self, token_ids, cache, index):
         """The logits `(B, T, V)` of `T` target tokens at positions `index`
