@@ -164,8 +164,9 @@ def speculative_generate(
             generate_step, variables, jit_compile=jit_compile
         )
     # A tensor, not a Python or NumPy scalar, which tf.function would trace
-    # again for every value. (TensorFlow's XLA still compiles the sampling
-    # loop again for each new seed; JAX compiles it once.)
+    # again for every value. (TensorFlow's XLA still marks every input of
+    # this loop, weights included, as a compile-time constant, so it compiles
+    # again for each new prompt or seed; JAX compiles it once.)
     seed = ops.convert_to_tensor(
         np.int32(((int(seed) & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000), "int32"
     )
