@@ -164,9 +164,7 @@ def speculative_generate(
             generate_step, variables, jit_compile=jit_compile
         )
     # A tensor, not a Python or NumPy scalar, which tf.function would trace
-    # again for every value. (TensorFlow's XLA still marks every input of
-    # this loop, weights included, as a compile-time constant, so it compiles
-    # again for each new prompt or seed; JAX compiles it once.)
+    # again for every value.
     seed = ops.convert_to_tensor(
         np.int32(((int(seed) & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000), "int32"
     )
@@ -291,7 +289,11 @@ def speculative_fill(
         padded_proposals = ops.pad(proposals, [[0, 0], [0, 1]])
         next_proposal = ops.take(padded_proposals, kept, axis=1)
         own = ops.where(kept_per_row > kept, next_proposal, own)
-        own = ops.where(ops.take(forced, kept, axis=1), column(tokens, n + kept), own)
+        # A gather, not a slice: TensorFlow's XLA makes a slice's start a
+        # compile-time constant where it can, and this one depends on the
+        # inputs (all of them then became constants, compiled per call).
+        given_token = ops.take(tokens, n + kept, axis=1)
+        own = ops.where(ops.take(forced, kept, axis=1), given_token, own)
         positions = ops.arange(k + 1, dtype="int32")[None, :]
         block = ops.where(positions < kept, padded_proposals, own[:, None])
         old = window(tokens, n, k + 1)
