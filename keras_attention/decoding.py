@@ -299,8 +299,13 @@ def ancestry_beam_search(
             and `logits` `(B, k, V)`.
         cache: the initial cache of the B sources, as the step reads it (not
             repeated per beam).
-        batch_size, max_length, start_id, end_id, beam_width,
-        length_penalty: as in `beam_search`.
+        batch_size: B.
+        max_length: number of tokens to generate at most.
+        start_id: the `<start>` token.
+        end_id: the `<end>` token.
+        beam_width: number of beams, `k`.
+        length_penalty: the exponent alpha of the length penalty, >= 0 (as
+            in `beam_search`).
 
     Returns:
         int32 `(B, max_length)`, as `beam_search` returns it.

@@ -275,6 +275,8 @@ def test_gpu_suite_quick(tmp_path):
         check_timing(row)
         assert row["ms_per_step"] > 0
     assert "decode/transformer_cache_speedup" in results["ratios"]
+    for name in ("transformer", "rnn-bahdanau"):
+        assert results["ratios"][f"decode/{name}_beam4_vs_greedy"] > 0
     text = (tmp_path / "gpu.md").read_text()
     assert "| full | 64 | 4 | float32 |" in text and "cuDNN" in text
 

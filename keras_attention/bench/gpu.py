@@ -27,9 +27,10 @@
   Bahdanau attention of the `seq2seq` suite (width 512, parameter counts
   matched, mixed bfloat16, `jit_compile`), n = 128 and 512, 16,384 target
   tokens per batch, timed in turn.
-- `decode`: greedy generation with the `decode` suite's compiled search:
-  the Transformer with its KV cache and without a cache, the RNN with its
-  state; ms per decoding step (one token for each sequence of the batch).
+- `decode`: generation with the `decode` suite's compiled searches: greedy
+  with the Transformer's KV cache and without a cache, and with the RNN's
+  state; beam search of width `BEAM_WIDTH` for both models; ms per decoding
+  step (one token for each sequence of the batch) and beam / greedy.
 
 Each part has a share of the time budget (`budgets_s` of `FULL`, what one
 part leaves goes to the next); a case that would start past its part's share is recorded
@@ -107,7 +108,7 @@ FULL = {
         "repeats": 5,
     },
     # Seconds of each part, in order; about 6 minutes in all.
-    "budgets_s": {"attention": 210, "seq2seq": 90, "decode": 60},
+    "budgets_s": {"attention": 210, "seq2seq": 90, "decode": 90},
 }
 QUICK = {
     "attention": {
@@ -144,10 +145,16 @@ QUICK = {
     "budgets_s": {"attention": 600, "seq2seq": 600, "decode": 600},
 }
 PARTS = ("attention", "seq2seq", "decode")
+# (model, search, cached): greedy with and without the Transformer's cache,
+# and beam search of width `BEAM_WIDTH` (the ancestry search for the
+# Transformer), each over the same sources.
+BEAM_WIDTH = 4
 DECODE_RUNS = (
-    ("transformer", True),
-    ("transformer", False),
-    ("rnn-bahdanau", True),
+    ("transformer", "greedy", True),
+    ("transformer", "greedy", False),
+    ("rnn-bahdanau", "greedy", True),
+    ("transformer", "beam", True),
+    ("rnn-bahdanau", "beam", True),
 )
 
 
@@ -479,12 +486,12 @@ def _case_seq2seq(case):
     return result
 
 
-def decode_label(name, cached):
-    return f"{name}/{'cache' if cached else 'no_cache'}"
+def decode_label(name, search, cached):
+    return f"{name}/{search}/{'cache' if cached else 'no_cache'}"
 
 
 def _case_decode(case):
-    """Greedy generation, each search compiled whole, timed in turn."""
+    """Greedy and beam generation, each search compiled whole, timed in turn."""
     import keras
 
     from keras_attention.bench.common import accelerator, block
@@ -501,8 +508,8 @@ def _case_decode(case):
     )
     source = source.astype("int32")
     rows, calls, models = {}, {}, {}
-    for name, cached in DECODE_RUNS:
-        label = decode_label(name, cached)
+    for name, search, cached in DECODE_RUNS:
+        label = decode_label(name, search, cached)
         try:
             if name not in models:
                 models[name] = build_model(
@@ -513,8 +520,9 @@ def _case_decode(case):
                     units if name != "transformer" else None,
                     target_length=max_length,
                 )
+            beam_width = BEAM_WIDTH if search == "beam" else 1
             generate = generate_function(
-                models[name], "greedy", cached, max_length, beam_width=1
+                models[name], search, cached, max_length, beam_width
             )
             block(generate(source))  # compiles; the warm-up
         except Exception as error:
@@ -659,7 +667,7 @@ def _attention_part(measure, config, quick, has_torch):
 
 PART_TITLES = {
     "seq2seq": "Transformer vs RNN + Bahdanau training tokens/s",
-    "decode": "greedy decoding with the KV cache",
+    "decode": "greedy and beam decoding",
 }
 
 
@@ -708,13 +716,23 @@ def summarize(results):
                 a / b
             )
     runs = results["cases"].get("decode", {}).get("runs", {})
-    cached = runs.get("transformer/cache", {}).get("ms_per_step")
-    uncached = runs.get("transformer/no_cache", {}).get("ms_per_step")
+
+    def ms(name, search="greedy", cached=True):
+        return runs.get(decode_label(name, search, cached), {}).get("ms_per_step")
+
+    cached, uncached, rnn = (
+        ms("transformer"),
+        ms("transformer", cached=False),
+        ms("rnn-bahdanau"),
+    )
     if cached and uncached:
         ratios["decode/transformer_cache_speedup"] = uncached / cached
-    rnn = runs.get("rnn-bahdanau/cache", {}).get("ms_per_step")
     if cached and rnn:
         ratios["decode/transformer_vs_rnn_bahdanau_ms_per_step"] = cached / rnn
+    for name, greedy in (("transformer", cached), ("rnn-bahdanau", rnn)):
+        beam = ms(name, "beam")
+        if greedy and beam:
+            ratios[f"decode/{name}_beam{BEAM_WIDTH}_vs_greedy"] = beam / greedy
     results["fractions"] = fractions
     results["ratios"] = ratios
 
@@ -818,27 +836,28 @@ def markdown(results):
     d = config["decode"]
     lines += [
         "",
-        "### Greedy decoding",
+        "### Decoding",
         "",
         f"Width {d['width']}, batch {d['batch_size']}, source length "
         f"{d['source_length']}, {d['max_length']} steps, policy "
         f"{decode.get('policy', d['policy'])}; each search one compiled loop. "
-        "A step generates one token for each sequence of the batch.",
+        "A step generates one token for each sequence of the batch (beam "
+        f"search: for each of its {BEAM_WIDTH} beams).",
         "",
-        "| model | cache | ms per step | tokens/s |",
-        "| --- | --- | ---: | ---: |",
+        "| model | search | cache | ms per step | tokens/s |",
+        "| --- | --- | --- | ---: | ---: |",
     ]
     if "skipped" in decode or not decode:
-        lines.append(f"| {_cell(decode, reasons)} | | | |")
+        lines.append(f"| {_cell(decode, reasons)} | | | | |")
     for label, row in decode.get("runs", {}).items():
-        name, cached = label.split("/")
+        name, search, cached = label.split("/")
         if "ms_per_step" in row:
             lines.append(
-                f"| {name} | {cached} | {row['ms_per_step']:.3f} | "
+                f"| {name} | {search} | {cached} | {row['ms_per_step']:.3f} | "
                 f"{row['tokens_per_s']:.0f} |"
             )
         else:
-            lines.append(f"| {name} | {cached} | {_cell(row, reasons)} | |")
+            lines.append(f"| {name} | {search} | {cached} | {_cell(row, reasons)} | |")
     if reasons:
         lines += ["", "Skipped:", ""] + [
             f"- {line}" for line in _skipped_lines(reasons)
@@ -911,7 +930,7 @@ def plot(results, path):
         decode_ax,
         list(runs),
         {"ms per step": [row.get("ms_per_step") for row in runs.values()]},
-        "greedy decoding, ms per step",
+        "decoding, ms per step",
     )
     device = results.get("device", {}).get("device_kind", "")
     fig.suptitle(f"JAX, {device}: {describe(results['machine'])}", fontsize=9)

@@ -351,27 +351,13 @@ class Transformer(Seq2Seq):
             ops.reshape(token_ids, (batch_size * k, 1)), start_index=index
         )
         y = ops.reshape(y, (batch_size, k, ops.shape(y)[-1]))
-        mask = ancestry_attention_mask(ancestry, k)
-        self_caches = []
-        for block, self_cache, cross_cache in zip(
-            self.decoder_blocks,
-            cache["self_attention"],
-            cache["cross_attention"],
-            strict=True,
-        ):
-            y, self_cache, _ = block(
-                y,
-                decoder_attention_mask=mask,
-                use_causal_mask=False,
-                self_attention_cache=self_cache,
-                self_attention_cache_update_index=index * k,
-                cross_attention_cache=cross_cache,
-                encoder_padding_mask=cache["encoder_padding_mask"],
-            )
-            self_caches.append(self_cache)
-        if self.decoder_norm is not None:
-            y = self.decoder_norm(y)
-        return self.output_dense(y), {**cache, "self_attention": self_caches}
+        return self._decode_with_cache(
+            y,
+            cache,
+            index * k,
+            decoder_attention_mask=ancestry_attention_mask(ancestry, k),
+            use_causal_mask=False,
+        )
 
     def call_with_cache(self, token_ids, cache, index):
         """The logits `(B, T, V)` of `T` target tokens at positions `index`
@@ -379,6 +365,13 @@ class Transformer(Seq2Seq):
         and to the encoder output, and the cache with their keys and values
         written in (inference: no dropout)."""
         y = self.target_embedding(token_ids, start_index=index)
+        return self._decode_with_cache(y, cache, index)
+
+    def _decode_with_cache(self, y, cache, update_index, **block_arguments):
+        """The logits of the embedded target tokens `y` through the decoder
+        blocks, which write their keys/values into the self-attention caches
+        at slot `update_index` and read the cross-attention caches; and the
+        updated cache. `block_arguments` go to every block (a mask)."""
         self_caches = []
         for block, self_cache, cross_cache in zip(
             self.decoder_blocks,
@@ -389,9 +382,10 @@ class Transformer(Seq2Seq):
             y, self_cache, _ = block(
                 y,
                 self_attention_cache=self_cache,
-                self_attention_cache_update_index=index,
+                self_attention_cache_update_index=update_index,
                 cross_attention_cache=cross_cache,
                 encoder_padding_mask=cache["encoder_padding_mask"],
+                **block_arguments,
             )
             self_caches.append(self_cache)
         if self.decoder_norm is not None:
