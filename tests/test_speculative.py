@@ -134,3 +134,36 @@ def test_bad_arguments_are_named():
         speculative_generate(learned, learned, prompts, 24, num_draft_tokens=4)
     tokens, _ = speculative_generate(learned, learned, prompts, 21, 4)
     assert np.asarray(tokens).shape == (1, 21)
+
+
+def test_lm_continues_texts_speculatively_as_greedy_search():
+    from keras_attention.data.language_modeling import character_tokenizer
+    from keras_attention.tasks import lm
+    from keras_attention.tasks.common import ArgumentError
+
+    keras.utils.set_random_seed(3)
+    tokenizer = character_tokenizer()
+    sizes = {"input_positions": "learned", "attention_positions": None}
+    target = tiny_gpt(128, 32, tokenizer=tokenizer, end_token_id=3, **sizes)
+    draft = tiny_gpt(128, 32, tokenizer=tokenizer, num_layers=1, **sizes)
+    sharpen(target, 4.0)
+    prompts = ["The ", "Q:"]
+    greedy = lm.continue_texts(target, prompts, 24, "greedy")
+    assert lm.continue_texts(target, prompts, 24, "greedy", draft, 3) == greedy
+    # Learned positions: a round reads 2 positions past the output.
+    assert len(lm.continue_texts(target, ["A"], None, "greedy", draft, 3)[0]) <= 30
+    with pytest.raises(ArgumentError, match="more than speculative decoding"):
+        lm.continue_texts(target, prompts, 31, "greedy", draft, 3)
+    with pytest.raises(ArgumentError, match="decodes greedily"):
+        lm.continue_texts(target, prompts, 24, "top_p", draft, 3)
+    other = tiny_gpt(64, 32, num_layers=1, **sizes)
+    with pytest.raises(ArgumentError, match="tokenizer .64 ids. is not the model"):
+        lm.continue_texts(target, prompts, 24, "greedy", other, 3)
+
+    measured = lm.measure_speculative(
+        target, draft, prompts, 24, 3, repeats=1, temperature=0.8
+    )
+    assert measured["same_as_greedy"]
+    assert measured["proposed"] == 3 * measured["rounds"]
+    assert measured["speedup"] > 0 and 0 <= measured["acceptance"] <= 1
+    assert set(measured["sampling"]) >= {"accepted_per_round", "acceptance"}
