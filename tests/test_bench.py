@@ -90,16 +90,24 @@ def test_attention_suite_quick(tmp_path):
         assert 0 < case["ours"]["matmul_fraction"] and case["matmul_gflops"] > 0
         assert f"mha_grid_time_ratio_{mask}_w256_float32_T128" in results["ratios"]
     assert "| causal | 256 | float32 | 128 |" in (tmp_path / "attention.md").read_text()
-    decode = results["cases"]["decode"]
-    for name in ("ours", "keras_hub", "ours_no_cache"):
-        check_timing(decode["timings"][name])
-    assert decode["time_ratio_vs_keras_hub"] == pytest.approx(
-        decode["per_token_s"]["ours"] / decode["per_token_s"]["keras_hub"]
-    )
-    assert decode["matmul_bound_per_token_s"] > 0
-    assert {"decode_cache_speedup", "decode_time_ratio_vs_keras_hub"} <= set(
-        results["ratios"]
-    )
+    for key, heads in {"decode": 4, "decode_heads8": 8}.items():
+        decode = results["cases"][key]
+        assert decode["heads"] == heads
+        for name in ("ours", "keras_hub", "ours_no_cache", "dense_floor"):
+            check_timing(decode["timings"][name])
+        per_token = decode["per_token_s"]
+        assert decode["time_ratio_vs_keras_hub"] == pytest.approx(
+            per_token["ours"] / per_token["keras_hub"]
+        )
+        assert decode["times_dense_floor"] == pytest.approx(
+            per_token["ours"] / per_token["dense_floor"]
+        )
+        assert decode["matmul_bound_per_token_s"] > 0
+        assert {
+            f"{key}_cache_speedup",
+            f"{key}_time_ratio_vs_keras_hub",
+            f"{key}_times_dense_floor",
+        } <= set(results["ratios"])
     assert "| ratio | value |" in (tmp_path / "attention.md").read_text()
 
 

@@ -17,9 +17,10 @@
 - `decode`: 128 tokens through 4 decoder blocks of width 256 for 16
   sequences, the whole loop compiled: ours with its KV cache against keras-hub's
   `TransformerDecoder` with its cache (in turn, in one process), ours without
-  a cache (the whole padded prefix re-run at every step), and the per-token
+  a cache (the whole padded prefix re-run at every step), the per-token
   time that the step's multiply-adds would take at the matmul yardstick's
-  rate.
+  rate, and the step's dense layers alone in the same loop (the floor that
+  small matmuls set); with 4 heads (`decode`) and 8 (`decode_heads8`).
 
 Each case runs in its own process so that its peak memory is its own.
 Usage: `python -m keras_attention.bench --suite attention [--quick] [--out DIR]`.
@@ -54,6 +55,8 @@ DECODE = {
     "repeats": 5,
 }
 QUICK_DECODE = {**DECODE, "batch": 2, "width": 32, "blocks": 2, "steps": 8}
+# The decode case at both head counts of issue 37's side-by-side.
+DECODE_CASES = {"decode": 4, "decode_heads8": 8}
 MATMUL_SIZE = 2048
 HEADS, HEAD_DIM, WIDTH = 8, 64, 512
 CHUNK = 256
@@ -359,23 +362,65 @@ def _case_decode(case):
         for _ in range(2)
     )
     calls["matmul"] = (jit(keras.ops.matmul), (a, b))
+    calls["dense_floor"] = (jit(_dense_floor_loop(case, rng)), (prompt,))
     timings = time_alternating(calls, repeats=case["repeats"])
     matmul_gflops = 2 * MATMUL_SIZE**3 / timings["matmul"]["median_s"] / 1e9
     tokens = steps - 1
     per_token = {
         name: timings[name]["median_s"] / tokens
-        for name in ("ours", "keras_hub", "ours_no_cache")
+        for name in ("ours", "keras_hub", "ours_no_cache", "dense_floor")
     }
     bound = decode_flops(batch, width, depth, steps) / (matmul_gflops * 1e9)
     return {
         "timings": {k: v for k, v in timings.items() if k != "matmul"},
+        "heads": heads,
         "matmul_gflops": matmul_gflops,
         "per_token_s": per_token,
         "matmul_bound_per_token_s": bound,
         "time_ratio_vs_keras_hub": per_token["ours"] / per_token["keras_hub"],
         "times_matmul_bound": per_token["ours"] / bound,
+        "dense_floor_times_matmul_bound": per_token["dense_floor"] / bound,
+        "times_dense_floor": per_token["ours"] / per_token["dense_floor"],
         "speedup": per_token["ours_no_cache"] / per_token["ours"],
     }
+
+
+def _dense_floor_loop(case, rng):
+    """The step's dense layers alone, as one compiled loop of the same steps:
+    per block the query, key, value and output projections and the two
+    feed-forward matmuls, `(batch, width)` rows through random weights of the
+    blocks' shapes, and nothing else (no attention, normalization or
+    cache). What a step costs at this batch when only its matmuls run: the
+    rate of small matmuls, which the 2048^3 yardstick overstates."""
+    import keras
+
+    batch, width, steps = case["batch"], case["width"], case["steps"]
+    shapes = [(width, width)] * 4 + [(width, 4 * width), (4 * width, width)]
+    weights = [
+        [
+            keras.ops.convert_to_tensor(
+                (rng.normal(size=shape) / np.sqrt(shape[0])).astype("float32")
+            )
+            for shape in shapes
+        ]
+        for _ in range(case["blocks"])
+    ]
+
+    def dense_floor(prompt):
+        def body(t, sequence):
+            token = keras.ops.slice(sequence, (0, t, 0), (batch, 1, width))[:, 0]
+            for query, key, value, output, hidden, back in weights:
+                mixed = keras.ops.matmul(token, query) + keras.ops.matmul(token, key)
+                mixed = mixed + keras.ops.matmul(token, value)
+                token = token + keras.ops.matmul(mixed, output)
+                token = token + keras.ops.matmul(
+                    keras.ops.relu(keras.ops.matmul(token, hidden)), back
+                )
+            return keras.ops.slice_update(sequence, (0, t + 1, 0), token[:, None])
+
+        return keras.ops.fori_loop(0, steps - 1, body, prompt)
+
+    return dense_floor
 
 
 CASES = {
@@ -492,7 +537,8 @@ def run(quick=False, out="runs/bench", timeout=3600):
                     )
 
     phase("incremental decoding: ours vs keras-hub, cache vs no cache")
-    measure("decode", QUICK_DECODE if quick else DECODE)
+    for key, heads in DECODE_CASES.items():
+        measure(key, {**(QUICK_DECODE if quick else DECODE), "heads": heads})
     _summarize(results, lengths)
     write_report(
         results,
@@ -583,11 +629,17 @@ def _summarize(results, lengths):
             name = key[len("grid/") :].replace("/", "_")
             ratios[f"mha_grid_time_ratio_{name}"] = case["time_ratio"]
             ratios[f"mha_grid_matmul_fraction_{name}"] = case["ours"]["matmul_fraction"]
-    decode = results["cases"].get("decode", {})
-    if "speedup" in decode:
-        ratios["decode_cache_speedup"] = decode["speedup"]
-        ratios["decode_time_ratio_vs_keras_hub"] = decode["time_ratio_vs_keras_hub"]
-        ratios["decode_times_matmul_bound"] = decode["times_matmul_bound"]
+    for key in DECODE_CASES:
+        decode = results["cases"].get(key, {})
+        if "speedup" in decode:
+            ratios[f"{key}_cache_speedup"] = decode["speedup"]
+            for name in (
+                "time_ratio_vs_keras_hub",
+                "times_matmul_bound",
+                "times_dense_floor",
+                "dense_floor_times_matmul_bound",
+            ):
+                ratios[f"{key}_{name}"] = decode[name]
     results["ratios"] = ratios
 
 
@@ -618,9 +670,10 @@ def _markdown(results, rows):
         )
     lines += ["", "| ratio | value |", "| --- | ---: |"]
     lines += [f"| {k} | {v:.3f} |" for k, v in results["ratios"].items()]
-    decode = results["cases"].get("decode", {})
-    if "skipped" in decode:
-        lines.append(f"| decode | skipped: {decode['skipped']} |")
+    for key in DECODE_CASES:
+        decode = results["cases"].get(key, {})
+        if "skipped" in decode:
+            lines.append(f"| {key} | skipped: {decode['skipped']} |")
     return "\n".join(lines) + "\n"
 
 
