@@ -78,6 +78,23 @@ def speculative_generate(
         (positions filled, on every row), `accepted` and `proposed` (the
         draft's proposals kept, and made): `new_tokens / rounds` is the
         tokens per target pass, `accepted / proposed` the acceptance rate.
+
+    Example:
+
+    ```python
+    import numpy as np
+    from keras_attention.models import GPT
+    from keras_attention.speculative import speculative_generate
+
+    sizes = dict(max_length=32, num_heads=2, dropout=0.0,
+                 input_positions=None, attention_positions="rotary")
+    target = GPT(50, hidden_dim=32, num_layers=2, intermediate_dim=64, **sizes)
+    draft = GPT(50, hidden_dim=16, num_layers=1, intermediate_dim=32, **sizes)
+    prompts = np.array([[5, 6, 7], [8, 9, 0]])
+    tokens, stats = speculative_generate(target, draft, prompts, max_length=20)
+    assert (np.asarray(tokens) == np.asarray(target.generate(prompts, 20))).all()
+    print(stats["new_tokens"] / stats["rounds"])  # tokens per target pass
+    ```
     """
     prompt_ids = np.asarray(prompt_ids)
     if prompt_ids.ndim != 2 or not np.issubdtype(prompt_ids.dtype, np.integer):
@@ -106,16 +123,7 @@ def speculative_generate(
             f"vocabulary sizes {draft.vocabulary_size} (draft) and "
             f"{target.vocabulary_size} (target)."
         )
-    check_positive_int("num_draft_tokens", num_draft_tokens)
-    if temperature is not None and not (
-        isinstance(temperature, (int, float)) and temperature > 0
-    ):
-        raise ValueError(
-            "`temperature` must be None (greedy) or a positive number; received "
-            f"temperature={temperature!r}."
-        )
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"`seed` must be an integer; received seed={seed!r}.")
+    _check_search(num_draft_tokens, temperature, seed)
     max_length = max_length or target.max_length
     check_positive_int("max_length", max_length)
     width = prompt_ids.shape[1]
@@ -151,6 +159,164 @@ def speculative_generate(
 
     key = ("speculative", draft, max_length, num_draft_tokens, temperature)
     key = (*key, start, jit_compile)
+    return _run(
+        target,
+        draft,
+        key,
+        generate_step,
+        prompt_ids.astype("int32"),
+        seed,
+        num_draft_tokens,
+        jit_compile,
+    )
+
+
+def speculative_translate(
+    target,
+    draft,
+    encoder_token_ids,
+    max_length=None,
+    num_draft_tokens=4,
+    temperature=None,
+    seed=0,
+    jit_compile=True,
+):
+    """Speculative decoding of an encoder-decoder model: each source's
+    output in the target's distribution, in fewer target passes than one per
+    token (the module's rounds, after `<start>`; both models read the same
+    source).
+
+    Args:
+        target: a translation model that reads many target tokens in one
+            pass over its cache (`Transformer`: `call_with_cache`).
+        draft: a smaller one with the same source and target vocabularies
+            and special tokens (a `Transformer`; not `RNNSeq2Seq`, whose
+            state cannot go back past a rejected proposal).
+        encoder_token_ids: int `(B, S)`, the source tokens, padded with 0.
+        max_length: tokens to generate at most (default: the target's
+            `max_target_length` less `num_draft_tokens`). A round reads
+            `num_draft_tokens` positions past the last kept token: both
+            models' `max_target_length` must reach
+            `max_length + num_draft_tokens`.
+        num_draft_tokens: `k`, the proposals per round.
+        temperature: None for greedy decoding (the target's greedy
+            `generate` output), else a positive float: sampling at that
+            temperature with the acceptance rule.
+        seed: int, the seed of the sampling.
+        jit_compile: compile the whole loop with XLA.
+
+    Returns:
+        `(tokens, stats)`: int32 `(B, max_length)` as the target's
+        `generate` gives them (ending with `end_token_id`, padded with 0
+        after it), and the dict of `speculative_generate`.
+
+    Example:
+
+    ```python
+    import numpy as np
+    from keras_attention.models import Transformer
+    from keras_attention.speculative import speculative_translate
+
+    sizes = dict(num_heads=2, intermediate_dim=64, max_source_length=8,
+                 max_target_length=12)
+    target = Transformer(30, 30, hidden_dim=32, num_encoder_layers=2,
+                         num_decoder_layers=2, **sizes)
+    draft = Transformer(30, 30, hidden_dim=16, num_encoder_layers=1,
+                        num_decoder_layers=1, **sizes)
+    source = np.array([[5, 6, 7, 0], [8, 9, 10, 11]])
+    tokens, stats = speculative_translate(target, draft, source, max_length=8)
+    assert (np.asarray(tokens) == np.asarray(target.generate(source, 8))).all()
+    ```
+    """
+    for name, model in (("target", target), ("draft", draft)):
+        if not (
+            hasattr(model, "call_with_cache") and hasattr(model, "generation_inputs")
+        ):
+            raise ValueError(
+                f"The {name} model must be an encoder-decoder model that reads "
+                "many target tokens in one pass over its cache "
+                f"(`call_with_cache`, as the Transformer does); received "
+                f"{type(model).__name__}."
+            )
+    for name in (
+        "source_vocabulary_size",
+        "target_vocabulary_size",
+        "start_token_id",
+        "end_token_id",
+    ):
+        if getattr(draft, name) != getattr(target, name):
+            raise ValueError(
+                f"The draft and target models must share their vocabularies and "
+                f"special tokens; received {name}={getattr(draft, name)} (draft) "
+                f"and {getattr(target, name)} (target)."
+            )
+    _check_search(num_draft_tokens, temperature, seed)
+    reach = min(target.max_target_length, draft.max_target_length)
+    max_length = max_length or reach - num_draft_tokens
+    check_positive_int("max_length", max_length)
+    if max_length + num_draft_tokens > reach:
+        raise ValueError(
+            f"Speculative decoding reads num_draft_tokens={num_draft_tokens} "
+            "positions past the last kept token, up to "
+            f"{max_length + num_draft_tokens} for max_length={max_length}; the "
+            "models' target positions reach "
+            f"{reach} (max_target_length): give max_length <= "
+            f"{reach - num_draft_tokens}."
+        )
+    encoder_token_ids = target.generation_inputs(encoder_token_ids)
+
+    def translate_step(encoder_token_ids, seed):
+        batch_size = ops.shape(encoder_token_ids)[0]
+        # <start>, then max_length tokens; a round reads up to position
+        # max_length + k - 1.
+        size = max_length + num_draft_tokens
+        caches = (
+            target.initial_cache(encoder_token_ids, size),
+            draft.initial_cache(encoder_token_ids, size),
+        )
+        prompt = ops.full((batch_size, 1), target.start_token_id, "int32")
+        tokens, *counts = speculative_fill(
+            target,
+            draft,
+            prompt,
+            max_length + 1,
+            num_draft_tokens,
+            temperature,
+            seed,
+            caches=caches,
+        )
+        return (tokens[:, 1:], *counts)
+
+    key = ("speculative_translate", draft, max_length, num_draft_tokens)
+    key = (*key, temperature, jit_compile)
+    return _run(
+        target,
+        draft,
+        key,
+        translate_step,
+        encoder_token_ids,
+        seed,
+        num_draft_tokens,
+        jit_compile,
+    )
+
+
+def _check_search(num_draft_tokens, temperature, seed):
+    check_positive_int("num_draft_tokens", num_draft_tokens)
+    if temperature is not None and not (
+        isinstance(temperature, (int, float)) and temperature > 0
+    ):
+        raise ValueError(
+            "`temperature` must be None (greedy) or a positive number; received "
+            f"temperature={temperature!r}."
+        )
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"`seed` must be an integer; received seed={seed!r}.")
+
+
+def _run(target, draft, key, step, inputs, seed, num_draft_tokens, jit_compile):
+    """Runs `step(inputs, seed)`, compiled once per `key` (kept on the
+    target), and returns the tokens and the stats dict."""
     if not hasattr(target, "_generate_functions"):
         target._generate_functions = {}
     if key not in target._generate_functions:
@@ -161,14 +327,14 @@ def speculative_generate(
             *draft.non_trainable_variables,
         ]
         target._generate_functions[key] = compile_function(
-            generate_step, variables, jit_compile=jit_compile
+            step, variables, jit_compile=jit_compile
         )
     # A tensor, not a Python or NumPy scalar, which tf.function would trace
     # again for every value.
     seed = ops.convert_to_tensor(
         np.int32(((int(seed) & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000), "int32"
     )
-    tokens, *counts = target._generate_functions[key](prompt_ids.astype("int32"), seed)
+    tokens, *counts = target._generate_functions[key](inputs, seed)
     rounds, filled, accepted = (int(ops.convert_to_numpy(c)) for c in counts)
     stats = {
         "rounds": rounds,
@@ -180,11 +346,13 @@ def speculative_generate(
 
 
 def speculative_fill(
-    target, draft, prompt_ids, max_length, k, temperature, seed, start=1
+    target, draft, prompt_ids, max_length, k, temperature, seed, start=1, caches=None
 ):
     """The uncompiled loop of `speculative_generate`: returns `(tokens,
     rounds, filled, accepted)`; positions before `start` (the tokens every prompt
-    has) prefill both caches in one pass each."""
+    has) prefill both caches in one pass each. `caches`: the target's and the
+    draft's initial caches of `max_length + k - 1` positions (default: their
+    `initial_cache(batch_size, ...)`, decoder-only models)."""
     batch_size, width = ops.shape(prompt_ids)[0], prompt_ids.shape[1]
     # k columns past the output: a round writes k + 1 tokens from its first
     # position, which may be the output's last.
@@ -192,8 +360,12 @@ def speculative_fill(
     given = ops.not_equal(prompt, PAD_ID)
     # The furthest position a round reads is max_length + k - 2.
     size = max_length + k - 1
-    target_cache = target.initial_cache(batch_size, size)
-    draft_cache = draft.initial_cache(batch_size, size)
+    if caches is None:
+        caches = (
+            target.initial_cache(batch_size, size),
+            draft.initial_cache(batch_size, size),
+        )
+    target_cache, draft_cache = caches
     if start > 1:
         target_cache = target.prefill(prompt[:, : start - 1], target_cache)
         draft_cache = draft.prefill(prompt[:, : start - 1], draft_cache)

@@ -167,3 +167,67 @@ def test_lm_continues_texts_speculatively_as_greedy_search():
     assert measured["proposed"] == 3 * measured["rounds"]
     assert measured["speedup"] > 0 and 0 <= measured["acceptance"] <= 1
     assert set(measured["sampling"]) >= {"accepted_per_round", "acceptance"}
+
+
+def tiny_transformer(hidden_dim=32, layers=2, vocabulary_size=13, **overrides):
+    from keras_attention.models import Transformer
+
+    sizes = {
+        "num_heads": 2,
+        "intermediate_dim": 2 * hidden_dim,
+        "dropout": 0.0,
+        "max_source_length": 8,
+        "max_target_length": 16,
+        "num_encoder_layers": layers,
+        "num_decoder_layers": layers,
+    }
+    return Transformer(
+        vocabulary_size, vocabulary_size, hidden_dim=hidden_dim, **sizes, **overrides
+    )
+
+
+@pytest.mark.parametrize("num_draft_tokens", [1, 4])
+def test_translation_greedy_output_is_the_targets_greedy_output(num_draft_tokens):
+    from keras_attention.speculative import speculative_translate
+
+    keras.utils.set_random_seed(5)
+    target = tiny_transformer()
+    draft = tiny_transformer(hidden_dim=16, layers=1)
+    sharpen(target, 3.0)
+    source = np.array([[5, 6, 7, 0], [8, 9, 10, 11], [4, 0, 0, 0]])
+    max_length = 16 - num_draft_tokens
+    expected = np.asarray(target.generate(source, max_length))
+    rounds = {}
+    for name, proposer in (("draft", draft), ("itself", target)):
+        tokens, stats = speculative_translate(
+            target, proposer, source, num_draft_tokens=num_draft_tokens
+        )
+        np.testing.assert_array_equal(np.asarray(tokens), expected)
+        assert stats["proposed"] == stats["rounds"] * num_draft_tokens
+        rounds[name] = stats["rounds"]
+    assert rounds["itself"] <= -(-max_length // (num_draft_tokens + 1))
+    assert rounds["draft"] >= rounds["itself"]
+    sampled = [
+        np.asarray(
+            speculative_translate(target, draft, source, 8, 2, 1.0, seed=seed)[0]
+        )
+        for seed in (1, 1)
+    ]
+    np.testing.assert_array_equal(*sampled)
+    assert sampled[0].shape == (3, 8)
+
+
+def test_translation_bad_arguments_are_named():
+    from keras_attention.speculative import speculative_translate
+
+    target = tiny_transformer(hidden_dim=16, layers=1)
+    source = np.array([[5, 6]])
+    other = tiny_transformer(hidden_dim=16, layers=1, vocabulary_size=14)
+    with pytest.raises(ValueError, match="source_vocabulary_size=14 .draft. and 13"):
+        speculative_translate(target, other, source)
+    with pytest.raises(ValueError, match="encoder-decoder model"):
+        speculative_translate(target, tiny_gpt(13), source)
+    with pytest.raises(ValueError, match="up to 17 for max_length=13.*<= 12"):
+        speculative_translate(target, target, source, 13, num_draft_tokens=4)
+    with pytest.raises(ValueError, match="num_draft_tokens"):
+        speculative_translate(target, target, source, num_draft_tokens=0)
