@@ -157,8 +157,9 @@ def speculative_generate(
             start,
         )
 
+    # The width too: TensorFlow would trace a new width with an unknown one.
     key = ("speculative", draft, max_length, num_draft_tokens, temperature)
-    key = (*key, start, jit_compile)
+    key = (*key, start, width, jit_compile)
     return _run(
         target,
         draft,

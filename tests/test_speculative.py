@@ -161,9 +161,9 @@ def test_lm_continues_texts_speculatively_as_greedy_search():
         lm.continue_texts(target, prompts, 24, "greedy", other, 3)
 
     measured = lm.measure_speculative(
-        target, draft, prompts, 24, 3, repeats=1, temperature=0.8
+        target, draft, prompts, 24, 3, repeats=1, temperature=0.8, separately=True
     )
-    assert measured["same_as_greedy"]
+    assert measured["same_as_greedy"] and measured["one_at_a_time"]["same_as_greedy"]
     assert measured["proposed"] == 3 * measured["rounds"]
     assert measured["speedup"] > 0 and 0 <= measured["acceptance"] <= 1
     assert set(measured["sampling"]) >= {"accepted_per_round", "acceptance"}

@@ -292,59 +292,92 @@ def speculative_texts(
     return [decode_tokens(model.tokenizer, row) for row in tokens], stats
 
 
+def _time_speculative(model, draft, batches, max_length, num_draft_tokens, repeats):
+    """`measure_speculative`'s figures over `batches` of prompt ids, each
+    decoded both ways (compiled and run once first, then timed in turn
+    `repeats` times); the times are the sums of the medians."""
+    import time
+
+    from keras_attention.speculative import speculative_generate
+
+    totals = {"rounds": 0, "new_tokens": 0, "accepted": 0, "proposed": 0}
+    seconds = {"plain": 0.0, "speculative": 0.0}
+    same = True
+    for prompt_ids in batches:
+
+        def plain(prompt_ids=prompt_ids):
+            return np.asarray(model.generate(prompt_ids, max_length, sampler="greedy"))
+
+        def speculative(prompt_ids=prompt_ids):
+            tokens, stats = speculative_generate(
+                model, draft, prompt_ids, max_length, num_draft_tokens=num_draft_tokens
+            )
+            return np.asarray(tokens), stats
+
+        expected = plain()
+        tokens, stats = speculative()
+        same = same and bool(np.array_equal(tokens, expected))
+        for key in totals:
+            totals[key] += stats[key]
+        times = {"plain": [], "speculative": []}
+        for _ in range(repeats):
+            for name, function in (("plain", plain), ("speculative", speculative)):
+                start = time.perf_counter()
+                function()
+                times[name].append(time.perf_counter() - start)
+        for name in seconds:
+            seconds[name] += float(np.median(times[name]))
+    rounds = max(totals["rounds"], 1)
+    return {
+        **totals,
+        "accepted_per_round": totals["accepted"] / rounds,
+        "tokens_per_round": totals["new_tokens"] / rounds,
+        "acceptance": totals["accepted"] / max(totals["proposed"], 1),
+        "same_as_greedy": same,
+        "seconds": seconds["speculative"],
+        "plain_seconds": seconds["plain"],
+        "speedup": seconds["plain"] / seconds["speculative"],
+        "repeats": repeats,
+    }
+
+
 def measure_speculative(
-    model, draft, prompts, max_length, num_draft_tokens=4, repeats=3, temperature=None
+    model,
+    draft,
+    prompts,
+    max_length,
+    num_draft_tokens=4,
+    repeats=3,
+    temperature=None,
+    separately=False,
 ):
     """Speculative greedy decoding of `prompts` against the model's own greedy
     `generate` (both compiled; compiled and run once each first, then timed
     in turn `repeats` times, medians): returns a dict of the acceptance
     (accepted tokens per round, accepted / proposed, rounds), the wall
-    times and the speed-up, whether the texts are the same, and with
+    times and the speed-up, whether the texts are the same, with
+    `separately` the same figures for the prompts one at a time
+    (`one_at_a_time`: a batch advances at its slowest row's pace), and with
     `temperature` the acceptance of speculative sampling at it."""
-    import time
-
     from keras_attention.speculative import speculative_generate
 
     check_draft(model, draft)
     prompt_ids = prompt_token_ids(model, prompts, max_length)
-
-    def plain():
-        return np.asarray(model.generate(prompt_ids, max_length, sampler="greedy"))
-
-    def speculative():
-        tokens, stats = speculative_generate(
-            model, draft, prompt_ids, max_length, num_draft_tokens=num_draft_tokens
-        )
-        return np.asarray(tokens), stats
-
-    expected = plain()
-    tokens, stats = speculative()
-    times = {"plain": [], "speculative": []}
-    for _ in range(repeats):
-        for name, function in (("plain", plain), ("speculative", speculative)):
-            start = time.perf_counter()
-            function()
-            times[name].append(time.perf_counter() - start)
-    plain_seconds = float(np.median(times["plain"]))
-    seconds = float(np.median(times["speculative"]))
-    rounds = max(stats["rounds"], 1)
     result = {
         "num_draft_tokens": num_draft_tokens,
         "prompts": len(prompts),
         "max_length": max_length,
-        "rounds": stats["rounds"],
-        "new_tokens": stats["new_tokens"],
-        "accepted": stats["accepted"],
-        "proposed": stats["proposed"],
-        "accepted_per_round": stats["accepted"] / rounds,
-        "tokens_per_round": stats["new_tokens"] / rounds,
-        "acceptance": stats["accepted"] / max(stats["proposed"], 1),
-        "same_as_greedy": bool(np.array_equal(tokens, expected)),
-        "seconds": seconds,
-        "plain_seconds": plain_seconds,
-        "speedup": plain_seconds / seconds,
-        "repeats": repeats,
+        **_time_speculative(
+            model, draft, [prompt_ids], max_length, num_draft_tokens, repeats
+        ),
     }
+    if separately and len(prompts) > 1:
+        # Rows of the batch, padded alike: one compiled loop per first
+        # position to fill, whatever the prompt's length.
+        rows = [prompt_ids[i : i + 1] for i in range(len(prompt_ids))]
+        result["one_at_a_time"] = _time_speculative(
+            model, draft, rows, max_length, num_draft_tokens, repeats
+        )
     if temperature is not None:
         _, sampled = speculative_generate(
             model,
@@ -607,18 +640,24 @@ class LanguageModelling(runner.Task):
                 length,
                 self.draft_tokens,
                 temperature=self.sampling[1],
+                separately=True,
             )
             metrics["speculative"] = {
                 "draft": self.draft_path,
                 "draft_parameters": self.draft.count_params(),
                 **speculative,
             }
-            phase(
-                f"speculative decoding: {speculative['tokens_per_round']:.2f} "
-                f"characters per pass of the model ({speculative['accepted']} of "
-                f"{speculative['proposed']} proposals kept), "
-                f"{speculative['speedup']:.2f}x greedy search's speed"
-            )
+            for what, figures in (
+                ("together", speculative),
+                ("one at a time", speculative["one_at_a_time"]),
+            ):
+                phase(
+                    f"speculative decoding, the prompts {what}: "
+                    f"{figures['tokens_per_round']:.2f} characters per pass of "
+                    f"the model ({figures['accepted']} of {figures['proposed']} "
+                    f"proposals kept), {figures['speedup']:.2f}x greedy search's "
+                    "speed"
+                )
         return metrics, (
             f"{self.model} on {self.data}: held-out perplexity "
             f"{test_perplexity:.3f} ({metrics['bits_per_character']:.3f} bits per "
@@ -656,7 +695,8 @@ def run_lm(out_dir, data="fortunes", model="gpt", **kwargs):
             default 4), and `metrics.json` gets `speculative`: the accepted
             proposals per round and their share, the rounds, and the wall
             time against greedy search on the same prompts (timed in turn;
-            `measure_speculative`). GPT only.
+            `measure_speculative`), all together and one at a time (a batch
+            advances at its slowest row's pace). GPT only.
         **kwargs: the task's own arguments above (`LanguageModelling`'s);
             `options` (a `runner.TrainingOptions`) or its fields by name (`epochs`
             of `steps_per_epoch` batches, default 10; `batch_size`, windows
