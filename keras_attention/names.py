@@ -28,6 +28,9 @@ GAN_DATA = ("fashion-mnist", "mnist", "digits")
 LM_MODELS = ("gpt", "lstm")
 LM_DATA = ("fortunes",)
 LM_SAMPLERS = ("greedy", "top_k", "top_p")
+# The character ids of `lm`'s models (ASCII; the fortunes' other characters,
+# 47 of 2.6 million, share id 127): a --draft model must have as many.
+LM_VOCABULARY_SIZE = 128
 PRETRAIN_EXTRA_TEXTS = ("fortunes",)
 # `all` runs every suite but `gpu` (`keras_attention.bench.ALL_SUITES`).
 BENCH_SUITES = (

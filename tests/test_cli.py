@@ -136,6 +136,12 @@ def _error(argv, capsys):
         (["lm", "--length", "1"], "--length: expected an integer >= 2"),
         (["lm", "--data", "no.txt"], "nor an existing file"),
         (["lm", "--prompt", "Once"], "prompts to lm need --load DIR/model.keras"),
+        (["lm", "--draft", "no.keras"], "--draft 'no.keras': no such file"),
+        (
+            ["lm", "--draft", "no.keras", "--model", "gpt,lstm"],
+            "--draft proposes characters for a GPT: it needs --model gpt",
+        ),
+        (["lm", "--draft-tokens", "0"], "--draft-tokens: expected a positive"),
         (["bench", "--suite", "nope"], "argument --suite: invalid choice: 'nope'"),
         (["translate", "--strategy", "gpu"], "argument --strategy: invalid choice"),
         (
@@ -290,6 +296,45 @@ def test_load_accepts_a_model_of_the_command(saved_transformer, tmp_path):
     cli.check_saved_model(str(generator), "gan")
     with pytest.raises(cli.CommandError, match="reads TransformerClassifier, "):
         cli.check_saved_model(str(saved_transformer), "classify")
+
+
+def test_a_draft_must_be_a_gpt_with_the_models_vocabulary(
+    tmp_path, saved_transformer, capsys
+):
+    from keras_attention.models import GPT
+
+    sizes = {"max_length": 16, "hidden_dim": 8, "num_heads": 1, "num_layers": 1}
+    small = tmp_path / "small.keras"
+    GPT(50, intermediate_dim=8, **sizes).save(small)
+    target = tmp_path / "target.keras"
+    GPT(128, intermediate_dim=8, **sizes).save(target)
+    out = ["--out", str(tmp_path / "run")]
+
+    def error(*argv):
+        status, line = _error(["lm", *argv, *out], capsys)
+        assert status == 2
+        return line.removeprefix("keras-attention lm: error: ")
+
+    assert error("--draft", str(small)) == (
+        f"--draft '{small}' has a vocabulary of 50 ids, the model 128: the draft "
+        "must share the model's tokenizer"
+    )
+    assert "vocabulary of 50 ids, the model 128" in error(
+        "--load", str(target), "--draft", str(small), "--sampler", "greedy"
+    )
+    assert error("--load", str(target), "--draft", str(target)) == (
+        "--draft with --load continues greedily: give --sampler greedy"
+    )
+    assert error("--draft", str(saved_transformer)) == (
+        f"--draft '{saved_transformer}' holds a Transformer model; "
+        "`keras-attention lm --draft` reads GPT"
+    )
+    text = tmp_path / "notes.keras"
+    text.write_text("garbage")
+    assert error("--draft", str(text)).endswith(
+        "is not a .keras archive (a zip file); it starts with b'garbage'"
+    )
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_failure_is_one_line_and_debug_shows_the_traceback(

@@ -108,6 +108,30 @@ def check_encoder(path, command):
     check_saved_model(path, command, "--encoder", ENCODER_MODELS)
 
 
+def check_draft(path, command, vocabulary_size=None, load=None):
+    """`check_saved_model` for `--draft`: a GPT (`speculative_generate`'s
+    draft) whose vocabulary has `vocabulary_size` ids, or as many as the
+    model saved at `load`; reads the archives' configs only."""
+    check_saved_model(path, command, "--draft", ("keras_attention>GPT",))
+    draft = _archive_config(path, "--draft").get("config") or {}
+    if load is not None:
+        target = _archive_config(load, "--load")
+        if _model_kind(target) != "keras_attention>GPT":
+            raise CommandError(
+                f"--draft proposes tokens for a GPT; --load {load!r} holds a "
+                f"{_model_kind(target).split('>')[-1]} model",
+                2,
+            )
+        vocabulary_size = (target.get("config") or {}).get("vocabulary_size")
+    if draft.get("vocabulary_size") != vocabulary_size:
+        raise CommandError(
+            f"--draft {path!r} has a vocabulary of {draft.get('vocabulary_size')} "
+            f"ids, the model {vocabulary_size}: the draft must share the model's "
+            "tokenizer",
+            2,
+        )
+
+
 def _archive_config(path, option):
     try:
         with zipfile.ZipFile(path) as archive:

@@ -12,8 +12,8 @@ from keras_attention.cli.arguments import (
     read_inputs,
     training_options,
 )
-from keras_attention.cli.checks import CommandError
-from keras_attention.names import LM_DATA, LM_MODELS, LM_SAMPLERS
+from keras_attention.cli.checks import CommandError, check_draft
+from keras_attention.names import LM_DATA, LM_MODELS, LM_SAMPLERS, LM_VOCABULARY_SIZE
 
 HELP = (
     "train a character-level language model (GPT, or an LSTM with as many "
@@ -86,6 +86,23 @@ def add_arguments(parser):
         help="with --load: characters to generate, prompt included (default: "
         "the model's window, 256)",
     )
+    parser.add_argument(
+        "--draft",
+        default=None,
+        metavar="PATH",
+        help="a smaller GPT over the same characters (another lm run's "
+        "OUT/model.keras) that proposes characters for the model to check in "
+        "one pass (speculative decoding): a training run's greedy samples are "
+        "decoded so and metrics.json gets the acceptance and the speed-up "
+        "against greedy search; with --load, continues greedily so (needs "
+        "--sampler greedy); gpt only",
+    )
+    parser.add_argument(
+        "--draft-tokens",
+        type=positive_int,
+        default=4,
+        help="with --draft: the characters the draft proposes per round",
+    )
     add_training_options(
         parser,
         out="runs/lm",
@@ -108,6 +125,16 @@ def check(args):
             "document of a row into the next",
             2,
         )
+    if args.draft:
+        if "lstm" in args.model and not args.load:
+            raise CommandError(
+                "--draft proposes characters for a GPT: it needs --model gpt", 2
+            )
+        if args.load and args.sampler != "greedy":
+            raise CommandError(
+                "--draft with --load continues greedily: give --sampler greedy", 2
+            )
+        check_draft(args.draft, args.command, LM_VOCABULARY_SIZE, args.load)
 
 
 def run(args):
@@ -121,9 +148,13 @@ def run(args):
     if args.load:
         model = load_model(args.load)
         sampler = lm.make_sampler(args.sampler, seed=args.seed, **sampling)
+        draft = load_model(args.draft) if args.draft else None
         first = True
         for prompts in read_inputs(args.prompts, "prompts"):
-            for text in lm.continue_texts(model, prompts, args.length, sampler):
+            texts = lm.continue_texts(
+                model, prompts, args.length, sampler, draft, args.draft_tokens
+            )
+            for text in texts:
                 print(text if first else f"%\n{text}", flush=True)
                 first = False
         return
@@ -133,6 +164,8 @@ def run(args):
         "sampler": args.sampler,
         "steps_per_epoch": args.steps_per_epoch,
         "pack": args.pack,
+        "draft": args.draft,
+        "draft_tokens": args.draft_tokens,
         "options": training_options(args),
     }
     if len(args.model) == 1:

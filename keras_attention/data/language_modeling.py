@@ -17,10 +17,11 @@ from keras_attention.data.classification import (
 from keras_attention.data.files import DataFormatError, list_lines, read_data_file
 from keras_attention.data.tokenization import END_ID, PAD_ID
 from keras_attention.data.translation import split_pairs
+from keras_attention.names import LM_VOCABULARY_SIZE
 
 LANGUAGE_MODEL_DATA = ("fortunes",)
 # ASCII: the fortunes' other characters (47 of 2.6 million) share id 127.
-CHARACTER_VOCABULARY_SIZE = 128
+CHARACTER_VOCABULARY_SIZE = LM_VOCABULARY_SIZE
 UNKNOWN_CHARACTER = "\ufffd"
 
 _VALID_TEXT = (

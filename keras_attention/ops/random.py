@@ -206,3 +206,19 @@ def dropout(inputs, rate, seed, noise_shape=None):
     keep = ops.greater_equal(bits, _keep_threshold(rate))
     scaled = ops.multiply(inputs, ops.cast(1.0 / (1.0 - rate), dtype))
     return ops.where(keep, scaled, ops.zeros((), dtype=dtype))
+
+
+def uniform_from_counter(shape, seed, counter):
+    """Uniform float32 numbers in `[0, 1)` of a static `shape`: a function of
+    `seed` and `counter` (int32 scalars, Python or tensors: a loop's step)
+    and of each element's index alone, so that a compiled loop draws new
+    numbers at each step on every backend (a `SeedGenerator`'s state does
+    not advance inside JAX's compiled functions) and one compiled function
+    serves every seed. 24 random bits per number."""
+    key_1 = _mix(ops.bitwise_xor(ops.cast(seed, "int32"), _SALT_1))
+    key_2 = _mix(ops.bitwise_xor(key_1, ops.cast(counter, "int32")))
+    key_2 = _mix(ops.bitwise_xor(key_2, _SALT_2))
+    index = ops.reshape(ops.arange(math.prod(shape), dtype="int32"), shape)
+    bits = _mix(ops.bitwise_xor(index, key_1))
+    bits = _mix(ops.bitwise_xor(bits, key_2))
+    return ops.cast(_shift_right(bits, 8), "float32") / float(2**24)

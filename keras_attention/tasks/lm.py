@@ -157,17 +157,40 @@ def check_sampler(name):
         raise ValueError(f"`sampler` must be one of {SAMPLERS}; received {name!r}.")
 
 
-def continue_texts(model, prompts, max_length=None, sampler="greedy"):
+def continue_texts(
+    model, prompts, max_length=None, sampler="greedy", draft=None, num_draft_tokens=4
+):
     """Continues each prompt with a model that carries its tokenizer, as a
     new document (after the end-of-text token), until the model ends it or
     `max_length` characters (prompt included; default the model's
-    `max_length`). Returns the texts, prompts included."""
+    `max_length`). Returns the texts, prompts included.
+
+    With a `draft` model (a smaller GPT over the same characters), decodes
+    greedily by speculative decoding (`speculative_generate`, with
+    `num_draft_tokens` proposals per round): the same texts as greedy
+    search in fewer passes of the model; `sampler` must then be greedy, and
+    the default `max_length` leaves room for the proposals read past it."""
+    if draft is not None:
+        texts, _ = speculative_texts(
+            model, draft, prompts, max_length, num_draft_tokens, sampler=sampler
+        )
+        return texts
+    prompt_ids = prompt_token_ids(model, prompts, max_length or model.max_length)
+    max_length = max_length or model.max_length
+    tokens = np.asarray(model.generate(prompt_ids, max_length, sampler=sampler))
+    return [decode_tokens(model.tokenizer, row) for row in tokens]
+
+
+def prompt_token_ids(model, prompts, max_length):
+    """The prompts' character ids `(B, P)` as `continue_texts` gives them to
+    the model: each after the end-of-text token, right-padded to the
+    longest; raises `ArgumentError` where they leave no room in
+    `max_length`."""
     if model.tokenizer is None:
         raise ValueError(
             "This model has no tokenizer; train it with `keras-attention lm`, or "
             "pass `tokenizer=` when building it."
         )
-    max_length = max_length or model.max_length
     if max_length > model.max_length:
         raise ArgumentError(
             f"a length of {max_length:,} characters is more than the model "
@@ -181,12 +204,198 @@ def continue_texts(model, prompts, max_length=None, sampler="greedy"):
             f"{max_length} characters the model generates"
         )
     width = int(lengths.max()) + 1
-    prompt_ids = np.concatenate(
+    return np.concatenate(
         [np.full((len(prompt_ids), 1), END_ID, "int32"), prompt_ids[:, : width - 1]],
         axis=1,
     )
-    tokens = np.asarray(model.generate(prompt_ids, max_length, sampler=sampler))
-    return [decode_tokens(model.tokenizer, row) for row in tokens]
+
+
+def speculative_length(model, draft, num_draft_tokens):
+    """The longest output `speculative_generate` can give with these
+    models: a round reads `num_draft_tokens - 1` positions past the output,
+    which learned positions (a table of `max_length` rows) must reach."""
+    limits = [m.position_limit for m in (model, draft)]
+    reach = [limit - num_draft_tokens + 1 for limit in limits if limit is not None]
+    return min([model.max_length, *reach])
+
+
+def check_draft(model, draft):
+    """Raises `ArgumentError` unless `draft` can propose tokens for `model`:
+    a GPT with the same tokenizer (class and settings)."""
+    from keras_attention.models import GPT
+
+    if not isinstance(draft, GPT) or not isinstance(model, GPT):
+        raise ArgumentError(
+            "speculative decoding needs two GPT models (a cache by position); "
+            f"received a {type(model).__name__} and a {type(draft).__name__} "
+            "draft"
+        )
+
+    def settings(tokenizer):
+        if tokenizer is None:
+            return None
+        config = dict(tokenizer.get_config())
+        config.pop("name", None)
+        return type(tokenizer).__name__, config
+
+    if draft.vocabulary_size != model.vocabulary_size or (
+        draft.tokenizer is not None
+        and settings(draft.tokenizer) != settings(model.tokenizer)
+    ):
+        raise ArgumentError(
+            f"the draft model's tokenizer ({draft.vocabulary_size} ids) is not the "
+            f"model's ({model.vocabulary_size} ids): the draft must share it"
+        )
+
+
+def speculative_texts(
+    model,
+    draft,
+    prompts,
+    max_length=None,
+    num_draft_tokens=4,
+    temperature=None,
+    seed=0,
+    sampler="greedy",
+):
+    """`continue_texts` by speculative decoding: returns `(texts, stats)`,
+    `stats` those of `speculative_generate` (greedy, or sampling at
+    `temperature`); `sampler` other than greedy is refused (speculative
+    decoding has no top-k or top-p)."""
+    from keras_attention.speculative import speculative_generate
+
+    if sampler != "greedy" and type(sampler).__name__ != "GreedySampler":
+        raise ArgumentError(
+            "speculative decoding (a draft model) decodes greedily here: give "
+            "the greedy sampler"
+        )
+    check_draft(model, draft)
+    longest = speculative_length(model, draft, num_draft_tokens)
+    max_length = max_length or longest
+    if max_length > longest:
+        raise ArgumentError(
+            f"a length of {max_length:,} characters is more than speculative "
+            f"decoding with {num_draft_tokens} proposals reaches with these "
+            f"models' positions, {longest:,}"
+        )
+    prompt_ids = prompt_token_ids(model, prompts, max_length)
+    tokens, stats = speculative_generate(
+        model,
+        draft,
+        prompt_ids,
+        max_length,
+        num_draft_tokens=num_draft_tokens,
+        temperature=temperature,
+        seed=seed,
+    )
+    tokens = np.asarray(tokens)
+    return [decode_tokens(model.tokenizer, row) for row in tokens], stats
+
+
+def _time_speculative(model, draft, batches, max_length, num_draft_tokens, repeats):
+    """`measure_speculative`'s figures over `batches` of prompt ids, each
+    decoded both ways (compiled and run once first, then timed in turn
+    `repeats` times); the times are the sums of the medians."""
+    import time
+
+    from keras_attention.speculative import speculative_generate
+
+    totals = {"rounds": 0, "new_tokens": 0, "accepted": 0, "proposed": 0}
+    seconds = {"plain": 0.0, "speculative": 0.0}
+    same = True
+    for prompt_ids in batches:
+
+        def plain(prompt_ids=prompt_ids):
+            return np.asarray(model.generate(prompt_ids, max_length, sampler="greedy"))
+
+        def speculative(prompt_ids=prompt_ids):
+            tokens, stats = speculative_generate(
+                model, draft, prompt_ids, max_length, num_draft_tokens=num_draft_tokens
+            )
+            return np.asarray(tokens), stats
+
+        expected = plain()
+        tokens, stats = speculative()
+        same = same and bool(np.array_equal(tokens, expected))
+        for key in totals:
+            totals[key] += stats[key]
+        times = {"plain": [], "speculative": []}
+        for _ in range(repeats):
+            for name, function in (("plain", plain), ("speculative", speculative)):
+                start = time.perf_counter()
+                function()
+                times[name].append(time.perf_counter() - start)
+        for name in seconds:
+            seconds[name] += float(np.median(times[name]))
+    rounds = max(totals["rounds"], 1)
+    return {
+        **totals,
+        "accepted_per_round": totals["accepted"] / rounds,
+        "tokens_per_round": totals["new_tokens"] / rounds,
+        "acceptance": totals["accepted"] / max(totals["proposed"], 1),
+        "same_as_greedy": same,
+        "seconds": seconds["speculative"],
+        "plain_seconds": seconds["plain"],
+        "speedup": seconds["plain"] / seconds["speculative"],
+        "repeats": repeats,
+    }
+
+
+def measure_speculative(
+    model,
+    draft,
+    prompts,
+    max_length,
+    num_draft_tokens=4,
+    repeats=3,
+    temperature=None,
+    separately=False,
+):
+    """Speculative greedy decoding of `prompts` against the model's own greedy
+    `generate` (both compiled; compiled and run once each first, then timed
+    in turn `repeats` times, medians): returns a dict of the acceptance
+    (accepted tokens per round, accepted / proposed, rounds), the wall
+    times and the speed-up, whether the texts are the same, with
+    `separately` the same figures for the prompts one at a time
+    (`one_at_a_time`: a batch advances at its slowest row's pace), and with
+    `temperature` the acceptance of speculative sampling at it."""
+    from keras_attention.speculative import speculative_generate
+
+    check_draft(model, draft)
+    prompt_ids = prompt_token_ids(model, prompts, max_length)
+    result = {
+        "num_draft_tokens": num_draft_tokens,
+        "prompts": len(prompts),
+        "max_length": max_length,
+        **_time_speculative(
+            model, draft, [prompt_ids], max_length, num_draft_tokens, repeats
+        ),
+    }
+    if separately and len(prompts) > 1:
+        # Rows of the batch, padded alike: one compiled loop per first
+        # position to fill, whatever the prompt's length.
+        rows = [prompt_ids[i : i + 1] for i in range(len(prompt_ids))]
+        result["one_at_a_time"] = _time_speculative(
+            model, draft, rows, max_length, num_draft_tokens, repeats
+        )
+    if temperature is not None:
+        _, sampled = speculative_generate(
+            model,
+            draft,
+            prompt_ids,
+            max_length,
+            num_draft_tokens=num_draft_tokens,
+            temperature=temperature,
+        )
+        result["sampling"] = {
+            "temperature": temperature,
+            "rounds": sampled["rounds"],
+            "accepted": sampled["accepted"],
+            "proposed": sampled["proposed"],
+            "accepted_per_round": sampled["accepted"] / max(sampled["rounds"], 1),
+            "acceptance": sampled["accepted"] / max(sampled["proposed"], 1),
+        }
+    return result
 
 
 class LanguageModelling(runner.Task):
@@ -207,6 +416,8 @@ class LanguageModelling(runner.Task):
         top_k=10,
         top_p=0.9,
         pack=False,
+        draft=None,
+        draft_tokens=4,
         **model_kwargs,
     ):
         if model not in MODELS:
@@ -217,7 +428,12 @@ class LanguageModelling(runner.Task):
                 f"packing needs the model gpt: the {model} would carry its state "
                 "from one document of a row into the next"
             )
+        if draft is not None and model != "gpt":
+            raise ArgumentError(
+                f"a draft model proposes tokens for a GPT, not for the {model}"
+            )
         self.data, self.model, self.pack = data, model, bool(pack)
+        self.draft_path, self.draft_tokens = draft, draft_tokens
         self.steps_per_epoch = steps_per_epoch or SETTINGS["steps_per_epoch"]
         self.sampling = (sampler, temperature, top_k, top_p)
         self.sequence_length = model_kwargs.pop(
@@ -239,6 +455,9 @@ class LanguageModelling(runner.Task):
         self.train_texts = splits["train"][: options.num_train or None]
         self.test_documents = len(splits["test"])
         self.tokenizer = character_tokenizer()
+        self.draft = None
+        if self.draft_path is not None:
+            self._load_draft()
         train, valid, self.test_stream = (
             token_stream(texts, self.tokenizer)
             for texts in (self.train_texts, splits["valid"], splits["test"])
@@ -253,6 +472,39 @@ class LanguageModelling(runner.Task):
             f"{self.test_documents:,} test documents ({len(self.test_stream):,} "
             f"characters); {self.tokenizer.vocabulary_size()} character ids"
         )
+
+    def _load_draft(self):
+        """The draft model (safe mode), checked against the task's tokenizer
+        and sample length before any training."""
+        import keras
+
+        from keras_attention.models import GPT
+
+        phase(f"loading the draft model {self.draft_path}")
+        draft = keras.saving.load_model(self.draft_path, safe_mode=True)
+        if not isinstance(draft, GPT):
+            raise ArgumentError(
+                f"the draft {self.draft_path!r} is a {type(draft).__name__}, not a GPT"
+            )
+        # The model to come has this task's tokenizer and window.
+        target = GPT(
+            self.tokenizer.vocabulary_size(),
+            max_length=self.sequence_length,
+            hidden_dim=8,
+            num_heads=1,
+            num_layers=1,
+            intermediate_dim=8,
+            tokenizer=self.tokenizer,
+        )
+        check_draft(target, draft)
+        length = min(SAMPLE_LENGTH, self.sequence_length)
+        if speculative_length(target, draft, self.draft_tokens) < length:
+            raise ArgumentError(
+                f"the draft's positions ({draft.max_length}) do not reach the "
+                f"{length} characters of the samples and the {self.draft_tokens} "
+                "proposals read past them"
+            )
+        self.draft = draft
 
     def _load_windows(self, options, train, valid):
         """Windows of the token stream (documents read across)."""
@@ -345,7 +597,9 @@ class LanguageModelling(runner.Task):
         )
         samples_path = os.path.join(context.out_dir, "samples.txt")
         phase(f"writing samples to {samples_path}")
-        samples = write_samples(net, samples_path, self.samplers)
+        samples = write_samples(
+            net, samples_path, self.samplers, self.draft, self.draft_tokens
+        )
         train_characters = (
             history["epochs"] * self.steps_per_epoch * batch_size * self.sequence_length
         )
@@ -371,6 +625,39 @@ class LanguageModelling(runner.Task):
             "final_valid_loss": history["val_loss"][-1],
             "samples": samples,
         }
+        if self.draft is not None:
+            length = min(
+                SAMPLE_LENGTH, speculative_length(net, self.draft, self.draft_tokens)
+            )
+            phase(
+                f"timing speculative decoding (draft {self.draft_path}) against "
+                "greedy search"
+            )
+            speculative = measure_speculative(
+                net,
+                self.draft,
+                SAMPLE_PROMPTS,
+                length,
+                self.draft_tokens,
+                temperature=self.sampling[1],
+                separately=True,
+            )
+            metrics["speculative"] = {
+                "draft": self.draft_path,
+                "draft_parameters": self.draft.count_params(),
+                **speculative,
+            }
+            for what, figures in (
+                ("together", speculative),
+                ("one at a time", speculative["one_at_a_time"]),
+            ):
+                phase(
+                    f"speculative decoding, the prompts {what}: "
+                    f"{figures['tokens_per_round']:.2f} characters per pass of "
+                    f"the model ({figures['accepted']} of {figures['proposed']} "
+                    f"proposals kept), {figures['speedup']:.2f}x greedy search's "
+                    "speed"
+                )
         return metrics, (
             f"{self.model} on {self.data}: held-out perplexity "
             f"{test_perplexity:.3f} ({metrics['bits_per_character']:.3f} bits per "
@@ -401,6 +688,15 @@ def run_lm(out_dir, data="fortunes", model="gpt", **kwargs):
             positions restarting, instead of windows of the token stream
             read across documents; the perplexity is then measured on the
             test documents packed alike (each read alone). GPT only.
+        draft: the path of a smaller GPT's `.keras` file over the same
+            characters (another `lm` run's `model.keras`; loaded in safe
+            mode): the greedy samples are then decoded speculatively
+            (`speculative_generate`, `draft_tokens` proposals per round,
+            default 4), and `metrics.json` gets `speculative`: the accepted
+            proposals per round and their share, the rounds, and the wall
+            time against greedy search on the same prompts (timed in turn;
+            `measure_speculative`), all together and one at a time (a batch
+            advances at its slowest row's pace). GPT only.
         **kwargs: the task's own arguments above (`LanguageModelling`'s);
             `options` (a `runner.TrainingOptions`) or its fields by name (`epochs`
             of `steps_per_epoch` batches, default 10; `batch_size`, windows
@@ -415,13 +711,25 @@ def run_lm(out_dir, data="fortunes", model="gpt", **kwargs):
     return runner.run(LanguageModelling(data, model, **own), out_dir, options)
 
 
-def write_samples(model, path, samplers):
+def write_samples(model, path, samplers, draft=None, num_draft_tokens=4):
     """Writes the continuations of `SAMPLE_PROMPTS` by each of `samplers`
-    (`{name: sampler}`) to `path`; returns them as a list of dicts."""
+    (`{name: sampler}`) to `path`; returns them as a list of dicts. With a
+    `draft` model, the greedy ones by speculative decoding (the same
+    texts)."""
     length = min(SAMPLE_LENGTH, model.max_length)
+    if draft is not None:
+        length = min(length, speculative_length(model, draft, num_draft_tokens))
     samples = []
     for name, sampler in samplers.items():
-        texts = continue_texts(model, SAMPLE_PROMPTS, length, sampler)
+        speculative = draft is not None and name == "greedy"
+        texts = continue_texts(
+            model,
+            SAMPLE_PROMPTS,
+            length,
+            sampler,
+            draft=draft if speculative else None,
+            num_draft_tokens=num_draft_tokens,
+        )
         samples += [
             {"sampler": name, "prompt": prompt, "text": text}
             for prompt, text in zip(SAMPLE_PROMPTS, texts, strict=True)
