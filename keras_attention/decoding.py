@@ -880,7 +880,9 @@ class LanguageModelGenerationMixin:
         def generate_step(prompt_ids):
             return self.sample(prompt_ids, max_length, sampler, start=start)
 
-        key = ("sample", max_length, sampler, jit_compile, start)
+        # The width too: TensorFlow traces the function once per key, and a
+        # second width under the same key reached the trace as unknown.
+        key = ("sample", max_length, sampler, jit_compile, start, width)
         function = _compiled(self, key, generate_step, jit_compile, variables)
         return function(prompt_ids.astype("int32"))
 

@@ -381,6 +381,17 @@ def test_a_prompt_prefilled_in_one_pass_continues_as_token_by_token(build):
     np.testing.assert_array_equal(model.generate(prompts, 12), token_by_token)
 
 
+def test_generate_takes_prompts_of_another_width_at_the_same_start():
+    # Same `max_length` and the same shortest prompt, so the same first new
+    # position: the compiled search must still be traced for the new width.
+    model = tiny_gpt()
+    narrow = np.array([[5, 6, 7], [8, 9, 0]], "int32")
+    wide = np.array([[5, 6, 7, 4], [8, 9, 0, 0]], "int32")
+    for prompts in (narrow, wide):
+        ours = np.asarray(model.generate(prompts, 10))
+        np.testing.assert_array_equal(ours, np.asarray(model.sample(prompts, 10)))
+
+
 @pytest.mark.parametrize("build", [tiny_transformer, tiny_rnn_seq2seq])
 def test_a_forced_prefix_is_prefilled_and_continued_as_token_by_token(build):
     # The Transformer's decoder takes the prefix in one pass
