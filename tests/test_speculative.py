@@ -29,7 +29,9 @@ def sharpen(model, factor):
             weight.assign(weight * factor)
 
 
-@pytest.mark.parametrize("num_draft_tokens", [1, 3, 5])
+@pytest.mark.parametrize(
+    "num_draft_tokens", [1, 3, pytest.param(5, marks=pytest.mark.slow)]
+)
 def test_greedy_output_is_the_targets_greedy_output(num_draft_tokens):
     keras.utils.set_random_seed(1)
     target = tiny_gpt(end_token_id=7)
@@ -136,6 +138,7 @@ def test_bad_arguments_are_named():
     assert np.asarray(tokens).shape == (1, 21)
 
 
+@pytest.mark.slow  # trains two language models through the lm task
 def test_lm_continues_texts_speculatively_as_greedy_search():
     from keras_attention.data.language_modeling import character_tokenizer
     from keras_attention.tasks import lm
@@ -186,7 +189,9 @@ def tiny_transformer(hidden_dim=32, layers=2, vocabulary_size=13, **overrides):
     )
 
 
-@pytest.mark.parametrize("num_draft_tokens", [1, 4])
+@pytest.mark.parametrize(
+    "num_draft_tokens", [1, pytest.param(4, marks=pytest.mark.slow)]
+)
 def test_translation_greedy_output_is_the_targets_greedy_output(num_draft_tokens):
     from keras_attention.speculative import speculative_translate
 
