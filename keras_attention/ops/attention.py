@@ -529,6 +529,13 @@ def _scores(query, key):
         scores = ops.einsum("btkgh,bskh->bkgts", _split_heads(query, groups), key)
         return _merge_heads(scores, 1)
     compute_dtype = _accumulation_dtype(query.dtype)
+    if query.shape[1] == 1:
+        # (B, 1, N_kv, G, H) * (B, S, N_kv, 1, H), summed over H: (B, S, N_kv, G).
+        products = ops.cast(_split_heads(query, groups), compute_dtype) * ops.cast(
+            key[:, :, :, None, :], compute_dtype
+        )
+        scores = ops.transpose(_merge_heads(ops.sum(products, axis=-1), 2), (0, 2, 1))
+        return ops.cast(scores[:, :, None, :], query.dtype)
     batch, length, heads = ops.shape(query)[:3]
     key_heads = heads // groups
     # The queries as (B, 1, N_kv, T * G, H) (five axes at most: TensorFlow
@@ -555,6 +562,13 @@ def _weighted_sum(weights, value):
         grouped = _split_heads(weights, groups, axis=1)
         return _merge_heads(ops.einsum("bkgts,bskh->btkgh", grouped, value), 2)
     compute_dtype = _accumulation_dtype(weights.dtype)
+    if weights.shape[2] == 1:
+        # (B, S, N_kv, G, 1) * (B, S, N_kv, 1, H), summed over S.
+        per_key = ops.transpose(ops.cast(weights[:, :, 0, :], compute_dtype), (0, 2, 1))
+        per_key = _split_heads(per_key, groups, axis=2)[..., None]
+        products = per_key * ops.cast(value, compute_dtype)[:, :, :, None, :]
+        summed = ops.sum(products, axis=1, keepdims=True)
+        return ops.cast(_merge_heads(summed, 2), weights.dtype)
     batch, heads, length = ops.shape(weights)[:3]
     key_heads = heads // groups
     # The weights as (B, S, N_kv, T * G, 1) times the values (B, S, N_kv, 1,
