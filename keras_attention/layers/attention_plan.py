@@ -14,6 +14,15 @@ from typing import NamedTuple
 # batch, 2-core CPU): causal, chunked/standard is 0.82 at T=512 and 0.63 at
 # 1024 (it skips the tiles above the diagonal); not causal, 1.05 at 512 and
 # 0.94 at 1024. Tiles of 256 beat 128 and 512 at every length measured.
+# With a known query length the switch counts the scores, queries x keys,
+# against the square of those lengths: a few queries over a long cache (a
+# decoding step: one query per row, or the `k` beams of
+# `ancestry_beam_search` over their `k * max_length` slots) keep the standard
+# path, whose `(T, S)` scores are no bigger than the keys. There the chunked
+# path saves no memory and costs, per block and step, a loop over the tiles,
+# copies of the padded keys and values and a sort of the tiles (it was taken
+# by the beam step of width 4 at 256 tokens, which the GPU suite measured at
+# 7x greedy's step time on an H200).
 AUTO_CHUNK_MIN_LENGTH = 1024
 AUTO_CHUNK_MIN_LENGTH_CAUSAL = 512
 AUTO_CHUNK_SIZE = 256
@@ -68,6 +77,7 @@ def plan_attention(
     flash_attention=None,
     chunk_size=None,
     key_length=None,
+    query_length=None,
 ):
     """Chooses how the layer attends.
 
@@ -99,6 +109,11 @@ def plan_attention(
         chunk_size: the layer's argument; set, it forces the chunked path.
         key_length: the number of keys where known when tracing (an int),
             else None.
+        query_length: the number of queries where known when tracing (an
+            int), else None: with it the automatic switch needs
+            `query_length * key_length` scores past the crossover's square
+            (a decoding step over a long cache stays on the standard path);
+            without it, `key_length` past the crossover.
 
     Returns:
         An `AttentionPlan`.
@@ -123,6 +138,7 @@ def plan_attention(
             dense_bias,
             key_length,
             skips_tiles=causal_in_op or window_in_op,
+            query_length=query_length,
         ),
         causal_in_op=causal_in_op,
         window_in_op=window_in_op,
@@ -133,7 +149,13 @@ def plan_attention(
 
 
 def _chunk_size(
-    needs_scores, flash_attention, chunk_size, dense_bias, key_length, skips_tiles
+    needs_scores,
+    flash_attention,
+    chunk_size,
+    dense_bias,
+    key_length,
+    skips_tiles,
+    query_length=None,
 ):
     """The chunked path's tile size, or None for the standard path.
 
@@ -143,7 +165,10 @@ def _chunk_size(
     chunk size is forced (which the op then refuses). A causal mask or a
     sliding window lets the chunked path skip tiles, which moves its
     crossover down. A length only known when the graph runs (a symbolic
-    dimension) keeps the standard path unless it is forced."""
+    dimension) keeps the standard path unless it is forced. A known query
+    length switches by the number of scores: `query_length * key_length`
+    from the crossover's square on (the crossovers were measured at
+    `query_length == key_length`)."""
     if needs_scores:
         return None
     if chunk_size is not None:
@@ -153,4 +178,8 @@ def _chunk_size(
     if flash_attention is False or dense_bias or not isinstance(key_length, int):
         return None
     threshold = AUTO_CHUNK_MIN_LENGTH_CAUSAL if skips_tiles else AUTO_CHUNK_MIN_LENGTH
-    return AUTO_CHUNK_SIZE if key_length >= threshold else None
+    if isinstance(query_length, int):
+        long_enough = query_length * key_length >= threshold * threshold
+    else:
+        long_enough = key_length >= threshold
+    return AUTO_CHUNK_SIZE if long_enough else None

@@ -505,6 +505,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             flash_attention=self._flash_attention,
             chunk_size=self._chunk_size,
             key_length=key.shape[1] if cache is None else cache_slots(cache),
+            query_length=query.shape[1],
         )
 
         # 1. One boolean mask of everything that is not generated in the op.
@@ -790,6 +791,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 flash_attention=self._flash_attention,
                 chunk_size=self._chunk_size,
                 key_length=key.shape[1],
+                query_length=query.shape[1],
             )
             output = dot_product_attention(
                 query,

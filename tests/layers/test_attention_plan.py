@@ -106,6 +106,29 @@ CASES = {
         dict(cached=True, key_length=LONG, use_causal_mask=True),
         plan(chunk=AUTO_CHUNK_SIZE),
     ),
+    # A known query length counts the scores: a few queries (one decoding
+    # step, the beams of ancestry_beam_search) over a long cache keep the
+    # standard path; as many scores as the crossover's square switch.
+    "a few queries over a long cache": (
+        dict(cached=True, key_length=4 * LONG, query_length=4, use_causal_mask=True),
+        plan(),
+    ),
+    "a few queries over a longer cache": (
+        dict(cached=True, key_length=LONG * LONG // 4, query_length=4),
+        plan(chunk=AUTO_CHUNK_SIZE),
+    ),
+    "as many queries as keys": (
+        dict(key_length=LONG, query_length=LONG),
+        plan(chunk=AUTO_CHUNK_SIZE),
+    ),
+    "causal, as many queries as keys": (
+        dict(
+            key_length=AUTO_CHUNK_MIN_LENGTH_CAUSAL,
+            query_length=AUTO_CHUNK_MIN_LENGTH_CAUSAL,
+            use_causal_mask=True,
+        ),
+        plan(chunk=AUTO_CHUNK_SIZE, causal=True),
+    ),
     "subclass overriding _compute_attention": (
         dict(custom_attention=True, use_causal_mask=True, sliding_window=4),
         plan(),
