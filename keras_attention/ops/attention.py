@@ -494,34 +494,24 @@ def _finite_rows_lse(lse, attends):
     return lse[..., 0]
 
 
-# A few queries (a decoding step: one per row, or the `k` beams of
-# `ancestry_beam_search`, which share one cache row) attend by
-# multiply-and-sum rather than by matmul on TensorFlow and PyTorch: the
-# product of a few queries with the keys is memory-bound either way, and
-# their matmul first copies the (S, num_heads, head_dim) keys and values into
-# its own layout (with the zeroing of the keys no query sees), which costs
-# more than the product itself; the fused multiply-and-sum reads them once,
-# where they lie. Up to this many queries over more keys than queries (the
-# beam step of width 4 had spent most of its time in those copies, per block
-# and step). JAX's XLA turns the matmul into a dot_general that needs no
-# copy, while its CPU reduction loops are slow: there the multiply-and-sum
-# made 4 decoder blocks decode 4x slower (45.8 against 11.1 ms per token,
-# keras-hub 15.6; TensorFlow: 6.8 by the sum, 8.9 by matmul; 2-core CPU,
-# batch 16, width 256, 8 heads, 128 slots).
-FEW_QUERIES = 8
-_FEW_QUERIES_BY_SUM = backend.backend() != "jax"
+# A single query (a decoding step) attends by multiply-and-sum rather than by
+# matmul on TensorFlow and PyTorch: the product of one query with the keys is
+# memory-bound either way, and their matmul first copies the (S, num_heads,
+# head_dim) keys and values into its own layout, which costs more than the
+# product itself; the fused multiply-and-sum reads them once, where they lie.
+# JAX's XLA turns the matmul into a dot_general that needs no copy, while its
+# CPU reduction loops are slow: there the multiply-and-sum made 4 decoder
+# blocks decode 4x slower (45.8 against 11.1 ms per token, keras-hub 15.6;
+# TensorFlow: 6.8 by the sum, 8.9 by matmul; 2-core CPU, batch 16, width
+# 256, 8 heads, 128 slots). A few queries (the 4 beams of the ancestry beam
+# search over one cache row) keep the matmul everywhere: by the sum, that
+# search took 5.9x greedy's time on TensorFlow instead of 4.4x, and 2.43x
+# instead of 1.90x on an H200 with JAX.
+_SINGLE_QUERY_BY_SUM = backend.backend() != "jax"
 
 
-def _few_queries(x, keys, axis=1):
-    """Whether to attend by multiply-and-sum: one query, or up to
-    `FEW_QUERIES` over more keys (a cache), off JAX; self-attention over a
-    short sequence keeps the matmul."""
-    length, key_length = x.shape[axis], keys.shape[1]
-    if not _FEW_QUERIES_BY_SUM or not isinstance(length, int):
-        return False
-    if length == 1:
-        return True
-    return length <= FEW_QUERIES and isinstance(key_length, int) and key_length > length
+def _by_sum(query_length):
+    return _SINGLE_QUERY_BY_SUM and query_length == 1
 
 
 def _scores(query, key):
@@ -530,64 +520,36 @@ def _scores(query, key):
     With `N_kv < N` key heads, the queries are viewed as `(B, T, N_kv, G, H)`
     groups: head `n = k * G + g` meets key head `k`, and no key is copied."""
     groups = _groups(query, key)
-    if not _few_queries(query, key):
+    if not _by_sum(query.shape[1]):
         if groups == 1:
             return ops.einsum("btnh,bsnh->bnts", query, key)
         scores = ops.einsum("btkgh,bskh->bkgts", _split_heads(query, groups), key)
         return _merge_heads(scores, 1)
     compute_dtype = _accumulation_dtype(query.dtype)
-    if query.shape[1] == 1:
-        # (B, 1, N_kv, G, H) * (B, S, N_kv, 1, H), summed over H: (B, S, N_kv, G).
-        products = ops.cast(_split_heads(query, groups), compute_dtype) * ops.cast(
-            key[:, :, :, None, :], compute_dtype
-        )
-        scores = ops.transpose(_merge_heads(ops.sum(products, axis=-1), 2), (0, 2, 1))
-        return ops.cast(scores[:, :, None, :], query.dtype)
-    batch, length, heads = ops.shape(query)[:3]
-    key_heads = heads // groups
-    # The queries as (B, 1, N_kv, T * G, H) (five axes at most: TensorFlow
-    # broadcasts no more) times the keys (B, S, N_kv, 1, H), summed over H:
-    # (B, S, N_kv, T * G), then (B, N, T, S) with head n = k * G + g.
-    queries = ops.transpose(_split_heads(query, groups), (0, 2, 1, 3, 4))
-    queries = ops.reshape(queries, (batch, 1, key_heads, length * groups, -1))
-    products = ops.cast(queries, compute_dtype) * ops.cast(
+    # (B, 1, N_kv, G, H) * (B, S, N_kv, 1, H), summed over H: (B, S, N_kv, G).
+    products = ops.cast(_split_heads(query, groups), compute_dtype) * ops.cast(
         key[:, :, :, None, :], compute_dtype
     )
-    scores = ops.sum(products, axis=-1)
-    scores = ops.reshape(scores, (batch, -1, key_heads, length, groups))
-    scores = _merge_heads(ops.transpose(scores, (0, 2, 4, 3, 1)), 1)
-    return ops.cast(scores, query.dtype)
+    scores = ops.transpose(_merge_heads(ops.sum(products, axis=-1), 2), (0, 2, 1))
+    return ops.cast(scores[:, :, None, :], query.dtype)
 
 
 def _weighted_sum(weights, value):
     """`sum_s weights[b, n, t, s] * value[b, s, n // G, :]`: `(B, T, N, H)` in
     the dtype of the weights."""
     groups = _group_size(weights.shape[1], value.shape[2])
-    if not _few_queries(weights, value, axis=2):
+    if not _by_sum(weights.shape[2]):
         if groups == 1:
             return ops.einsum("bnts,bsnh->btnh", weights, value)
         grouped = _split_heads(weights, groups, axis=1)
         return _merge_heads(ops.einsum("bkgts,bskh->btkgh", grouped, value), 2)
     compute_dtype = _accumulation_dtype(weights.dtype)
-    if weights.shape[2] == 1:
-        # (B, S, N_kv, G, 1) * (B, S, N_kv, 1, H), summed over S.
-        per_key = ops.transpose(ops.cast(weights[:, :, 0, :], compute_dtype), (0, 2, 1))
-        per_key = _split_heads(per_key, groups, axis=2)[..., None]
-        products = per_key * ops.cast(value, compute_dtype)[:, :, :, None, :]
-        summed = ops.sum(products, axis=1, keepdims=True)
-        return ops.cast(_merge_heads(summed, 2), weights.dtype)
-    batch, heads, length = ops.shape(weights)[:3]
-    key_heads = heads // groups
-    # The weights as (B, S, N_kv, T * G, 1) times the values (B, S, N_kv, 1,
-    # H), summed over S: (B, N_kv, T * G, H), then (B, T, N, H).
-    per_key = ops.reshape(weights, (batch, key_heads, groups, length, -1))
-    per_key = ops.transpose(ops.cast(per_key, compute_dtype), (0, 4, 1, 3, 2))
-    per_key = ops.reshape(per_key, (batch, -1, key_heads, length * groups, 1))
+    # (B, S, N_kv, G, 1) * (B, S, N_kv, 1, H), summed over S.
+    per_key = ops.transpose(ops.cast(weights[:, :, 0, :], compute_dtype), (0, 2, 1))
+    per_key = _split_heads(per_key, groups, axis=2)[..., None]
     products = per_key * ops.cast(value, compute_dtype)[:, :, :, None, :]
-    summed = ops.sum(products, axis=1)
-    summed = ops.reshape(summed, (batch, key_heads, length, groups, -1))
-    summed = _merge_heads(ops.transpose(summed, (0, 2, 1, 3, 4)), 2)
-    return ops.cast(summed, weights.dtype)
+    summed = ops.sum(products, axis=1, keepdims=True)
+    return ops.cast(_merge_heads(summed, 2), weights.dtype)
 
 
 def _groups(query, key):
