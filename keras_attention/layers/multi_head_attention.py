@@ -81,8 +81,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
       tiles of queries and keys, the tiles above a causal diagonal or outside
       a sliding window skipped, forward and backward, on every backend and on
       CPU): always with `chunk_size=N` or `flash_attention=True`, and by
-      itself from 1024 keys, 512 with a causal mask or a window, where it is
-      measured to be faster, unless `flash_attention=False` (or
+      itself from 1024 x 1024 scores (queries x keys), 512 x 512 with a
+      causal mask or a window, where it is measured to be faster, unless `flash_attention=False` (or
       `keras.config.disable_flash_attention()`) or the weights are needed
       (`return_attention_scores=True`, attention dropout in training). The
       choice is `layers.attention_plan.plan_attention`.
