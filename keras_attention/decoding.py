@@ -718,6 +718,24 @@ def prefill(model, token_ids, cache):
     return ops.fori_loop(0, token_ids.shape[1], step, cache)
 
 
+def check_prompt_ids(prompt_ids):
+    """`prompt_ids` as a numpy integer array `(B, P)` of right-padded
+    prompts, each with at least one token; a ValueError naming what was
+    received otherwise."""
+    prompt_ids = np.asarray(prompt_ids)
+    if prompt_ids.ndim != 2 or not np.issubdtype(prompt_ids.dtype, np.integer):
+        raise ValueError(
+            "`prompt_ids` must be an integer array (batch, length); received "
+            f"dtype {prompt_ids.dtype} and shape {prompt_ids.shape}."
+        )
+    if not prompt_ids.shape[1] or np.any(prompt_ids[:, 0] == PAD_ID):
+        raise ValueError(
+            "Every prompt needs at least one token: `prompt_ids[:, 0]` must "
+            f"not be padding ({PAD_ID}); received shape {prompt_ids.shape}."
+        )
+    return prompt_ids
+
+
 def _check_prefix(prefix_ids, batch_size, max_length):
     prefix = np.asarray(prefix_ids)
     if prefix.ndim != 2 or not np.issubdtype(prefix.dtype, np.integer):
@@ -839,17 +857,7 @@ class LanguageModelGenerationMixin:
             the generated tokens; after a generated `end_token_id` (kept),
             padding (0).
         """
-        prompt_ids = np.asarray(prompt_ids)
-        if prompt_ids.ndim != 2 or not np.issubdtype(prompt_ids.dtype, np.integer):
-            raise ValueError(
-                "`prompt_ids` must be an integer array (batch, length); received "
-                f"dtype {prompt_ids.dtype} and shape {prompt_ids.shape}."
-            )
-        if not prompt_ids.shape[1] or np.any(prompt_ids[:, 0] == PAD_ID):
-            raise ValueError(
-                "Every prompt needs at least one token: `prompt_ids[:, 0]` must "
-                f"not be padding ({PAD_ID}); received shape {prompt_ids.shape}."
-            )
+        prompt_ids = check_prompt_ids(prompt_ids)
         max_length = max_length or self.max_length
         check_positive_int("max_length", max_length)
         width = prompt_ids.shape[1]

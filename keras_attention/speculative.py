@@ -33,7 +33,7 @@ import numpy as np
 from keras import ops
 
 from keras_attention._checks import check_positive_int
-from keras_attention.decoding import PAD_ID, truncate_after_end
+from keras_attention.decoding import PAD_ID, check_prompt_ids, truncate_after_end
 from keras_attention.ops.random import uniform_from_counter
 from keras_attention.utils.backend import compile_function
 
@@ -96,17 +96,7 @@ def speculative_generate(
     print(stats["new_tokens"] / stats["rounds"])  # tokens per target pass
     ```
     """
-    prompt_ids = np.asarray(prompt_ids)
-    if prompt_ids.ndim != 2 or not np.issubdtype(prompt_ids.dtype, np.integer):
-        raise ValueError(
-            "`prompt_ids` must be an integer array (batch, length); received "
-            f"dtype {prompt_ids.dtype} and shape {prompt_ids.shape}."
-        )
-    if not prompt_ids.shape[1] or np.any(prompt_ids[:, 0] == PAD_ID):
-        raise ValueError(
-            "Every prompt needs at least one token: `prompt_ids[:, 0]` must "
-            f"not be padding ({PAD_ID}); received shape {prompt_ids.shape}."
-        )
+    prompt_ids = check_prompt_ids(prompt_ids)
     for name, model in (("target", target), ("draft", draft)):
         if not hasattr(model, "call_with_cache"):
             # The target reads k + 1 tokens in one pass; the draft's cache must
