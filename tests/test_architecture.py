@@ -10,7 +10,15 @@ import re
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_attention"
-LIBRARY = ("ops", "layers", "models", "decoding", "evaluation", "utils")
+LIBRARY = (
+    "ops",
+    "layers",
+    "models",
+    "decoding",
+    "speculative",
+    "evaluation",
+    "utils",
+)
 APPLICATIONS = ("names", "data", "tasks", "bench", "viz", "cli")
 # What each part of the library may import from the package (besides itself).
 ALLOWED = {
@@ -19,6 +27,7 @@ ALLOWED = {
     "layers": {"_checks", "utils", "ops"},
     "models": {"_checks", "utils", "ops", "layers", "decoding"},
     "decoding": {"_checks", "utils", "ops"},
+    "speculative": {"_checks", "utils", "ops", "decoding"},
     "evaluation": {"_checks", "utils", "ops", "layers", "models"},
 }
 

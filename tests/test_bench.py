@@ -368,17 +368,23 @@ def gpu_results():
                 "policy": "mixed_bfloat16",
                 "rnn_units": 736,
                 "runs": {
-                    "transformer/cache": {
+                    "transformer/greedy/cache": {
                         "median_s": 0.5,
                         "ms_per_step": 2.0,
                         "tokens_per_s": 16000.0,
                     },
-                    "transformer/no_cache": {"skipped": "exceeded 120 s"},
-                    "rnn-bahdanau/cache": {
+                    "transformer/greedy/no_cache": {"skipped": "exceeded 120 s"},
+                    "rnn-bahdanau/greedy/cache": {
                         "median_s": 0.25,
                         "ms_per_step": 1.0,
                         "tokens_per_s": 32000.0,
                     },
+                    "transformer/beam/cache": {
+                        "median_s": 0.75,
+                        "ms_per_step": 3.0,
+                        "tokens_per_s": 10667.0,
+                    },
+                    "rnn-bahdanau/beam/cache": {"skipped": "exceeded 120 s"},
                 },
             },
         },
@@ -399,6 +405,8 @@ def test_gpu_report_takes_every_outcome_of_a_gpu_run(tmp_path):
     assert "full/ours_chunked_vs_torch_sdpa/T32768" in results["ratios"]
     assert "decode/transformer_cache_speedup" not in results["ratios"]
     assert results["ratios"]["decode/transformer_vs_rnn_bahdanau_ms_per_step"] == 2.0
+    assert results["ratios"]["decode/transformer_beam4_vs_greedy"] == 1.5
+    assert "decode/rnn-bahdanau_beam4_vs_greedy" not in results["ratios"]
     text = markdown(results)
     assert text.startswith("Machine: ") and "NVIDIA H200" in text
     assert "| full | 1024 | 32 | bfloat16 | 2 (" in text

@@ -82,10 +82,11 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
       a sliding window skipped, forward and backward, on every backend and on
       CPU): always with `chunk_size=N` or `flash_attention=True`, and by
       itself from 1024 x 1024 scores (queries x keys), 512 x 512 with a
-      causal mask or a window, where it is measured to be faster, unless `flash_attention=False` (or
-      `keras.config.disable_flash_attention()`) or the weights are needed
-      (`return_attention_scores=True`, attention dropout in training). The
-      choice is `layers.attention_plan.plan_attention`.
+      causal mask or a window, where it is measured to be faster, unless
+      `flash_attention=False` (or `keras.config.disable_flash_attention()`)
+      or the weights are needed (`return_attention_scores=True`, attention
+      dropout in training). The choice is
+      `layers.attention_plan.plan_attention`.
     - **fully masked query rows get zero weights**: a query that may attend
       to nothing (a padded position under the query's mask, a row of
       `attention_mask` all False) attends to nothing, so its output is the
