@@ -21,14 +21,12 @@ proposals kept, and the speed-up; the outputs are checked to be equal.
 import argparse
 import json
 import platform
-import time
 
 import keras
 import numpy as np
 
 from keras_attention.data import load_language_model_texts
 from keras_attention.data.tokenization import END_ID
-from keras_attention.speculative import speculative_generate
 from keras_attention.tasks import lm
 
 PROMPT = 32
@@ -76,33 +74,6 @@ def prompts(count):
     return np.array(rows, "int32")
 
 
-def measure(target, draft, prompt_ids, k, repeats):
-    """Greedy `generate` against `speculative_generate` on the same rows
-    (compiled and run once each, then timed in turn): medians and the
-    counts of the speculative run."""
-    max_length = prompt_ids.shape[1] + NEW_TOKENS
-
-    def plain():
-        return np.asarray(target.generate(prompt_ids, max_length))
-
-    def speculative():
-        tokens, stats = speculative_generate(
-            target, draft, prompt_ids, max_length, num_draft_tokens=k
-        )
-        return np.asarray(tokens), stats
-
-    expected = plain()
-    tokens, stats = speculative()
-    assert np.array_equal(tokens, expected), "speculative output differs"
-    times = {"plain": [], "speculative": []}
-    for _ in range(repeats):
-        for name, function in (("plain", plain), ("speculative", speculative)):
-            start = time.perf_counter()
-            function()
-            times[name].append(time.perf_counter() - start)
-    return stats, {name: float(np.median(t)) for name, t in times.items()}
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/speculative")
@@ -123,6 +94,7 @@ def main():
     for model in (target, draft):
         model.end_token_id = None  # every row gets all NEW_TOKENS
     rows = prompts(args.prompts)
+    max_length = rows.shape[1] + NEW_TOKENS
     print(
         f"{keras.backend.backend()}, {platform.processor() or platform.machine()}; "
         f"target {target.count_params():,} parameters, draft "
@@ -134,30 +106,17 @@ def main():
         for batch in ("1", "all"):
             groups = [rows[i : i + 1] for i in range(len(rows))]
             groups = groups if batch == "1" else [rows]
-            totals = {"rounds": 0, "accepted": 0, "proposed": 0, "new_tokens": 0}
-            seconds = {"plain": 0.0, "speculative": 0.0}
-            for group in groups:
-                stats, times = measure(target, draft, group, k, args.repeats)
-                for key in totals:
-                    totals[key] += stats[key]
-                for key in seconds:
-                    seconds[key] += times[key]
-            result = {
-                "k": k,
-                "batch": 1 if batch == "1" else len(rows),
-                **totals,
-                "tokens_per_pass": totals["new_tokens"] / totals["rounds"],
-                "acceptance": totals["accepted"] / totals["proposed"],
-                "plain_seconds": seconds["plain"],
-                "speculative_seconds": seconds["speculative"],
-                "speedup": seconds["plain"] / seconds["speculative"],
-            }
+            measured = lm.time_speculative(
+                target, draft, groups, max_length, k, args.repeats
+            )
+            assert measured["same_as_greedy"], "speculative output differs"
+            result = {"k": k, "batch": 1 if batch == "1" else len(rows), **measured}
             results.append(result)
             print(
-                f"k={k} batch {result['batch']}: {result['tokens_per_pass']:.2f} "
+                f"k={k} batch {result['batch']}: {result['tokens_per_round']:.2f} "
                 f"tokens per target pass, {result['acceptance']:.1%} of proposals "
-                f"kept; greedy {seconds['plain']:.2f} s, speculative "
-                f"{seconds['speculative']:.2f} s: {result['speedup']:.2f}x",
+                f"kept; greedy {result['plain_seconds']:.2f} s, speculative "
+                f"{result['seconds']:.2f} s: {result['speedup']:.2f}x",
                 flush=True,
             )
     print(json.dumps(results))

@@ -292,7 +292,7 @@ def speculative_texts(
     return [decode_tokens(model.tokenizer, row) for row in tokens], stats
 
 
-def _time_speculative(model, draft, batches, max_length, num_draft_tokens, repeats):
+def time_speculative(model, draft, batches, max_length, num_draft_tokens, repeats):
     """`measure_speculative`'s figures over `batches` of prompt ids, each
     decoded both ways (compiled and run once first, then timed in turn
     `repeats` times); the times are the sums of the medians."""
@@ -367,7 +367,7 @@ def measure_speculative(
         "num_draft_tokens": num_draft_tokens,
         "prompts": len(prompts),
         "max_length": max_length,
-        **_time_speculative(
+        **time_speculative(
             model, draft, [prompt_ids], max_length, num_draft_tokens, repeats
         ),
     }
@@ -375,7 +375,7 @@ def measure_speculative(
         # Rows of the batch, padded alike: one compiled loop per first
         # position to fill, whatever the prompt's length.
         rows = [prompt_ids[i : i + 1] for i in range(len(prompt_ids))]
-        result["one_at_a_time"] = _time_speculative(
+        result["one_at_a_time"] = time_speculative(
             model, draft, rows, max_length, num_draft_tokens, repeats
         )
     if temperature is not None:
