@@ -31,7 +31,7 @@ LM_SAMPLERS = ("greedy", "top_k", "top_p")
 # The character ids of `lm`'s models (ASCII; the fortunes' other characters,
 # 47 of 2.6 million, share id 127): a --draft model must have as many.
 LM_VOCABULARY_SIZE = 128
-PRETRAIN_EXTRA_TEXTS = ("fortunes",)
+PRETRAIN_EXTRA_TEXTS = ("fortunes", "bible", "messages")
 # `all` runs every suite but `gpu` (`keras_attention.bench.ALL_SUITES`).
 BENCH_SUITES = (
     "attention",

@@ -122,6 +122,16 @@ def _error(argv, capsys):
         ),
         (["classify", "--model", "svm"], "unknown model 'svm'"),
         (["classify", "--seeds", "0"], "--seeds: expected a positive integer"),
+        (["classify", "--labelled", "0"], "--labelled: expected a positive integer"),
+        (
+            ["classify", "--labelled", "100", "--num-train", "100"],
+            "--labelled and --num-train both choose the training texts; give one",
+        ),
+        (
+            ["classify", "--model", "bilstm", "--width", "64"],
+            "--width, --heads and --blocks size the Transformer; they need --model "
+            "transformer, not bilstm",
+        ),
         (["caption", "--model", "attention,none"], "unknown model 'none'"),
         (["caption", "--doubly-stochastic", "-1"], "expected a number >= 0"),
         (["caption", "--data", "no_folder"], "nor an existing folder"),

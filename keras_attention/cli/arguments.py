@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from keras_attention.cli.checks import CommandError
 from keras_attention.names import SLOWER_WITH_XLA_ON_CPU, STRATEGIES
 
 LOW_CONFIDENCE = "(low confidence)"
@@ -207,6 +208,51 @@ def add_training_options(
         help="delete what an earlier run left in --out (checkpoints, model, "
         "history, metrics) and train afresh; without it, a run resumes there",
     )
+
+
+def add_transformer_size_options(parser, what):
+    """`--width`, `--heads` and `--blocks` of `what` (a Transformer encoder,
+    its feed-forward layers twice as wide), default the library's."""
+    parser.add_argument(
+        "--width",
+        type=positive_int,
+        default=None,
+        help=f"width of {what} (default: 32; the feed-forward layers are twice "
+        "as wide)",
+    )
+    parser.add_argument(
+        "--heads",
+        type=positive_int,
+        default=None,
+        help=f"attention heads of {what}, a divisor of --width (default: 2)",
+    )
+    parser.add_argument(
+        "--blocks",
+        type=positive_int,
+        default=None,
+        help=f"blocks of {what} (default: 1)",
+    )
+
+
+def transformer_sizes(args):
+    """The constructor arguments of the options `add_transformer_size_options`
+    adds, those given only; raises `CommandError` where --heads does not
+    divide --width."""
+    sizes = {}
+    if args.width is not None:
+        sizes.update(hidden_dim=args.width, intermediate_dim=2 * args.width)
+    if args.heads is not None:
+        sizes["num_heads"] = args.heads
+    if args.blocks is not None:
+        sizes["num_layers"] = args.blocks
+    width, heads = sizes.get("hidden_dim", 32), sizes.get("num_heads", 2)
+    if width % heads:
+        raise CommandError(
+            f"--heads {heads} does not divide the width {width}: each head takes "
+            "width / heads features",
+            2,
+        )
+    return sizes
 
 
 def training_options(args):

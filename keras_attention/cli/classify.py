@@ -2,12 +2,14 @@
 
 from keras_attention.cli.arguments import (
     add_training_options,
+    add_transformer_size_options,
     dataset,
     load_model,
     model_list,
     positive_int,
     read_inputs,
     training_options,
+    transformer_sizes,
 )
 from keras_attention.cli.checks import CommandError, check_encoder
 from keras_attention.names import CLASSIFICATION_DATA, CLASSIFICATION_MODELS
@@ -54,6 +56,17 @@ def add_arguments(parser):
         help="start the Transformer from a pretrained encoder (OUT/encoder.keras "
         "of `keras-attention pretrain`), with its sizes and vocabulary",
     )
+    parser.add_argument(
+        "--labelled",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="a labelling budget: train on N training texts drawn by the seed, "
+        "each class in proportion, shown at least 1,000 times an epoch in all; "
+        "the validation and test splits stay those of seed 0 (default: every "
+        "training text)",
+    )
+    add_transformer_size_options(parser, "the Transformer (without --encoder)")
     add_training_options(
         parser, out="runs/classify", batch_size=32, seed_help="the first seed"
     )
@@ -61,8 +74,31 @@ def add_arguments(parser):
 
 
 def check(args):
+    sizes = transformer_sizes(args)
+    if sizes and args.model != ("transformer",):
+        raise CommandError(
+            "--width, --heads and --blocks size the Transformer; they need "
+            f"--model transformer, not {','.join(args.model)}",
+            2,
+        )
+    if args.labelled is not None and args.num_train is not None:
+        raise CommandError(
+            "--labelled and --num-train both choose the training texts; give one", 2
+        )
+    if args.load and (sizes or args.labelled is not None):
+        raise CommandError(
+            "--labelled, --width, --heads and --blocks go with a training; they "
+            "cannot go with --load",
+            2,
+        )
     if not args.encoder:
         return
+    if sizes:
+        raise CommandError(
+            "--encoder brings its own sizes; --width, --heads and --blocks are "
+            "for a Transformer trained from scratch",
+            2,
+        )
     if args.load:
         raise CommandError("--encoder starts a training; it cannot go with --load", 2)
     if args.model != ("transformer",):
@@ -89,7 +125,13 @@ def run(args):
                 print(f"{line}\t{text[:60]!r}")
         return
     options = training_options(args)
-    task_arguments = {"data": args.data, "encoder": args.encoder, "options": options}
+    task_arguments = {
+        "data": args.data,
+        "encoder": args.encoder,
+        "labelled": args.labelled,
+        "options": options,
+        **transformer_sizes(args),
+    }
     if len(args.model) == 1 and args.seeds == 1:
         classify.run_classify(args.out, model=args.model[0], **task_arguments)
     else:

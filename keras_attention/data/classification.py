@@ -154,6 +154,58 @@ def _labelled(texts, labels, indices):
     return LabelledTexts([texts[i] for i in indices], labels[indices])
 
 
+def labelled_sample(texts, num_labelled, seed=0):
+    """A class-stratified sample of labelled texts: what a labelling budget
+    of `num_labelled` texts buys.
+
+    Each class gets its share of `num_labelled` in proportion to its share
+    of `texts` (largest remainders rounded up), at least one example per
+    class; the sample is drawn by `seed` and kept in the order of `texts`.
+
+    Args:
+        texts: a `LabelledTexts` (the training split).
+        num_labelled: the number of texts to keep, at least the number of
+            classes present and at most `len(texts)`.
+        seed: seed of the draw.
+
+    Returns:
+        A `LabelledTexts` of `num_labelled` texts.
+
+    Raises:
+        ValueError: if `num_labelled` is out of range.
+    """
+    labels = np.asarray(texts.labels)
+    classes, counts = np.unique(labels, return_counts=True)
+    if isinstance(num_labelled, bool) or not isinstance(num_labelled, int):
+        raise ValueError(
+            f"`num_labelled` must be an integer; received {num_labelled!r}."
+        )
+    if not len(classes) <= num_labelled <= len(labels):
+        raise ValueError(
+            f"`num_labelled` must be between {len(classes)} (one text per class) "
+            f"and the {len(labels):,} labelled texts available; received "
+            f"{num_labelled:,}."
+        )
+    exact = num_labelled * counts / counts.sum()
+    shares = np.maximum(np.floor(exact).astype(int), 1)
+    for index in np.argsort(-(exact - np.floor(exact)), kind="stable"):
+        if shares.sum() >= num_labelled:
+            break
+        if shares[index] < counts[index]:
+            shares[index] += 1
+    while shares.sum() > num_labelled:  # the minimum of one took too many
+        shares[np.argmax(shares)] -= 1
+    rng = np.random.default_rng(seed)
+    chosen = np.concatenate(
+        [
+            rng.choice(np.flatnonzero(labels == label), share, replace=False)
+            for label, share in zip(classes, shares, strict=True)
+        ]
+    )
+    chosen.sort()
+    return LabelledTexts([texts.texts[i] for i in chosen], labels[chosen])
+
+
 def split_labelled(
     pairs, valid_fraction=0.1, test_fraction=0.1, seed=0, class_names=None
 ):

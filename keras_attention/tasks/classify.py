@@ -1,6 +1,8 @@
 """`keras-attention classify`: train, evaluate, explain and use a text
 classifier."""
 
+import json
+import math
 import os
 
 import keras
@@ -8,6 +10,7 @@ import numpy as np
 
 from keras_attention.data.classification import (
     encode_documents,
+    labelled_sample,
     load_classification_data,
 )
 from keras_attention.data.pipeline import classification_dataset, encode_texts
@@ -29,11 +32,13 @@ from keras_attention.tasks.common import (
     cached_word_piece,
     check_training_size,
     phase,
+    write_json,
 )
 from keras_attention.viz import (
     highlight_html,
     plot_confusion_matrix,
     plot_highlighted_text,
+    plot_learning_curves,
     plot_metric_spread,
 )
 
@@ -51,6 +56,11 @@ SETTINGS = {
     "sentence_buckets": (4, 8),
     "epochs": 15,
     "patience": 3,
+    # With a labelling budget (`--labelled`), an epoch shows the labelled
+    # texts as many times as it takes to show this many, so that a few
+    # hundred texts get more than a few dozen updates before early stopping
+    # can end the run.
+    "min_epoch_texts": 1000,
 }
 # The figures of each model and seed in `comparison.json` (and, for attention
 # models, the deletion check's).
@@ -138,6 +148,7 @@ class Classification(runner.Task):
         model="transformer",
         num_explanations=3,
         encoder=None,
+        labelled=None,
         **model_kwargs,
     ):
         if model not in MODELS:
@@ -146,24 +157,60 @@ class Classification(runner.Task):
             raise ValueError(
                 f"`encoder` starts a Transformer; received model={model!r}."
             )
+        if labelled is not None and (
+            isinstance(labelled, bool) or not isinstance(labelled, int) or labelled < 1
+        ):
+            raise ValueError(
+                f"`labelled` must be a positive integer; received {labelled!r}."
+            )
         self.data, self.model = data, model
         self.num_explanations, self.encoder = num_explanations, encoder
+        self.labelled = labelled
         self.model_kwargs = model_kwargs
 
     def load(self, context):
         options = context.options
+        if self.labelled and options.num_train:
+            raise ArgumentError(
+                "--labelled and --num-train both choose the training texts; give one"
+            )
         phase(f"loading {self.data}")
-        self.splits = splits = load_classification_data(self.data, seed=options.seed)
+        # With a labelling budget the splits stay those of seed 0 (the
+        # split `pretrain` reads by default, so its encoder never saw a
+        # validation text); the seed draws the labelled texts instead.
+        split_seed = 0 if self.labelled else options.seed
+        self.splits = splits = load_classification_data(self.data, seed=split_seed)
         train = splits.train
-        self.train_texts = train.texts[: options.num_train or None]
+        if self.labelled:
+            if self.labelled > len(train):
+                raise ArgumentError(
+                    f"--labelled {self.labelled:,} asks for more texts than the "
+                    f"{len(train):,} of the training split"
+                )
+            if self.labelled < splits.num_classes:
+                raise ArgumentError(
+                    f"--labelled {self.labelled} is fewer texts than the "
+                    f"{splits.num_classes} classes: every class needs one"
+                )
+            labelled = labelled_sample(train, self.labelled, seed=options.seed)
+            self.train_texts, self.train_labels = labelled.texts, labelled.labels
+            self.repeats = math.ceil(SETTINGS["min_epoch_texts"] / self.labelled)
+            phase(
+                f"{len(labelled):,} labelled texts drawn by seed {options.seed} "
+                f"(per class {np.bincount(labelled.labels).tolist()}), shown "
+                f"{self.repeats} time(s) an epoch"
+            )
+        else:
+            self.train_texts = train.texts[: options.num_train or None]
+            self.train_labels = train.labels[: len(self.train_texts)]
+            self.repeats = 1
         check_training_size(
             options.batch_size,
-            len(self.train_texts),
+            len(self.train_texts) * self.repeats,
             "texts",
             num_train=options.num_train,
             available=len(train.texts),
         )
-        self.train_labels = train.labels[: len(self.train_texts)]
         check_classes(splits, self.train_labels, options.num_train)
         # The pretrained encoder (loaded from `encoder`'s path) and its path.
         self.pretrained, self.encoder_path = self.encoder, None
@@ -179,9 +226,11 @@ class Classification(runner.Task):
                 )
             self.tokenizer = self.pretrained.tokenizer
         else:
+            # From every training text, labelled or not: the vocabulary
+            # a pretrained encoder brings is learned from them too.
             self.tokenizer = cached_word_piece(
                 os.path.join(context.out_dir, "vocabulary.txt"),
-                self.train_texts,
+                train.texts if self.labelled else self.train_texts,
                 SETTINGS["vocabulary_size"],
                 lowercase=SETTINGS["lowercase"],
             )
@@ -220,10 +269,13 @@ class Classification(runner.Task):
         batch_size, valid = context.options.batch_size, self.splits.valid
         phase(f"encoding texts for {self.model}")
         hierarchical = isinstance(net, HierarchicalAttentionNetwork)
+        token_ids, labels = encode_for_model(net, self.train_texts), self.train_labels
+        token_ids = np.concatenate([token_ids] * self.repeats)
+        labels = np.concatenate([labels] * self.repeats)
         # Full batches only: each of the few batch shapes compiles once.
         train_data = classification_dataset(
-            encode_for_model(net, self.train_texts),
-            self.train_labels,
+            token_ids,
+            labels,
             batch_size,
             shuffle=True,
             seed=context.options.seed,
@@ -263,6 +315,7 @@ class Classification(runner.Task):
                 "data": self.data,
                 "classes": list(self.splits.class_names),
                 "train_texts": len(self.train_texts),
+                "labelled": self.labelled,
                 "test_texts": len(test),
                 "parameters": net.count_params(),
                 "seed": seed,
@@ -293,6 +346,7 @@ def run_classify(
     model="transformer",
     num_explanations=3,
     encoder=None,
+    labelled=None,
     **kwargs,
 ):
     """Trains `model` on `data`, evaluates it on the test split and writes
@@ -312,6 +366,12 @@ def run_classify(
             Transformer starts from (`TransformerClassifier.
             from_pretrained_encoder`), with its sizes and its tokenizer;
             only with `model="transformer"`.
+        labelled: a labelling budget: train on this many texts of the
+            training split, drawn by the seed with each class in proportion
+            (`data.classification.labelled_sample`), repeated so that an
+            epoch shows at least `SETTINGS["min_epoch_texts"]`; the splits
+            are then those of seed 0 in every run, and the vocabulary is
+            learned from every training text (their labels unused).
         **kwargs: `options` (a `runner.TrainingOptions`) or its fields by name
             (`epochs`, `batch_size`, `seed`, ...; default batch 32, at most
             `SETTINGS["epochs"]` epochs); the rest go to the model's
@@ -321,7 +381,9 @@ def run_classify(
         The metrics dict.
     """
     options, model_kwargs = runner.TrainingOptions.take(kwargs)
-    task = Classification(data, model, num_explanations, encoder, **model_kwargs)
+    task = Classification(
+        data, model, num_explanations, encoder, labelled, **model_kwargs
+    )
     return runner.run(task, out_dir, options)
 
 
@@ -377,6 +439,111 @@ def compare(out_dir, models, data="reviews", seeds=(0,), **kwargs):
         phase(
             f"{name}: accuracy {accuracy['mean']:.3f} ± {accuracy['std']:.3f}, "
             f"macro-F1 {macro_f1['mean']:.3f} ± {macro_f1['std']:.3f}"
+        )
+    return summary
+
+
+def learning_curve(out_dir, arms, sizes, seeds=(0, 1, 2), data="reviews", **kwargs):
+    """Test scores against the number of labelled training texts: every arm
+    (a model, or a Transformer with a pretrained encoder) trained by
+    `run_classify` with each labelling budget of `sizes` and each seed, in
+    `out_dir/<arm>/n<size>/seed<k>`, summarized in `learning_curve.json`
+    (per arm and size: every seed's accuracy and macro-F1, their mean,
+    standard deviation and 95% Student-t interval of the mean) and drawn in
+    `learning_curve.png`.
+
+    Runs go seed by seed, each seed through every size and arm, so an
+    interrupted curve has all arms alike; a run whose `metrics.json` exists
+    is read, not run again.
+
+    Args:
+        out_dir: output folder.
+        arms: `{name: run_classify arguments}`, e.g. `{"scratch": {"model":
+            "transformer"}, "pretrained": {"model": "transformer",
+            "encoder": "runs/pretrain/encoder.keras"}, "bilstm": {"model":
+            "bilstm"}}`; names are folder names.
+        sizes: labelling budgets (see `run_classify`'s `labelled`).
+        seeds: the seeds of every arm and size.
+        data: the classification data.
+        **kwargs: `run_classify` arguments shared by every run (`epochs`,
+            `batch_size`, ...).
+
+    Returns:
+        The summary written to `learning_curve.json`.
+    """
+    from scipy import stats
+
+    if not arms:
+        raise ValueError("`arms` must name at least one model; received none.")
+    sizes, seeds = [int(size) for size in sizes], list(seeds)
+    if not sizes or not seeds:
+        raise ValueError(
+            f"`sizes` and `seeds` must not be empty; received {sizes} and {seeds}."
+        )
+    kwargs.setdefault("num_explanations", 0)
+    results = {name: {size: [] for size in sizes} for name in arms}
+    for seed in seeds:
+        for size in sizes:
+            for name, arguments in arms.items():
+                run_dir = os.path.join(out_dir, name, f"n{size}", f"seed{seed}")
+                metrics_path = os.path.join(run_dir, "metrics.json")
+                if os.path.exists(metrics_path):
+                    with open(metrics_path) as file:
+                        metrics = json.load(file)
+                else:
+                    phase(f"{name}, {size:,} labelled texts, seed {seed}")
+                    metrics = run_classify(
+                        run_dir,
+                        data=data,
+                        labelled=size,
+                        seed=seed,
+                        **arguments,
+                        **kwargs,
+                    )
+                results[name][size].append(metrics)
+
+    def figure(runs, key):
+        values = [run[key] for run in runs]
+        mean = float(np.mean(values))
+        half = 0.0
+        if len(values) > 1:
+            error = float(np.std(values, ddof=1)) / np.sqrt(len(values))
+            half = float(stats.t.ppf(0.975, len(values) - 1)) * error
+        return {**runner.spread(values), "interval": [mean - half, mean + half]}
+
+    summary = {
+        "data": data,
+        "seeds": seeds,
+        "sizes": sizes,
+        "interval": "95% Student-t interval of the mean over seeds",
+        "arms": {
+            name: {
+                str(size): {
+                    key: figure(runs, key)
+                    for key in ("accuracy", "macro_f1", "train_seconds", "epochs")
+                }
+                for size, runs in by_size.items()
+            }
+            for name, by_size in results.items()
+        },
+    }
+    write_json(os.path.join(out_dir, "learning_curve.json"), summary, indent=2)
+    plot_learning_curves(
+        {
+            name: {size: points["accuracy"] for size, points in by_size.items()}
+            for name, by_size in summary["arms"].items()
+        },
+        path=os.path.join(out_dir, "learning_curve.png"),
+        title=f"{data}: test accuracy by labelled texts, {len(seeds)} seed(s), "
+        "95% intervals",
+    )
+    for name, by_size in summary["arms"].items():
+        phase(
+            f"{name}: "
+            + ", ".join(
+                f"{size} {points['accuracy']['mean']:.3f}"
+                for size, points in by_size.items()
+            )
         )
     return summary
 

@@ -15,8 +15,10 @@ import os
 import keras
 import numpy as np
 
+from keras_attention.data.bible import load_bible_texts
 from keras_attention.data.classification import load_classification_data
 from keras_attention.data.language_modeling import load_fortune_texts, read_documents
+from keras_attention.data.messages import messages_by_package
 from keras_attention.data.packing import PAD_SEGMENT, pack_texts, padding_fraction
 from keras_attention.data.pipeline import classification_dataset, encode_texts
 from keras_attention.data.tokenization import PAD_ID, UNK_ID
@@ -266,16 +268,40 @@ def bucketed_padding_fraction(token_ids, boundaries):
 
 def load_extra_texts(name):
     """Unlabelled documents to pretrain on besides the classification
-    data's: `"fortunes"` (all Debian fortune files) or a text file (see
-    `data.language_modeling.read_documents`)."""
+    data's: `"fortunes"` (all Debian fortune files), `"bible"` (the King
+    James Bible in passages, `data.bible.load_bible_texts`), `"messages"`
+    (the English side of the software messages, `english_message_texts`)
+    or a text file (see `data.language_modeling.read_documents`)."""
     if name == "fortunes":
         return load_fortune_texts()
+    if name == "bible":
+        return load_bible_texts()
+    if name == "messages":
+        return english_message_texts()
     if isinstance(name, (str, os.PathLike)) and os.path.isfile(name):
         return read_documents(name)
     raise ValueError(
         f"Unknown extra text {name!r}: expected one of {list(EXTRA_TEXTS)} or the "
         "path of an existing text file."
     )
+
+
+def english_message_texts(max_words=120):
+    """The English side of the software messages (`data.messages`), each
+    package's messages joined in order into documents of at most
+    `max_words` words: help texts rather than single lines."""
+    documents = []
+    for pairs in messages_by_package().values():
+        words = []
+        for english, _, _ in pairs:
+            message = english.split()
+            if words and len(words) + len(message) > max_words:
+                documents.append(" ".join(words))
+                words = []
+            words += message
+        if words:
+            documents.append(" ".join(words))
+    return documents
 
 
 def most_frequent_token_accuracy(train_ids, dataset):

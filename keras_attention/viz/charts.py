@@ -303,3 +303,55 @@ def plot_grouped_bars(groups, series, path=None, ylabel=None, title=None, log=Tr
     if path:
         save_figure(fig, path)
     return fig
+
+
+def plot_learning_curves(curves, path=None, ylabel="test accuracy", title=None):
+    """A score against the number of labelled examples (log scale), one line
+    per model through the means over seeds, a band for the interval around
+    each mean and every seed's value as a dot.
+
+    Args:
+        curves: `{label: {size: {"values": [...], "interval": [low, high]}}}`
+            (sizes as ints or strings of ints); lines follow the order of
+            the keys.
+        path: where to write the PNG; None to skip.
+        ylabel: y-axis label.
+        title: figure title.
+
+    Returns:
+        The matplotlib figure.
+    """
+    if not curves:
+        raise ValueError("`curves` must hold at least one model; received none.")
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for label, points in curves.items():
+        if not points:
+            raise ValueError(f"`curves[{label!r}]` has no point; expected sizes.")
+        sizes = sorted(points, key=int)
+        x = np.array([int(size) for size in sizes], "float64")
+        means = np.array([np.mean(points[size]["values"]) for size in sizes])
+        low, high = np.array([points[size]["interval"] for size in sizes]).T
+        (line,) = ax.plot(x, means, marker="o", label=label)
+        ax.fill_between(x, low, high, color=line.get_color(), alpha=0.18)
+        for size, position in zip(sizes, x, strict=True):
+            values = points[size]["values"]
+            ax.scatter(
+                np.full(len(values), position),
+                values,
+                s=9,
+                color=line.get_color(),
+                alpha=0.6,
+                zorder=3,
+            )
+    ax.set_xscale("log")
+    ax.set_xlabel("labelled training examples")
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    if path is not None:
+        save_figure(fig, path)
+    return fig

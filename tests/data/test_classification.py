@@ -486,3 +486,50 @@ def test_encode_documents_empty_and_errors(tokenizer):
         encode_documents(["a."], tokenizer, 2, 2.5)
     with pytest.raises(TypeError, match="single string"):
         encode_documents("A text.", tokenizer, 2, 5)
+
+
+def _labelled(counts):
+    from keras_attention.data.classification import LabelledTexts
+
+    labels = np.repeat(np.arange(len(counts)), counts)
+    return LabelledTexts([f"text {i}" for i in range(len(labels))], labels)
+
+
+@pytest.mark.parametrize(
+    "counts, size, expected",
+    [
+        ([70, 25, 5], 10, [7, 2, 1]),
+        ([70, 25, 5], 3, [1, 1, 1]),
+        ([70, 25, 5], 33, [23, 8, 2]),
+        ([2700, 900], 100, [75, 25]),
+        ([70, 25, 5], 100, [70, 25, 5]),
+    ],
+)
+def test_labelled_sample_keeps_each_class_in_proportion(counts, size, expected):
+    from keras_attention.data.classification import labelled_sample
+
+    texts = _labelled(counts)
+    sample = labelled_sample(texts, size, seed=0)
+    assert len(sample) == size
+    assert np.bincount(sample.labels, minlength=len(counts)).tolist() == expected
+    # Every text keeps its own label, in the order of the split.
+    indices = [texts.texts.index(text) for text in sample.texts]
+    assert indices == sorted(indices)
+    assert np.array_equal(texts.labels[indices], sample.labels)
+
+
+def test_labelled_sample_is_drawn_by_the_seed():
+    from keras_attention.data.classification import labelled_sample
+
+    texts = _labelled([300, 100])
+    first = labelled_sample(texts, 40, seed=1)
+    assert labelled_sample(texts, 40, seed=1) == first
+    assert labelled_sample(texts, 40, seed=2).texts != first.texts
+
+
+@pytest.mark.parametrize("size", [1, 401, 2.0])
+def test_labelled_sample_out_of_range_is_refused(size):
+    from keras_attention.data.classification import labelled_sample
+
+    with pytest.raises(ValueError, match="`num_labelled` must be"):
+        labelled_sample(_labelled([300, 100]), size)

@@ -198,3 +198,93 @@ def test_empty_held_out_splits_are_refused():
     check_classes(_splits(labels), np.array(labels))
     with pytest.raises(ValueError, match="the validation split is empty: a tenth"):
         check_classes(_splits(labels, held_out=0), np.array(labels))
+
+
+def _record_split_seed(monkeypatch):
+    """Makes the classification task stop once it asks for its splits, and
+    returns the list the split seeds it asked for go to."""
+    from keras_attention.tasks import classify
+
+    seeds = []
+
+    def load(data, seed=0):
+        seeds.append(seed)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(classify, "load_classification_data", load)
+    return seeds
+
+
+@pytest.mark.parametrize("labelled, split_seed", [(None, 3), (20, 0)])
+def test_a_labelling_budget_keeps_seed_zeros_splits(
+    monkeypatch, tmp_path, labelled, split_seed
+):
+    # The encoder that `pretrain` trains on seed 0's training split must
+    # never have read a validation text of a fine-tuning run.
+    seeds = _record_split_seed(monkeypatch)
+    with pytest.raises(RuntimeError, match="stop here"):
+        run_classify(tmp_path, model="bag", labelled=labelled, seed=3, verbose=0)
+    assert seeds == [split_seed]
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"labelled": 601}, "--labelled 601 asks for more texts than the 480 of"),
+        ({"labelled": 1}, "--labelled 1 is fewer texts than the 2 classes"),
+        ({"labelled": 20, "num_train": 20}, "--labelled and --num-train both"),
+    ],
+)
+def test_a_labelling_budget_out_of_range_is_refused(
+    reviews_csv, tmp_path, arguments, message
+):
+    from keras_attention.tasks.common import ArgumentError
+
+    with pytest.raises(ArgumentError, match=message):
+        run_classify(tmp_path, data=reviews_csv, model="bag", verbose=0, **arguments)
+
+
+@pytest.mark.parametrize("labelled", [0, 2.5, True])
+def test_a_labelling_budget_must_be_a_positive_integer(labelled):
+    from keras_attention.tasks.classify import Classification
+
+    with pytest.raises(ValueError, match="`labelled` must be a positive integer"):
+        Classification(labelled=labelled)
+
+
+@pytest.mark.slow
+def test_learning_curve_trains_every_arm_size_and_seed_once(
+    reviews_csv, tmp_path, monkeypatch
+):
+    from keras_attention.tasks import classify
+
+    arms = {"bag": {"model": "bag"}, "small": {"model": "transformer", "hidden_dim": 8}}
+    summary = classify.learning_curve(
+        tmp_path, arms, sizes=[12, 200], seeds=[0, 1], data=reviews_csv, epochs=4
+    )
+    for name in arms:
+        for size in ("12", "200"):
+            accuracy = summary["arms"][name][size]["accuracy"]
+            low, high = accuracy["interval"]
+            assert len(accuracy["values"]) == 2
+            assert low <= accuracy["mean"] <= high
+            run = json.loads(
+                (tmp_path / name / f"n{size}" / "seed1" / "metrics.json").read_text()
+            )
+            assert run["labelled"] == run["train_texts"] == int(size)
+    # The keyword task is learned from 200 labelled texts.
+    assert summary["arms"]["bag"]["200"]["accuracy"]["mean"] > 0.9
+    assert json.loads((tmp_path / "learning_curve.json").read_text()) == summary
+    assert_picture(tmp_path / "learning_curve.png")
+
+    # A second call reads the finished runs instead of training them again.
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(classify, "run_classify", no_training)
+    assert (
+        classify.learning_curve(
+            tmp_path, arms, sizes=[12, 200], seeds=[0, 1], data=reviews_csv, epochs=4
+        )
+        == summary
+    )

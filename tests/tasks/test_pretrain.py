@@ -9,6 +9,7 @@ from keras_attention.models import TransformerClassifier, TransformerTextEncoder
 from keras_attention.tasks.pretrain import (
     MaskedLanguageModel,
     fixed_masked_dataset,
+    load_extra_texts,
     mask_generator,
     masked_dataset,
 )
@@ -175,7 +176,19 @@ def saved_encoder(tmp_path_factory):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["pretrain", "--add-text", "bible"], "'bible' is neither a built-in"),
+        (["pretrain", "--add-text", "genesis"], "'genesis' is neither a built-in"),
+        (
+            ["pretrain", "--add-text", "bible", "--add-text", "bible"],
+            "--add-text names a text twice: bible, bible",
+        ),
+        (
+            ["pretrain", "--width", "30", "--heads", "4"],
+            "--heads 4 does not divide the width 30: each head takes width / heads",
+        ),
+        (
+            ["classify", "--encoder", "{dir}/encoder.keras", "--blocks", "2"],
+            "--encoder brings its own sizes; --width, --heads and --blocks are for",
+        ),
         (["pretrain", "--learning-rate", "0"], "expected a positive number; got '0'"),
         (["pretrain", "--load", "x.keras"], "unrecognized arguments: --load"),
         (
@@ -207,3 +220,21 @@ def test_bad_arguments_are_refused_in_one_line(
     assert status == 2
     assert message.format(dir=saved_encoder) in line, line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["bible", "messages"])
+def test_built_in_extra_texts_are_passages_of_at_most_120_words(name):
+    from keras_attention.data.messages import messages_by_package
+
+    texts = load_extra_texts(name)
+    assert len(texts) > 1000
+    assert max(len(text.split()) for text in texts) <= 120
+    if name == "messages":
+        # Every English message, in order, joined within its package.
+        words = [
+            word
+            for pairs in messages_by_package().values()
+            for english, _, _ in pairs
+            for word in english.split()
+        ]
+        assert " ".join(texts).split() == words

@@ -1,6 +1,7 @@
 """Charts of results: scores by length and over seeds, the localization
 histogram, GAN history, curves, grouped bars."""
 
+import numpy as np
 import pytest
 from matplotlib.collections import PathCollection
 from matplotlib.container import BarContainer
@@ -123,3 +124,36 @@ def test_plot_grouped_bars_draws_a_bar_per_group_and_series(tmp_path):
         viz.plot_grouped_bars(["a", "b"], {"ours": [1.0]})
     with pytest.raises(ValueError, match="must not be empty"):
         viz.plot_grouped_bars([], {})
+
+
+def test_learning_curves_draw_a_line_and_a_band_per_model(tmp_path):
+    from keras_attention.viz import plot_learning_curves
+
+    curves = {
+        name: {
+            str(size): {
+                "values": [offset + 0.1 * i, offset + 0.1 * i + 0.02],
+                "interval": [offset + 0.1 * i - 0.05, offset + 0.1 * i + 0.07],
+            }
+            for i, size in enumerate((100, 1000, 300))
+        }
+        for name, offset in (("pretrained", 0.5), ("scratch", 0.4))
+    }
+    fig = plot_learning_curves(curves, path=tmp_path / "curve.png")
+    [ax] = fig.axes
+    assert [line.get_label() for line in ax.get_lines()] == ["pretrained", "scratch"]
+    # Sizes in order along a log axis, through the means.
+    np.testing.assert_allclose(ax.get_lines()[0].get_xdata(), [100, 300, 1000])
+    np.testing.assert_allclose(ax.get_lines()[1].get_ydata(), [0.41, 0.61, 0.51])
+    assert ax.get_xscale() == "log"
+    assert len(ax.collections) == 2 + 2 * 3  # two bands, six seed clouds
+    assert (tmp_path / "curve.png").stat().st_size > 0
+
+
+def test_learning_curves_need_a_model_with_points():
+    from keras_attention.viz import plot_learning_curves
+
+    with pytest.raises(ValueError, match="at least one model"):
+        plot_learning_curves({})
+    with pytest.raises(ValueError, match="has no point"):
+        plot_learning_curves({"empty": {}})
