@@ -259,8 +259,9 @@ def test_learning_curve_trains_every_arm_size_and_seed_once(
     from keras_attention.tasks import classify
 
     arms = {"bag": {"model": "bag"}, "small": {"model": "transformer", "hidden_dim": 8}}
+    quick = {"epochs": 2, "jit_compile": False, "verbose": 0}
     summary = classify.learning_curve(
-        tmp_path, arms, sizes=[12, 200], seeds=[0, 1], data=reviews_csv, epochs=4
+        tmp_path, arms, sizes=[12, 200], seeds=[0, 1], data=reviews_csv, **quick
     )
     for name in arms:
         for size in ("12", "200"):
@@ -272,8 +273,10 @@ def test_learning_curve_trains_every_arm_size_and_seed_once(
                 (tmp_path / name / f"n{size}" / "seed1" / "metrics.json").read_text()
             )
             assert run["labelled"] == run["train_texts"] == int(size)
-    # The keyword task is learned from 200 labelled texts.
-    assert summary["arms"]["bag"]["200"]["accuracy"]["mean"] > 0.9
+    # The keyword task is learned from 200 labelled texts, not from 12.
+    few, many = (summary["arms"]["bag"][n]["accuracy"]["mean"] for n in ("12", "200"))
+    print(f"bag: 12 labelled {few:.3f}, 200 labelled {many:.3f}")
+    assert many > 0.8 and many > few + 0.1
     assert json.loads((tmp_path / "learning_curve.json").read_text()) == summary
     assert_picture(tmp_path / "learning_curve.png")
 
@@ -284,7 +287,7 @@ def test_learning_curve_trains_every_arm_size_and_seed_once(
     monkeypatch.setattr(classify, "run_classify", no_training)
     assert (
         classify.learning_curve(
-            tmp_path, arms, sizes=[12, 200], seeds=[0, 1], data=reviews_csv, epochs=4
+            tmp_path, arms, sizes=[12, 200], seeds=[0, 1], data=reviews_csv, **quick
         )
         == summary
     )
