@@ -102,6 +102,11 @@ class LongRangeAgreement:
                 f"{', '.join(map(str, self.image_shape))}) to be measured; "
                 f"received {images.shape}."
             )
+        if not len(images):
+            raise ValueError(
+                "No images to measure: received an empty batch of shape "
+                f"{images.shape}; expected N >= 1."
+            )
         if images.dtype == np.uint8:
             images = images.astype("float32") / 255.0
         height, width = self.region_shape[:2]
@@ -121,8 +126,6 @@ class LongRangeAgreement:
         fraction expected of regions drawn independently with the class
         frequencies each shows here."""
         classes = self.region_classes(images)
-        if not len(classes):
-            raise ValueError("No images to measure: received an empty batch.")
         agreement = np.all(classes == classes[:, :1], axis=1).mean()
         num_classes = int(classes.max()) + 1
         frequencies = [
