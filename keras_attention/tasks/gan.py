@@ -462,6 +462,31 @@ def plot_attention_maps(generator, path, seed=0, num_images=NUM_ATTENTION_IMAGES
     )
 
 
+def summarize_ablation(results, seeds):
+    """The ablation's `comparison.json`: for each variant, the seeds and, for
+    each of `SUMMARY_KEYS` its runs report (FID, the score, the long-range
+    agreement on a long-range set, the training time), the value per seed,
+    their mean and standard deviation (`KEY`, `KEY_mean`, `KEY_std`).
+
+    Args:
+        results: `{variant: [metrics per seed]}`.
+        seeds: the seeds, in the order of the runs.
+
+    Returns:
+        `{variant: {"seeds": [...], KEY: [...], KEY_mean: ..., KEY_std: ...}}`.
+    """
+    summary = {}
+    for variant, runs in results.items():
+        summary[variant] = {"seeds": list(seeds)}
+        for key in SUMMARY_KEYS:
+            if key in runs[0]:
+                figures = runner.spread([r[key] for r in runs])
+                summary[variant][key] = figures["values"]
+                summary[variant][f"{key}_mean"] = figures["mean"]
+                summary[variant][f"{key}_std"] = figures["std"]
+    return summary
+
+
 def ablation(out_dir, seeds=(0, 1), data="fashion-mnist", **kwargs):
     """SAGAN with and without self-attention, trained with the same settings
     (`run_gan`'s arguments) and seeds, in `out_dir/<variant>-seed<k>`,
@@ -477,18 +502,6 @@ def ablation(out_dir, seeds=(0, 1), data="fashion-mnist", **kwargs):
     # The shared classifier in this worker's folder of the comparison.
     strategy, summary_dir = distribute.prepare(options.strategy, out_dir)
     own.setdefault("classifier_path", os.path.join(summary_dir, CLASSIFIER_FILE))
-
-    def summarize(results):
-        summary = {}
-        for variant, runs in results.items():
-            summary[variant] = {"seeds": list(seeds)}
-            for key in SUMMARY_KEYS:
-                if key in runs[0]:
-                    figures = runner.spread([r[key] for r in runs])
-                    summary[variant][key] = figures["values"]
-                    summary[variant][f"{key}_mean"] = figures["mean"]
-                    summary[variant][f"{key}_std"] = figures["std"]
-        return summary
 
     def plot(results, folder):
         if "fid" not in results["attention"][0]:
@@ -538,7 +551,7 @@ def ablation(out_dir, seeds=(0, 1), data="fashion-mnist", **kwargs):
         VARIANTS,
         options.replace(strategy=strategy),
         seeds=seeds,
-        summarize=summarize,
+        summarize=lambda results: summarize_ablation(results, seeds),
         plots=[plot],
         folder=lambda variant, seed: f"{variant}-seed{seed}",
     )
