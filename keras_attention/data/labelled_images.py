@@ -1,5 +1,5 @@
-"""Labelled image sets for image generation: Fashion-MNIST, MNIST, sklearn's
-digits, or a user's folder of images."""
+"""Labelled image sets for image generation: Fashion-MNIST, its long-range
+pairs, MNIST, sklearn's digits, or a user's folder of images."""
 
 import collections
 import os
@@ -8,6 +8,7 @@ import numpy as np
 
 from keras_attention.data.captioning import load_image
 from keras_attention.data.fashion_mnist import FASHION_MNIST_CLASSES, load_fashion_mnist
+from keras_attention.data.fashion_pairs import load_fashion_pairs
 from keras_attention.data.files import DataFormatError
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
@@ -44,6 +45,14 @@ def load_fashion_mnist_images():
     return ImageSet(
         _pad_to(images, 32)[..., None], labels.astype("int32"), FASHION_MNIST_CLASSES
     )
+
+
+def load_fashion_pairs_images():
+    """The 30,000 fashion pairs (`keras_attention.data.fashion_pairs`): 64x64
+    canvases of two Fashion-MNIST items of one class on a diagonal, labelled
+    with that class (Debian package `dataset-fashion-mnist`)."""
+    canvases, labels, _ = load_fashion_pairs()
+    return ImageSet(canvases, labels, FASHION_MNIST_CLASSES)
 
 
 def load_mnist_images():
@@ -139,6 +148,7 @@ def read_image_folder(directory, image_size=32, channels=1):
 
 IMAGE_SETS = {
     "fashion-mnist": load_fashion_mnist_images,
+    "fashion-pairs": load_fashion_pairs_images,
     "mnist": load_mnist_images,
     "digits": load_digits_images,
 }

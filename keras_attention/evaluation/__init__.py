@@ -1,6 +1,7 @@
 """Evaluation helpers to call from your own code: which words a classifier's
-attention points at (and whether its prediction rests on them), and FID /
-Inception score of generated images. Keras and NumPy only."""
+attention points at (and whether its prediction rests on them), FID /
+Inception score of generated images, and whether distant parts of them
+agree. Keras and NumPy only."""
 
 from keras_attention.evaluation.attribution import (
     NUM_DELETED_WORDS,
@@ -16,9 +17,11 @@ from keras_attention.evaluation.image_quality import (
     inception_score,
     train_feature_classifier,
 )
+from keras_attention.evaluation.long_range import LongRangeAgreement
 
 __all__ = [
     "ImageQuality",
+    "LongRangeAgreement",
     "NUM_DELETED_WORDS",
     "delete_words",
     "deletion_check",

@@ -6,11 +6,13 @@ import os
 import keras
 import numpy as np
 
+from keras_attention.data.fashion_pairs import PAIR_CELLS, load_item_cells
 from keras_attention.data.labelled_images import load_image_set
 from keras_attention.evaluation.image_quality import (
     ImageQuality,
     train_feature_classifier,
 )
+from keras_attention.evaluation.long_range import LongRangeAgreement
 from keras_attention.models import SAGAN, generator_attention, sample_images
 from keras_attention.models.sagan import (
     attention_resolutions,
@@ -37,9 +39,21 @@ SETTINGS = {
 GRID_COLUMNS = 8
 NUM_ATTENTION_IMAGES = 4
 CLASSIFIER_FILE = "classifier.keras"
+# The image sets whose two item cells must agree, with the top-left corners
+# of those cells: `long_range_agreement` is measured on them.
+LONG_RANGE_SETS = {"fashion-pairs": PAIR_CELLS}
+# Epochs of the classifier of single items that reads those cells.
+ITEM_CLASSIFIER_EPOCHS = 5
 VARIANTS = ("attention", "no-attention")
 # The figures of each variant in the ablation's `comparison.json`.
-SUMMARY_KEYS = ("fid", "inception_score", "train_seconds")
+SUMMARY_KEYS = (
+    "fid",
+    "inception_score",
+    "long_range_agreement",
+    "long_range_agreement_chance",
+    "long_range_agreement_real",
+    "train_seconds",
+)
 
 
 def image_dataset(images, labels=None, batch_size=64, seed=0, repeat=False):
@@ -123,6 +137,30 @@ def _evaluator(images, out_dir, classifier_path, seed):
     return classifier, accuracy
 
 
+def item_classifier_path(classifier_path):
+    """Where the classifier of single items is cached, next to the FID
+    classifier: `classifier.keras` -> `classifier_items.keras`."""
+    root, extension = os.path.splitext(classifier_path)
+    return f"{root}_items{extension}"
+
+
+def _long_range_measure(data, image_shape, classifier_path, seed):
+    """The `LongRangeAgreement` of a long-range set (`LONG_RANGE_SETS`),
+    read by a classifier of the 10,000 Fashion-MNIST test items (none of them
+    in the set) in shifted 32x32 cells, trained once and cached; returns it
+    with the classifier's held-out accuracy."""
+    cells, labels = load_item_cells(seed=seed)
+    classifier, accuracy = train_feature_classifier(
+        cells,
+        labels,
+        int(labels.max()) + 1,
+        item_classifier_path(classifier_path),
+        epochs=ITEM_CLASSIFIER_EPOCHS,
+        seed=seed,
+    )
+    return LongRangeAgreement(classifier, image_shape, LONG_RANGE_SETS[data]), accuracy
+
+
 @dataclasses.dataclass(eq=False)
 class ImageGeneration(runner.Task):
     """`keras-attention gan`: SAGAN (or its ablation without self-attention)
@@ -180,11 +218,26 @@ class ImageGeneration(runner.Task):
             )
         self.images = images
         self.resolution = self.attention_resolution
+        allowed = attention_resolutions(images.images.shape[1])
         if self.resolution is None:
-            self.resolution = min(16, attention_resolutions(images.images.shape[1])[-1])
+            self.resolution = min(16, allowed[-1])
+        elif self.attention and self.resolution not in allowed:
+            raise ValueError(
+                f"`attention_resolution` must be one of {allowed} for the "
+                f"{images.images.shape[1]}x{images.images.shape[1]} images of "
+                f"'{data}'; received {self.resolution!r}."
+            )
         classifier, self.classifier_accuracy = _evaluator(
             images, context.out_dir, self.classifier_path, options.seed
         )
+        self.long_range = None
+        if data in LONG_RANGE_SETS:
+            self.long_range, self.item_classifier_accuracy = _long_range_measure(
+                data,
+                images.images.shape[1:],
+                self.classifier_path or os.path.join(context.out_dir, CLASSIFIER_FILE),
+                options.seed,
+            )
         self.quality = None
         # The first `fid_samples` images of this order are the FID reference,
         # the next ones measure the real-data floor.
@@ -279,10 +332,14 @@ class ImageGeneration(runner.Task):
                         network.get_layer("self_attention").gamma
                     )
                 )
-        if quality is not None:
+        generated = real = None
+        if quality is not None or self.long_range is not None:
             phase(f"measuring {fid_samples} generated images")
-            scores = quality(gan.sample(fid_samples, seed=seed + 12345))
-            floor = quality(images[self.order[fid_samples : 2 * fid_samples]])
+            generated = gan.sample(fid_samples, seed=seed + 12345)
+            real = images[self.order[fid_samples : 2 * fid_samples]]
+        if quality is not None:
+            scores = quality(generated)
+            floor = quality(real)
             metrics.update(
                 {
                     **scores,
@@ -291,6 +348,19 @@ class ImageGeneration(runner.Task):
                     "inception_score_real": floor["inception_score"],
                     "classifier_held_out_accuracy": self.classifier_accuracy,
                     "fid_per_epoch": [round(v, 3) for v in history.get("fid", [])],
+                }
+            )
+        if self.long_range is not None:
+            found, ceiling = self.long_range(generated), self.long_range(real)
+            metrics.update(
+                {
+                    "long_range_agreement": found["agreement"],
+                    "long_range_agreement_chance": found["chance"],
+                    "long_range_agreement_real": ceiling["agreement"],
+                    "long_range_agreement_real_chance": ceiling["chance"],
+                    "item_classifier_held_out_accuracy": (
+                        self.item_classifier_accuracy
+                    ),
                 }
             )
         plot_image_grid(
@@ -310,6 +380,12 @@ class ImageGeneration(runner.Task):
                 gan.sampler, os.path.join(context.out_dir, "attention.png"), seed
             )
         fid_text = f"FID {metrics['fid']:.2f}, " if "fid" in metrics else ""
+        if "long_range_agreement" in metrics:
+            fid_text += (
+                f"long-range agreement {metrics['long_range_agreement']:.3f} "
+                f"(chance {metrics['long_range_agreement_chance']:.3f}, real "
+                f"{metrics['long_range_agreement_real']:.3f}), "
+            )
         return metrics, (
             f"{name} on {self.data}: {fid_text}{history['epochs']} epochs in "
             f"{history['train_seconds']:.0f} s"
@@ -321,7 +397,10 @@ def run_gan(out_dir, data="fashion-mnist", **kwargs):
     it every epoch, and writes everything to `out_dir`.
 
     Writes `metrics.json` (final FID and Inception-style score, with the
-    real-data floor), `history.json` and `checkpoints/epochs.csv` (losses,
+    real-data floor; for a long-range set (`LONG_RANGE_SETS`), the
+    `long_range_agreement` of the generated images with its chance level and
+    the real-data ceiling, see `keras_attention.evaluation.long_range`),
+    `history.json` and `checkpoints/epochs.csv` (losses,
     FID per epoch), `samples/epoch_NNN.png`, `samples.png`, `losses.png`,
     `attention.png` (where generated images attend), `model.keras` (the
     generator, the weight average with `ema_decay`) and `gan.keras` (both
@@ -331,21 +410,24 @@ def run_gan(out_dir, data="fashion-mnist", **kwargs):
 
     Args:
         out_dir: output folder.
-        data: `"fashion-mnist"`, `"mnist"`, `"digits"` or a folder of images
-            (class subfolders for labels).
+        data: `"fashion-mnist"`, `"fashion-pairs"` (64x64, two same-class
+            items in opposite corners), `"mnist"`, `"digits"` or a folder of
+            images (class subfolders for labels).
         attention: use self-attention in both networks (default True).
         conditional: class-conditional (needs labels).
         steps_per_epoch: steps per epoch (default: one pass over the images).
         width: channels of the networks at full resolution (default 16).
         latent_dim: size of `z` (default 128).
-        attention_resolution: map size of the attention (default 16, or the
-            largest the image allows).
+        attention_resolution: map size of the attention, one of
+            `attention_resolutions(image size)` (default 16, or the largest
+            the image allows).
         ema_decay: keep an average of the generator's weights.
         fid_samples: images generated for FID (and real images as reference;
             default 5000).
         classifier_path: where the evaluation classifier is (or is to be)
             cached; default `out_dir/classifier.keras`. Runs that are compared
-            must share it.
+            must share it. A long-range set's classifier of single items goes
+            next to it (`item_classifier_path`).
         image_size: side of a folder's images after resizing (default 32).
         channels: 1 or 3 for a folder's images (default 1).
         **kwargs: the GAN's own arguments above (`ImageGeneration`'s fields),
@@ -380,11 +462,37 @@ def plot_attention_maps(generator, path, seed=0, num_images=NUM_ATTENTION_IMAGES
     )
 
 
+def summarize_ablation(results, seeds):
+    """The ablation's `comparison.json`: for each variant, the seeds and, for
+    each of `SUMMARY_KEYS` its runs report (FID, the score, the long-range
+    agreement on a long-range set, the training time), the value per seed,
+    their mean and standard deviation (`KEY`, `KEY_mean`, `KEY_std`).
+
+    Args:
+        results: `{variant: [metrics per seed]}`.
+        seeds: the seeds, in the order of the runs.
+
+    Returns:
+        `{variant: {"seeds": [...], KEY: [...], KEY_mean: ..., KEY_std: ...}}`.
+    """
+    summary = {}
+    for variant, runs in results.items():
+        summary[variant] = {"seeds": list(seeds)}
+        for key in SUMMARY_KEYS:
+            if key in runs[0]:
+                figures = runner.spread([r[key] for r in runs])
+                summary[variant][key] = figures["values"]
+                summary[variant][f"{key}_mean"] = figures["mean"]
+                summary[variant][f"{key}_std"] = figures["std"]
+    return summary
+
+
 def ablation(out_dir, seeds=(0, 1), data="fashion-mnist", **kwargs):
     """SAGAN with and without self-attention, trained with the same settings
     (`run_gan`'s arguments) and seeds, in `out_dir/<variant>-seed<k>`,
     measured with one shared classifier; writes `comparison.json` (mean and
-    runner.spread of FID and the score per variant), `comparison.png` and
+    runner.spread of FID, the score and, on a long-range set, the long-range
+    agreement per variant), `comparison.png` and
     `fid_curves.png` (FID per epoch of every runner.run).
 
     Returns:
@@ -394,18 +502,6 @@ def ablation(out_dir, seeds=(0, 1), data="fashion-mnist", **kwargs):
     # The shared classifier in this worker's folder of the comparison.
     strategy, summary_dir = distribute.prepare(options.strategy, out_dir)
     own.setdefault("classifier_path", os.path.join(summary_dir, CLASSIFIER_FILE))
-
-    def summarize(results):
-        summary = {}
-        for variant, runs in results.items():
-            summary[variant] = {"seeds": list(seeds)}
-            for key in SUMMARY_KEYS:
-                if key in runs[0]:
-                    figures = runner.spread([r[key] for r in runs])
-                    summary[variant][key] = figures["values"]
-                    summary[variant][f"{key}_mean"] = figures["mean"]
-                    summary[variant][f"{key}_std"] = figures["std"]
-        return summary
 
     def plot(results, folder):
         if "fid" not in results["attention"][0]:
@@ -435,6 +531,19 @@ def ablation(out_dir, seeds=(0, 1), data="fashion-mnist", **kwargs):
             f"{fid['attention']['std']:.2f}, without "
             f"{fid['no-attention']['mean']:.2f} +- {fid['no-attention']['std']:.2f}"
         )
+        if "long_range_agreement" in results["attention"][0]:
+            agreement = {
+                v: runner.spread([r["long_range_agreement"] for r in runs])
+                for v, runs in results.items()
+            }
+            phase(
+                "long-range agreement with attention "
+                f"{agreement['attention']['mean']:.3f} +- "
+                f"{agreement['attention']['std']:.3f}, without "
+                f"{agreement['no-attention']['mean']:.3f} +- "
+                f"{agreement['no-attention']['std']:.3f} (real images "
+                f"{results['attention'][0]['long_range_agreement_real']:.3f})"
+            )
 
     results, _ = runner.compare(
         out_dir,
@@ -442,7 +551,7 @@ def ablation(out_dir, seeds=(0, 1), data="fashion-mnist", **kwargs):
         VARIANTS,
         options.replace(strategy=strategy),
         seeds=seeds,
-        summarize=summarize,
+        summarize=lambda results: summarize_ablation(results, seeds),
         plots=[plot],
         folder=lambda variant, seed: f"{variant}-seed{seed}",
     )

@@ -1,4 +1,5 @@
 import json
+import os
 
 import keras
 import numpy as np
@@ -6,8 +7,11 @@ import pytest
 from PIL import Image
 
 from keras_attention import cli
+from keras_attention.data.fashion_mnist import FASHION_MNIST_DIR
+from keras_attention.data.fashion_pairs import load_item_cells
+from keras_attention.evaluation.image_quality import train_feature_classifier
 from keras_attention.models import sample_images
-from keras_attention.tasks.gan import ablation, run_gan
+from keras_attention.tasks.gan import ablation, item_classifier_path, run_gan
 from tests.tasks.callbacks import Record, StopAt
 
 # Every test here trains or starts processes: the slow tier.
@@ -149,3 +153,58 @@ def test_folder_without_classes_trains_unmeasured_and_refuses_conditional(tmp_pa
         **{k: v for k, v in TINY.items() if k != "data"} | {"batch_size": 16},
     )
     assert "fid" not in metrics and metrics["train_images"] == 40
+
+
+def test_long_range_set_reports_the_agreement_of_its_two_items(tmp_path):
+    if not os.path.isdir(FASHION_MNIST_DIR):
+        pytest.skip("`apt-get install dataset-fashion-mnist` for the fashion pairs")
+    # A quick classifier of single items, cached where the run looks for it
+    # (the run's own trains 5 epochs on 10,000 items).
+    out = tmp_path / "run"
+    cells, labels = load_item_cells()
+    _, accuracy = train_feature_classifier(
+        cells[:2000],
+        labels[:2000],
+        10,
+        item_classifier_path(str(out / "classifier.keras")),
+        epochs=2,
+    )
+    assert accuracy > 0.5
+    cli.main(
+        [
+            "gan",
+            "--data",
+            "fashion-pairs",
+            "--num-train",
+            "320",
+            "--batch-size",
+            "32",
+            "--epochs",
+            "1",
+            "--steps-per-epoch",
+            "2",
+            "--width",
+            "4",
+            "--attention-resolution",
+            "32",
+            "--fid-samples",
+            "160",
+            "--no-xla",
+            "--out",
+            str(out),
+        ]
+    )
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["data"] == "fashion-pairs" and metrics["steps"] == 2
+    assert metrics["item_classifier_held_out_accuracy"] == accuracy
+    for key in ("long_range_agreement", "long_range_agreement_chance"):
+        assert 0.0 <= metrics[key] <= 1.0, key
+    # Real pairs agree far above chance (their classifier errs alone).
+    real, chance = (
+        metrics["long_range_agreement_real"],
+        metrics["long_range_agreement_real_chance"],
+    )
+    assert real > 0.3 and chance < 0.2
+    assert np.isfinite(metrics["fid"])
+    generator = keras.saving.load_model(out / "model.keras", safe_mode=True)
+    assert generator.output_shape == (None, 64, 64, 1)
