@@ -449,8 +449,9 @@ def learning_curve(out_dir, arms, sizes, seeds=(0, 1, 2), data="reviews", **kwar
     `run_classify` with each labelling budget of `sizes` and each seed, in
     `out_dir/<arm>/n<size>/seed<k>`, summarized in `learning_curve.json`
     (per arm and size: every seed's accuracy and macro-F1, their mean,
-    standard deviation and 95% Student-t interval of the mean) and drawn in
-    `learning_curve.png`.
+    standard deviation and 95% Student-t interval of the mean, and the
+    scores of always guessing the most frequent class) and drawn in
+    `learning_curve.png` (accuracy and macro-F1).
 
     Runs go seed by seed, each seed through every size and arm, so an
     interrupted curve has all arms alike; a run whose `metrics.json` exists
@@ -511,10 +512,12 @@ def learning_curve(out_dir, arms, sizes, seeds=(0, 1, 2), data="reviews", **kwar
             half = float(stats.t.ppf(0.975, len(values) - 1)) * error
         return {**runner.spread(values), "interval": [mean - half, mean + half]}
 
+    majority = most_frequent_class_scores(data)
     summary = {
         "data": data,
         "seeds": seeds,
         "sizes": sizes,
+        "most_frequent_class": majority,
         "interval": "95% Student-t interval of the mean over seeds",
         "arms": {
             name: {
@@ -530,22 +533,41 @@ def learning_curve(out_dir, arms, sizes, seeds=(0, 1, 2), data="reviews", **kwar
     write_json(os.path.join(out_dir, "learning_curve.json"), summary, indent=2)
     plot_learning_curves(
         {
-            name: {size: points["accuracy"] for size, points in by_size.items()}
-            for name, by_size in summary["arms"].items()
+            f"test {label}": {
+                name: {size: points[key] for size, points in by_size.items()}
+                for name, by_size in summary["arms"].items()
+            }
+            for key, label in (("accuracy", "accuracy"), ("macro_f1", "macro-F1"))
         },
         path=os.path.join(out_dir, "learning_curve.png"),
-        title=f"{data}: test accuracy by labelled texts, {len(seeds)} seed(s), "
+        title=f"{data}: test scores by labelled texts, {len(seeds)} seed(s), "
         "95% intervals",
+        references={
+            "test accuracy": (majority["accuracy"], "most frequent class"),
+            "test macro-F1": (majority["macro_f1"], "most frequent class"),
+        },
     )
     for name, by_size in summary["arms"].items():
         phase(
-            f"{name}: "
+            f"{name}, accuracy / macro-F1 by labelled texts: "
             + ", ".join(
-                f"{size} {points['accuracy']['mean']:.3f}"
+                f"{size} {points['accuracy']['mean']:.3f} / "
+                f"{points['macro_f1']['mean']:.3f}"
                 for size, points in by_size.items()
             )
         )
     return summary
+
+
+def most_frequent_class_scores(data="reviews"):
+    """The test accuracy and macro-F1 of always guessing the most frequent
+    class of seed 0's training split: the floor a classifier must beat
+    (on the reviews, 66% are "great")."""
+    splits = load_classification_data(data, seed=0)
+    guess = int(np.argmax(np.bincount(splits.train.labels)))
+    probabilities = np.eye(splits.num_classes)[np.full(len(splits.test), guess)]
+    scores = evaluate(splits.test.labels, probabilities, splits.class_names)
+    return {key: scores[key] for key in ("accuracy", "macro_f1")}
 
 
 def evaluate(labels, probabilities, class_names, out_dir=None, title=None):

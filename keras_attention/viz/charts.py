@@ -305,52 +305,66 @@ def plot_grouped_bars(groups, series, path=None, ylabel=None, title=None, log=Tr
     return fig
 
 
-def plot_learning_curves(curves, path=None, ylabel="test accuracy", title=None):
-    """A score against the number of labelled examples (log scale), one line
-    per model through the means over seeds, a band for the interval around
-    each mean and every seed's value as a dot.
+def plot_learning_curves(panels, path=None, title=None, references=None):
+    """Scores against the number of labelled examples (log scale), one panel
+    per score: a line per model through the means over seeds, a band for
+    the interval around each mean and every seed's value as a dot.
 
     Args:
-        curves: `{label: {size: {"values": [...], "interval": [low, high]}}}`
-            (sizes as ints or strings of ints); lines follow the order of
-            the keys.
+        panels: `{score label: {model label: {size: {"values": [...],
+            "interval": [low, high]}}}}` (sizes as ints or strings of ints);
+            panels and lines follow the order of the keys.
         path: where to write the PNG; None to skip.
-        ylabel: y-axis label.
         title: figure title.
+        references: optional `{score label: (value, label)}`: a dashed line
+            across a panel (e.g. the score of always guessing the most
+            frequent class).
 
     Returns:
-        The matplotlib figure.
+        The matplotlib figure, one axis per panel.
     """
-    if not curves:
-        raise ValueError("`curves` must hold at least one model; received none.")
+    if not panels:
+        raise ValueError("`panels` must hold at least one score; received none.")
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for label, points in curves.items():
-        if not points:
-            raise ValueError(f"`curves[{label!r}]` has no point; expected sizes.")
-        sizes = sorted(points, key=int)
-        x = np.array([int(size) for size in sizes], "float64")
-        means = np.array([np.mean(points[size]["values"]) for size in sizes])
-        low, high = np.array([points[size]["interval"] for size in sizes]).T
-        (line,) = ax.plot(x, means, marker="o", label=label)
-        ax.fill_between(x, low, high, color=line.get_color(), alpha=0.18)
-        for size, position in zip(sizes, x, strict=True):
-            values = points[size]["values"]
-            ax.scatter(
-                np.full(len(values), position),
-                values,
-                s=9,
-                color=line.get_color(),
-                alpha=0.6,
-                zorder=3,
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(5.2 * len(panels), 4.0), squeeze=False
+    )
+    for ax, (ylabel, curves) in zip(axes[0], panels.items(), strict=True):
+        if not curves:
+            raise ValueError(
+                f"`panels[{ylabel!r}]` must hold at least one model; received none."
             )
-    ax.set_xscale("log")
-    ax.set_xlabel("labelled training examples")
-    ax.set_ylabel(ylabel)
+        for label, points in curves.items():
+            if not points:
+                raise ValueError(
+                    f"`panels[{ylabel!r}][{label!r}]` has no point; expected sizes."
+                )
+            sizes = sorted(points, key=int)
+            x = np.array([int(size) for size in sizes], "float64")
+            means = np.array([np.mean(points[size]["values"]) for size in sizes])
+            low, high = np.array([points[size]["interval"] for size in sizes]).T
+            (line,) = ax.plot(x, means, marker="o", label=label)
+            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.18)
+            for size, position in zip(sizes, x, strict=True):
+                values = points[size]["values"]
+                ax.scatter(
+                    np.full(len(values), position),
+                    values,
+                    s=9,
+                    color=line.get_color(),
+                    alpha=0.6,
+                    zorder=3,
+                )
+        if references and ylabel in references:
+            value, label = references[ylabel]
+            ax.axhline(value, color="gray", linestyle="--", linewidth=1, label=label)
+        ax.set_xscale("log")
+        ax.set_xlabel("labelled training examples")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(frameon=False, fontsize=8)
     if title:
-        ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(frameon=False)
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     if path is not None:
         save_figure(fig, path)

@@ -277,6 +277,8 @@ def test_learning_curve_trains_every_arm_size_and_seed_once(
     few, many = (summary["arms"]["bag"][n]["accuracy"]["mean"] for n in ("12", "200"))
     print(f"bag: 12 labelled {few:.3f}, 200 labelled {many:.3f}")
     assert many > 0.8 and many > few + 0.1
+    majority = summary["most_frequent_class"]
+    assert 0.4 < majority["accuracy"] < 0.6 and majority["macro_f1"] < 0.4
     assert json.loads((tmp_path / "learning_curve.json").read_text()) == summary
     assert_picture(tmp_path / "learning_curve.png")
 

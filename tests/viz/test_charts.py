@@ -139,21 +139,34 @@ def test_learning_curves_draw_a_line_and_a_band_per_model(tmp_path):
         }
         for name, offset in (("pretrained", 0.5), ("scratch", 0.4))
     }
-    fig = plot_learning_curves(curves, path=tmp_path / "curve.png")
-    [ax] = fig.axes
-    assert [line.get_label() for line in ax.get_lines()] == ["pretrained", "scratch"]
+    fig = plot_learning_curves(
+        {"accuracy": curves, "macro-F1": curves},
+        path=tmp_path / "curve.png",
+        references={"macro-F1": (0.4, "most frequent class")},
+    )
+    first, second = fig.axes
+    assert [line.get_label() for line in first.get_lines()] == [
+        "pretrained",
+        "scratch",
+    ]
     # Sizes in order along a log axis, through the means.
-    np.testing.assert_allclose(ax.get_lines()[0].get_xdata(), [100, 300, 1000])
-    np.testing.assert_allclose(ax.get_lines()[1].get_ydata(), [0.41, 0.61, 0.51])
-    assert ax.get_xscale() == "log"
-    assert len(ax.collections) == 2 + 2 * 3  # two bands, six seed clouds
+    np.testing.assert_allclose(first.get_lines()[0].get_xdata(), [100, 300, 1000])
+    np.testing.assert_allclose(first.get_lines()[1].get_ydata(), [0.41, 0.61, 0.51])
+    assert first.get_xscale() == "log"
+    assert len(first.collections) == 2 + 2 * 3  # two bands, six seed clouds
+    assert (first.get_ylabel(), second.get_ylabel()) == ("accuracy", "macro-F1")
+    # The reference line only where it is given.
+    assert second.get_lines()[-1].get_label() == "most frequent class"
+    assert len(first.get_lines()) == 2
     assert (tmp_path / "curve.png").stat().st_size > 0
 
 
 def test_learning_curves_need_a_model_with_points():
     from keras_attention.viz import plot_learning_curves
 
-    with pytest.raises(ValueError, match="at least one model"):
+    with pytest.raises(ValueError, match="at least one score"):
         plot_learning_curves({})
+    with pytest.raises(ValueError, match="at least one model"):
+        plot_learning_curves({"accuracy": {}})
     with pytest.raises(ValueError, match="has no point"):
-        plot_learning_curves({"empty": {}})
+        plot_learning_curves({"accuracy": {"empty": {}}})
