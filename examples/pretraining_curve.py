@@ -16,13 +16,14 @@ The same with the command line, one point at a time:
 
     keras-attention pretrain --add-text fortunes --add-text bible \\
         --add-text messages --width 128 --heads 4 --blocks 2 --epochs 100 \\
-        --time-budget 20 --out runs/pretraining-curve/pretrain
+        --time-budget 35 --out runs/pretraining-curve/pretrain
     keras-attention classify --labelled 100 --encoder \\
         runs/pretraining-curve/pretrain/encoder.keras --seed 0 --out OUT
 
 Writes `learning_curve.json` and `learning_curve.png` under `--out`; every
 run keeps its folder, and a re-run reads the finished ones. About 1 hour 45
-minutes on 2 CPU cores with the defaults (20 minutes of pretraining).
+minutes on 2 CPU cores with the defaults (35 minutes of pretraining, then 60
+fine-tuning runs of 15 to 140 seconds). Figures: docs/tutorials/pretraining.md.
 """
 
 import argparse
@@ -34,8 +35,8 @@ from keras_attention.tasks.pretrain import run_pretrain
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--out", default="runs/pretraining-curve")
 parser.add_argument("--sizes", default="100,300,1000,3600")
-parser.add_argument("--seeds", type=int, default=3)
-parser.add_argument("--pretrain-minutes", type=float, default=20.0)
+parser.add_argument("--seeds", type=int, default=5)
+parser.add_argument("--pretrain-minutes", type=float, default=35.0)
 args = parser.parse_args()
 
 # The encoder's sizes, which the Transformer from scratch shares.
