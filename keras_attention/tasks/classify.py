@@ -8,6 +8,7 @@ import os
 import keras
 import numpy as np
 
+from keras_attention._checks import check_positive_int
 from keras_attention.data.classification import (
     encode_documents,
     labelled_sample,
@@ -157,12 +158,7 @@ class Classification(runner.Task):
             raise ValueError(
                 f"`encoder` starts a Transformer; received model={model!r}."
             )
-        if labelled is not None and (
-            isinstance(labelled, bool) or not isinstance(labelled, int) or labelled < 1
-        ):
-            raise ValueError(
-                f"`labelled` must be a positive integer; received {labelled!r}."
-            )
+        check_positive_int("labelled", labelled, allow_none=True)
         self.data, self.model = data, model
         self.num_explanations, self.encoder = num_explanations, encoder
         self.labelled = labelled
