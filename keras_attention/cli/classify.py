@@ -6,6 +6,7 @@ from keras_attention.cli.arguments import (
     dataset,
     load_model,
     model_list,
+    positive_float,
     positive_int,
     read_inputs,
     training_options,
@@ -67,6 +68,12 @@ def add_arguments(parser):
         "training text)",
     )
     add_transformer_size_options(parser, "the Transformer (without --encoder)")
+    parser.add_argument(
+        "--learning-rate",
+        type=positive_float,
+        default=None,
+        help="Adam's learning rate (default: 1e-3, with --encoder too)",
+    )
     add_training_options(
         parser, out="runs/classify", batch_size=32, seed_help="the first seed"
     )
@@ -85,10 +92,12 @@ def check(args):
         raise CommandError(
             "--labelled and --num-train both choose the training texts; give one", 2
         )
-    if args.load and (sizes or args.labelled is not None):
+    if args.load and (
+        sizes or args.labelled is not None or args.learning_rate is not None
+    ):
         raise CommandError(
-            "--labelled, --width, --heads and --blocks go with a training; they "
-            "cannot go with --load",
+            "--labelled, --learning-rate, --width, --heads and --blocks go with "
+            "a training; they cannot go with --load",
             2,
         )
     if not args.encoder:
@@ -129,6 +138,7 @@ def run(args):
         "data": args.data,
         "encoder": args.encoder,
         "labelled": args.labelled,
+        "learning_rate": args.learning_rate,
         "options": options,
         **transformer_sizes(args),
     }

@@ -8,7 +8,7 @@ import os
 import keras
 import numpy as np
 
-from keras_attention._checks import check_positive_int
+from keras_attention._checks import check_positive_int, check_positive_number
 from keras_attention.data.classification import (
     encode_documents,
     labelled_sample,
@@ -57,6 +57,10 @@ SETTINGS = {
     "sentence_buckets": (4, 8),
     "epochs": 15,
     "patience": 3,
+    # Adam's learning rate, from scratch and when fine-tuning a pretrained
+    # encoder (see `Classification`).
+    "learning_rate": 1e-3,
+    "fine_tuning_learning_rate": 1e-3,
     # With a labelling budget (`--labelled`), an epoch shows the labelled
     # texts as many times as it takes to show this many, so that a few
     # hundred texts get more than a few dozen updates before early stopping
@@ -150,6 +154,7 @@ class Classification(runner.Task):
         num_explanations=3,
         encoder=None,
         labelled=None,
+        learning_rate=None,
         **model_kwargs,
     ):
         if model not in MODELS:
@@ -159,6 +164,12 @@ class Classification(runner.Task):
                 f"`encoder` starts a Transformer; received model={model!r}."
             )
         check_positive_int("labelled", labelled, allow_none=True)
+        check_positive_number("learning_rate", learning_rate, allow_none=True)
+        if learning_rate is None:
+            learning_rate = SETTINGS[
+                "learning_rate" if encoder is None else "fine_tuning_learning_rate"
+            ]
+        self.learning_rate = learning_rate
         self.data, self.model = data, model
         self.num_explanations, self.encoder = num_explanations, encoder
         self.labelled = labelled
@@ -258,7 +269,11 @@ class Classification(runner.Task):
             )
         # The classifiers output probabilities.
         return runner.compile_with_adam(
-            net, jit_compile, from_logits=False, weighted_accuracy=False
+            net,
+            jit_compile,
+            from_logits=False,
+            weighted_accuracy=False,
+            learning_rate=self.learning_rate,
         )
 
     def fit_arguments(self, context, net):
@@ -312,6 +327,7 @@ class Classification(runner.Task):
                 "classes": list(self.splits.class_names),
                 "train_texts": len(self.train_texts),
                 "labelled": self.labelled,
+                "learning_rate": self.learning_rate,
                 "test_texts": len(test),
                 "parameters": net.count_params(),
                 "seed": seed,
@@ -319,6 +335,7 @@ class Classification(runner.Task):
                 "train_seconds": history["train_seconds"],
                 "best_epoch": best,
                 "best_valid_accuracy": history["val_accuracy"][best - 1],
+                "best_valid_loss": history["val_loss"][best - 1],
             }
         )
         if self.pretrained is not None:
@@ -343,6 +360,7 @@ def run_classify(
     num_explanations=3,
     encoder=None,
     labelled=None,
+    learning_rate=None,
     **kwargs,
 ):
     """Trains `model` on `data`, evaluates it on the test split and writes
@@ -368,6 +386,9 @@ def run_classify(
             epoch shows at least `SETTINGS["min_epoch_texts"]`; the splits
             are then those of seed 0 in every run, and the vocabulary is
             learned from every training text (their labels unused).
+        learning_rate: Adam's learning rate; default
+            `SETTINGS["learning_rate"]`, or with `encoder`
+            `SETTINGS["fine_tuning_learning_rate"]`.
         **kwargs: `options` (a `runner.TrainingOptions`) or its fields by name
             (`epochs`, `batch_size`, `seed`, ...; default batch 32, at most
             `SETTINGS["epochs"]` epochs); the rest go to the model's
@@ -378,7 +399,7 @@ def run_classify(
     """
     options, model_kwargs = runner.TrainingOptions.take(kwargs)
     task = Classification(
-        data, model, num_explanations, encoder, labelled, **model_kwargs
+        data, model, num_explanations, encoder, labelled, learning_rate, **model_kwargs
     )
     return runner.run(task, out_dir, options)
 

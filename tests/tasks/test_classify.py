@@ -252,13 +252,26 @@ def test_a_labelling_budget_must_be_a_positive_integer(labelled):
         Classification(labelled=labelled)
 
 
+def test_fine_tuning_has_its_own_default_learning_rate():
+    from keras_attention.tasks.classify import SETTINGS, Classification
+
+    assert Classification().learning_rate == SETTINGS["learning_rate"]
+    fine_tuning = Classification(encoder="encoder.keras")
+    assert fine_tuning.learning_rate == SETTINGS["fine_tuning_learning_rate"]
+    chosen = Classification(encoder="encoder.keras", learning_rate=0.01)
+    assert chosen.learning_rate == 0.01
+    with pytest.raises(ValueError, match="`learning_rate` must be a positive number"):
+        Classification(learning_rate=-1e-3)
+
+
 @pytest.mark.slow
 def test_learning_curve_trains_every_arm_size_and_seed_once(
     reviews_csv, tmp_path, monkeypatch
 ):
     from keras_attention.tasks import classify
 
-    arms = {"bag": {"model": "bag"}, "small": {"model": "transformer", "hidden_dim": 8}}
+    # Two arms of the quickest model, apart in their learning rate.
+    arms = {"bag": {"model": "bag"}, "slow": {"model": "bag", "learning_rate": 1e-4}}
     quick = {"epochs": 2, "jit_compile": False, "verbose": 0}
     summary = classify.learning_curve(
         tmp_path, arms, sizes=[12, 200], seeds=[0, 1], data=reviews_csv, **quick
@@ -273,6 +286,7 @@ def test_learning_curve_trains_every_arm_size_and_seed_once(
                 (tmp_path / name / f"n{size}" / "seed1" / "metrics.json").read_text()
             )
             assert run["labelled"] == run["train_texts"] == int(size)
+            assert run["learning_rate"] == arms[name].get("learning_rate", 1e-3)
     # The keyword task is learned from 200 labelled texts, not from 12.
     few, many = (summary["arms"]["bag"][n]["accuracy"]["mean"] for n in ("12", "200"))
     print(f"bag: 12 labelled {few:.3f}, 200 labelled {many:.3f}")

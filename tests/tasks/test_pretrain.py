@@ -148,11 +148,14 @@ def test_cli_pretrains_then_classifies_from_the_encoder(tmp_path):
     out = tmp_path / "classify"
     cli.main(
         ["classify", "--data", data, "--encoder", str(pretrained / "encoder.keras")]
-        + ["--epochs", "1", *small, "--out", str(out)]
+        + ["--learning-rate", "3e-4", "--epochs", "1", *small, "--out", str(out)]
     )
     result = json.loads((out / "metrics.json").read_text())
     assert result["encoder"] == str(pretrained / "encoder.keras")
+    assert result["learning_rate"] == 3e-4
     classifier = keras.saving.load_model(out / "model.keras")
+    learning_rate = keras.ops.convert_to_numpy(classifier.optimizer.learning_rate)
+    np.testing.assert_allclose(learning_rate, 3e-4, rtol=1e-6)
     encoder = keras.saving.load_model(pretrained / "encoder.keras")
     assert classifier.tokenizer.get_vocabulary() == encoder.tokenizer.get_vocabulary()
     assert encoder.tokenizer.get_vocabulary()[-1] == "[MASK]"
