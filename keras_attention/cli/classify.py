@@ -72,7 +72,7 @@ def add_arguments(parser):
         "--learning-rate",
         type=positive_float,
         default=None,
-        help="Adam's learning rate (default: 1e-3, with --encoder too)",
+        help="Adam's learning rate, from scratch or fine-tuning --encoder",
     )
     add_training_options(
         parser, out="runs/classify", batch_size=32, seed_help="the first seed"

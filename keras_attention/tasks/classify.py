@@ -57,10 +57,8 @@ SETTINGS = {
     "sentence_buckets": (4, 8),
     "epochs": 15,
     "patience": 3,
-    # Adam's learning rate, from scratch and when fine-tuning a pretrained
-    # encoder (see `Classification`).
+    # Adam's, from scratch and when fine-tuning a pretrained encoder alike.
     "learning_rate": 1e-3,
-    "fine_tuning_learning_rate": 1e-3,
     # With a labelling budget (`--labelled`), an epoch shows the labelled
     # texts as many times as it takes to show this many, so that a few
     # hundred texts get more than a few dozen updates before early stopping
@@ -165,11 +163,7 @@ class Classification(runner.Task):
             )
         check_positive_int("labelled", labelled, allow_none=True)
         check_positive_number("learning_rate", learning_rate, allow_none=True)
-        if learning_rate is None:
-            learning_rate = SETTINGS[
-                "learning_rate" if encoder is None else "fine_tuning_learning_rate"
-            ]
-        self.learning_rate = learning_rate
+        self.learning_rate = learning_rate or SETTINGS["learning_rate"]
         self.data, self.model = data, model
         self.num_explanations, self.encoder = num_explanations, encoder
         self.labelled = labelled
@@ -387,8 +381,7 @@ def run_classify(
             are then those of seed 0 in every run, and the vocabulary is
             learned from every training text (their labels unused).
         learning_rate: Adam's learning rate; default
-            `SETTINGS["learning_rate"]`, or with `encoder`
-            `SETTINGS["fine_tuning_learning_rate"]`.
+            `SETTINGS["learning_rate"]`.
         **kwargs: `options` (a `runner.TrainingOptions`) or its fields by name
             (`epochs`, `batch_size`, `seed`, ...; default batch 32, at most
             `SETTINGS["epochs"]` epochs); the rest go to the model's

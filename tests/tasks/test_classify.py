@@ -252,14 +252,11 @@ def test_a_labelling_budget_must_be_a_positive_integer(labelled):
         Classification(labelled=labelled)
 
 
-def test_fine_tuning_has_its_own_default_learning_rate():
+def test_the_learning_rate_defaults_to_the_settings_and_must_be_positive():
     from keras_attention.tasks.classify import SETTINGS, Classification
 
     assert Classification().learning_rate == SETTINGS["learning_rate"]
-    fine_tuning = Classification(encoder="encoder.keras")
-    assert fine_tuning.learning_rate == SETTINGS["fine_tuning_learning_rate"]
-    chosen = Classification(encoder="encoder.keras", learning_rate=0.01)
-    assert chosen.learning_rate == 0.01
+    assert Classification(learning_rate=0.01).learning_rate == 0.01
     with pytest.raises(ValueError, match="`learning_rate` must be a positive number"):
         Classification(learning_rate=-1e-3)
 
