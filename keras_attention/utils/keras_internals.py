@@ -72,13 +72,6 @@ INTERNALS = {
 MODEL_STRATEGY_ATTRIBUTE = "_distribute_strategy"
 
 
-# What Keras' JAX trainer reads of `model.optimizer`: `variables`, which it
-# threads through the stateless training step as the state's optimizer
-# variables (and writes back in `jax_state_sync`), and `built`; nothing else
-# when `train_step` is the model's own (`OptimizerGroup`); keras 3.11-3.15.
-JAX_TRAINER_OPTIMIZER_MEMBERS = ("variables", "built")
-
-
 def _resolve(key):
     internal = INTERNALS[key]
     try:
@@ -163,9 +156,12 @@ class OptimizerGroup:
     is `model.optimizer.variables`. With `model.optimizer` None it fails, and
     with one of the optimizers there the other's state would never reach the
     step: this group lists the variables of all of them, in order, and is
-    built (`JAX_TRAINER_OPTIMIZER_MEMBERS` is what the trainer reads). It is
-    not a Keras object, so saving skips it (each optimizer saves itself as an
-    attribute of the model).
+    built. Those two members are all the trainer reads of `model.optimizer`
+    when `train_step` is the model's own (`variables` to gather the state,
+    purge the variables while `fit` runs and write them back in
+    `jax_state_sync`; `built` before the first step; Keras 3.15.1, checked by
+    SAGAN's JAX test). It is not a Keras object, so saving skips it (each
+    optimizer saves itself as an attribute of the model).
     """
 
     built = True
