@@ -9,6 +9,7 @@ from keras_attention.layers.conditional_batch_normalization import (
     ConditionalBatchNormalization,
 )
 from keras_attention.layers.self_attention_2d import SelfAttention2D
+from keras_attention.utils import keras_internals
 
 # The base resolution of both networks: the generator starts from a 4x4 map
 # and the discriminator ends on one.
@@ -282,9 +283,17 @@ class SAGAN(keras.Model):
 
     `fit` on images in [-1, 1] (and labels for a conditional model) shows the
     losses on Keras's progress bar: `d_loss`, `g_loss`, and the mean logits
-    `d_real` and `d_fake`. Training uses `tf.GradientTape` and so needs the
-    TensorFlow backend; the networks themselves (`generator`, `sample`,
-    `discriminator`) run on any backend.
+    `d_real` and `d_fake`. It trains on TensorFlow, JAX and PyTorch: one
+    `train_step` holds the algorithm and each backend only supplies how a
+    loss's gradient reaches an optimizer (`tf.GradientTape`; `backward()`;
+    `jax.value_and_grad` inside the stateless step of Keras' JAX trainer, so
+    that the latent draws, the batch-norm statistics, the weight average and
+    the trackers carry over from step to step there too). On every backend
+    the gradient with respect to a spectrally normalized kernel is taken at
+    the normalized kernel that Keras' `SpectralNormalization` assigns in
+    training, so the kernels keep a largest singular value near 1.
+    Splitting each batch over `tf.distribute` replicas is TensorFlow's; on
+    JAX a `keras.distribution` shards the batch of the same step.
 
     Args:
         image_shape: `(size, size, channels)`, size a power of 2, at least 8.
@@ -399,7 +408,15 @@ class SAGAN(keras.Model):
         return self.generator(inputs, training=training)
 
     def compile(self, generator_optimizer=None, discriminator_optimizer=None, **kwargs):
-        """Configures training.
+        """Configures training, on TensorFlow, JAX or PyTorch.
+
+        Each network has its own optimizer (the two time-scale update rule),
+        built here so that a checkpoint restores into existing variables.
+        Under the `mixed_float16` policy each is wrapped in a
+        `LossScaleOptimizer`, whose `scale_loss` keeps float16 gradients
+        from underflowing. On JAX the model's `optimizer` is an
+        `OptimizerGroup` of the two: Keras' JAX trainer carries the state of
+        `model.optimizer` through its stateless step.
 
         Args:
             generator_optimizer: default `Adam(1e-4, beta_1=0, beta_2=0.9)`.
@@ -408,14 +425,6 @@ class SAGAN(keras.Model):
             **kwargs: more `Model.compile` arguments (`jit_compile`, ...);
                 `optimizer` and `loss` are not taken.
         """
-        if keras.backend.backend() != "tensorflow":
-            # Checked here, before `fit` starts any work.
-            raise NotImplementedError(
-                "SAGAN's training step (two optimizers, tf.GradientTape) runs on "
-                "the TensorFlow backend only; the backend is "
-                f"{keras.backend.backend()!r}. The networks, `sample` and the "
-                "attention maps run on TensorFlow, JAX and PyTorch."
-            )
         for arg in ("optimizer", "loss"):
             if arg in kwargs:
                 raise ValueError(
@@ -444,6 +453,12 @@ class SAGAN(keras.Model):
             # Built now so that a checkpoint restores into existing variables.
             optimizer.build(network.trainable_variables)
             setattr(self, f"{name}_optimizer", optimizer)
+        if keras.backend.backend() == "jax":
+            # Keras' JAX trainer threads `optimizer.variables` through its
+            # stateless step: there, the variables of both optimizers.
+            self.optimizer = keras_internals.OptimizerGroup(
+                [self.generator_optimizer, self.discriminator_optimizer]
+            )
 
     @property
     def metrics(self):
@@ -469,9 +484,22 @@ class SAGAN(keras.Model):
             return self.discriminator([images, labels], training=True)
         return self.discriminator(images, training=True)
 
-    def train_step(self, data):
-        import tensorflow as tf
+    def train_step(self, *args):
+        # Keras' JAX trainer passes the whole model's state and takes it back
+        # updated; TensorFlow and PyTorch pass the batch alone.
+        if keras.backend.backend() == "jax":
+            return self._jax_step(*args)
+        (data,) = args
+        if keras.backend.backend() == "torch":
+            return self._gan_step(data, self._torch_update)
+        return self._gan_step(data, self._tensorflow_update)
 
+    def _gan_step(self, data, update):
+        """One discriminator step, then one generator step, on any backend:
+        `update(network, optimizer, loss_fn)` runs `loss_fn() -> (scaled
+        loss, outputs)`, applies the gradient of the scaled loss with
+        respect to `network`'s trainable variables with `optimizer`, and
+        returns the outputs."""
         real, labels = self._unpack(data)
         real = ops.cast(real, "float32")
         batch_size = ops.shape(real)[0]
@@ -479,12 +507,14 @@ class SAGAN(keras.Model):
         # the global batch, and the optimizers sum the replicas' gradients:
         # dividing each replica's mean loss by their number makes the sum the
         # gradient of the mean over the global batch.
-        context = tf.distribute.get_replica_context()
-        replicas = context.num_replicas_in_sync
+        replicas, replica_id = self._replica()
 
         # Discriminator: real and generated images in one pass.
-        generator_inputs = self._training_inputs(batch_size, labels, context)
-        with tf.GradientTape() as tape:
+        generator_inputs = self._training_inputs(
+            batch_size, labels, replicas, replica_id
+        )
+
+        def discriminator_loss():
             fake = self.generator(generator_inputs, training=True)
             both = ops.concatenate([real, ops.cast(fake, real.dtype)], axis=0)
             both_labels = None
@@ -496,18 +526,24 @@ class SAGAN(keras.Model):
                 ops.relu(1.0 + fake_logits)
             )
             scaled = self.discriminator_optimizer.scale_loss(d_loss / replicas)
-        variables = self.discriminator.trainable_variables
-        self.discriminator_optimizer.apply(tape.gradient(scaled, variables), variables)
+            return scaled, (d_loss, real_logits, fake_logits)
+
+        d_loss, real_logits, fake_logits = update(
+            self.discriminator, self.discriminator_optimizer, discriminator_loss
+        )
 
         # Generator.
-        generator_inputs = self._training_inputs(batch_size, labels, context)
-        with tf.GradientTape() as tape:
+        generator_inputs = self._training_inputs(
+            batch_size, labels, replicas, replica_id
+        )
+
+        def generator_loss():
             fake = self.generator(generator_inputs, training=True)
             logits = self._discriminate(fake, labels)
             g_loss = -ops.mean(ops.cast(logits, "float32"))
-            scaled = self.generator_optimizer.scale_loss(g_loss / replicas)
-        variables = self.generator.trainable_variables
-        self.generator_optimizer.apply(tape.gradient(scaled, variables), variables)
+            return self.generator_optimizer.scale_loss(g_loss / replicas), g_loss
+
+        g_loss = update(self.generator, self.generator_optimizer, generator_loss)
 
         if self.ema_generator is not None:
             self._update_ema()
@@ -520,16 +556,118 @@ class SAGAN(keras.Model):
             self.trackers[name].update_state(value)
         return {name: tracker.result() for name, tracker in self.trackers.items()}
 
-    def _training_inputs(self, batch_size, labels, replica_context):
+    def _replica(self):
+        """`(number of replicas, this replica's index)`: a tf.distribute
+        strategy splits each batch over replicas; on JAX (a
+        `keras.distribution` included) and PyTorch the step sees the whole
+        batch."""
+        if keras.backend.backend() != "tensorflow":
+            return 1, 0
+        import tensorflow as tf
+
+        context = tf.distribute.get_replica_context()
+        return context.num_replicas_in_sync, context.replica_id_in_sync_group
+
+    def _tensorflow_update(self, network, optimizer, loss_fn):
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            scaled, outputs = loss_fn()
+        variables = network.trainable_variables
+        optimizer.apply(tape.gradient(scaled, variables), variables)
+        return outputs
+
+    def _torch_update(self, network, optimizer, loss_fn):
+        import torch
+
+        scaled, outputs = loss_fn()
+        # The other network's gradients from the previous backward pass are
+        # cleared too (the discriminator's loss reaches the generator).
+        self.zero_grad()
+        scaled.backward()
+        variables = network.trainable_variables
+        with torch.no_grad():
+            optimizer.apply([v.value.grad for v in variables], variables)
+        return keras.tree.map_structure(lambda t: t.detach(), outputs)
+
+    def _jax_step(self, state, data):
+        """The stateless step of Keras' JAX trainer: `state` holds the
+        values of the model's trainable and non-trainable variables (both
+        networks, the weight average, the seed), of both optimizers (the
+        model's `optimizer` is their `OptimizerGroup`) and of the trackers.
+        The step runs as on the other backends inside a stateless scope over
+        all of them: the latent draws, the weight average and the trackers
+        assign their variables there, and the new state is read back from
+        it."""
+        groups = (
+            self.trainable_variables,
+            self.non_trainable_variables,
+            self.optimizer.variables,
+            self.metrics_variables,
+        )
+        variables = [v for group in groups for v in group]
+        values = [x for group in state for x in group]
+        with keras.StatelessScope(
+            state_mapping=list(zip(variables, values, strict=True))
+        ) as scope:
+            logs = self._gan_step(
+                data,
+                lambda network, optimizer, loss_fn: self._jax_update(
+                    scope, variables, network, optimizer, loss_fn
+                ),
+            )
+        new_state = tuple(
+            [scope.get_current_value(v) for v in group] for group in groups
+        )
+        return logs, new_state
+
+    def _jax_update(self, scope, variables, network, optimizer, loss_fn):
+        """`update` of `_gan_step` inside the JAX step's `scope` (over
+        `variables`, the whole state): the loss is differentiated with
+        respect to a zero offset of each of `network`'s trainable variables,
+        what the forward passes assign (batch-norm statistics, the spectral
+        norm's vectors and normalized kernels) goes back to `scope`, and
+        `optimizer.stateless_apply` updates the network and the optimizer
+        there."""
+        import jax
+
+        trainable = network.trainable_variables
+        current = [scope.get_current_value(v) for v in variables]
+
+        def loss_of(deltas):
+            with keras_internals.StraightThroughScope(
+                list(zip(variables, current, strict=True)),
+                list(zip(trainable, deltas, strict=True)),
+            ) as forward:
+                scaled, outputs = loss_fn()
+            return scaled, (outputs, [forward.get_current_value(v) for v in variables])
+
+        zeros = [ops.zeros(v.shape, v.dtype) for v in trainable]
+        (_, (outputs, assigned)), grads = jax.value_and_grad(loss_of, has_aux=True)(
+            zeros
+        )
+        for variable, value in zip(variables, assigned, strict=True):
+            variable.assign(value)
+        new_trainable, new_optimizer = optimizer.stateless_apply(
+            [scope.get_current_value(v) for v in optimizer.variables],
+            grads,
+            [scope.get_current_value(v) for v in trainable],
+        )
+        for variable, value in zip(trainable, new_trainable, strict=True):
+            variable.assign(value)
+        for variable, value in zip(optimizer.variables, new_optimizer, strict=True):
+            variable.assign(value)
+        return outputs
+
+    def _training_inputs(self, batch_size, labels, replicas, replica_id):
         """Generator inputs for this replica's share of the batch: `z` is
         drawn for the global batch and each replica takes its own rows, so
         that replicas never share latent vectors and a step sees the same
         vectors on any number of replicas."""
-        replicas = replica_context.num_replicas_in_sync
         z = keras.random.normal(
             (replicas, batch_size, self.latent_dim), seed=self.seed_generator
         )
-        z = ops.take(z, replica_context.replica_id_in_sync_group, axis=0)
+        z = ops.take(z, replica_id, axis=0)
         return z if labels is None else [z, ops.cast(labels, "int32")]
 
     def _update_ema(self):

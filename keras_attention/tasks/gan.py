@@ -260,7 +260,10 @@ class ImageGeneration(runner.Task):
             attention_resolution=self.resolution,
             ema_decay=self.ema_decay,
             seed=context.options.seed,
-            synchronized_batch_norm=distribute.num_replicas(context.strategy) > 1,
+            # Under keras.distribution (JAX) the step is one program over the
+            # global batch, whose statistics batch norm computes already.
+            synchronized_batch_norm=distribute.num_replicas(context.strategy) > 1
+            and not distribute.is_keras_distribution(context.strategy),
         )
         gan.compile(jit_compile=jit_compile)
         return gan

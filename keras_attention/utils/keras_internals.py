@@ -55,6 +55,15 @@ INTERNALS = {
         "tensor as keras.random does, for the hashed dropout",
         "3.11-3.15",
     ),
+    "stateless_scope": Internal(
+        "keras.src.backend.common.stateless_scope",
+        "StatelessScope",
+        "hands every `Variable.assign` made inside the scope to the scope's "
+        "`add_update`, which `StraightThroughScope` overrides so that SAGAN's "
+        "JAX step differentiates an assigned variable as TensorFlow and "
+        "PyTorch do",
+        "3.11-3.15",
+    ),
 }
 
 # The private attribute `model._distribute_strategy` (TensorFlow trainer):
@@ -135,3 +144,74 @@ def hidden_keras_masks(*tensors):
         for t, mask in zip(tensors, masks, strict=True):
             if mask is not None:
                 set_keras_mask(t, mask)
+
+
+class OptimizerGroup:
+    """Several optimizers in the place of `model.optimizer`, for a model
+    whose own `train_step` applies each to its part of the model (a GAN's
+    two networks) on the JAX backend.
+
+    Keras' JAX trainer keeps the whole training state outside the variables
+    while `fit` runs and hands it to `train_step`; the optimizers' part of it
+    is `model.optimizer.variables`. With `model.optimizer` None it fails, and
+    with one of the optimizers there the other's state would never reach the
+    step: this group lists the variables of all of them, in order, and is
+    built. Those two members are all the trainer reads of `model.optimizer`
+    when `train_step` is the model's own (`variables` to gather the state,
+    purge the variables while `fit` runs and write them back in
+    `jax_state_sync`; `built` before the first step; Keras 3.15.1, checked by
+    SAGAN's JAX test). It is not a Keras object, so saving skips it (each
+    optimizer saves itself as an attribute of the model).
+    """
+
+    built = True
+
+    def __init__(self, optimizers):
+        self.optimizers = tuple(optimizers)
+
+    @property
+    def variables(self):
+        return [v for optimizer in self.optimizers for v in optimizer.variables]
+
+
+class StraightThroughScope(keras.StatelessScope):
+    """A `keras.StatelessScope` in which `differentiated` variables read as
+    their value plus a tensor `delta` (zeros, the argument of a JAX
+    gradient), and an assignment to one of them keeps its value but passes
+    the gradient straight through to that `delta`.
+
+    On TensorFlow and PyTorch an assignment is not differentiable: a
+    gradient with respect to a variable is the gradient with respect to its
+    value as read after the last assignment. Keras' `SpectralNormalization`
+    relies on it: in training it assigns the normalized kernel to the
+    layer's (trainable) kernel, the layer then uses it, and the optimizer
+    updates the normalized kernel. Under a plain stateless scope the JAX
+    gradient would flow through the normalization instead; here it is the
+    same as on the other backends. Keras hands each assignment made inside
+    a stateless scope to the scope's `add_update` (the `"stateless_scope"`
+    internal).
+
+    Args:
+        state_mapping: `(variable, value)` pairs of every variable read
+            inside the scope.
+        differentiated: `(variable, delta)` pairs, a subset of the variables.
+    """
+
+    def __init__(self, state_mapping, differentiated):
+        require("stateless_scope")
+        self.deltas = {id(variable): delta for variable, delta in differentiated}
+        super().__init__(
+            state_mapping=[
+                (variable, value + self.deltas[id(variable)])
+                if id(variable) in self.deltas
+                else (variable, value)
+                for variable, value in state_mapping
+            ]
+        )
+
+    def add_update(self, update):
+        variable, value = update
+        delta = self.deltas.get(id(variable))
+        if delta is not None:
+            value = keras.ops.stop_gradient(value) + delta
+        super().add_update((variable, value))

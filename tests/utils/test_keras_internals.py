@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from keras_attention.utils import keras_internals
+from keras_attention.utils.backend import value_and_grad
 
 PACKAGE = pathlib.Path(keras_internals.__file__).resolve().parents[1]
 ADAPTER = pathlib.Path(keras_internals.__file__).resolve()
@@ -26,6 +27,7 @@ EXPECTED_INTERNALS = {
     "keras.src.backend.get_keras_mask",
     "keras.src.backend.set_keras_mask",
     "keras.src.random.seed_generator.draw_seed",
+    "keras.src.backend.common.stateless_scope.StatelessScope",
 }
 
 
@@ -179,6 +181,30 @@ def test_the_model_strategy_attribute_exists_in_this_keras():
     assert keras_internals.model_strategy(model) is strategy
     keras_internals.forget_model_strategy(model)
     assert keras_internals.model_strategy(model) is None
+
+
+def test_an_assignment_in_a_straight_through_scope_passes_the_gradient_on():
+    # SAGAN's JAX step relies on `Variable.assign` reaching the scope's
+    # `add_update`: the assigned value is read on, and the gradient with
+    # respect to the variable is taken at that value (x), not through the
+    # assignment (3 * x), as on TensorFlow and PyTorch.
+    variable = keras.Variable(np.array([1.0, 2.0], "float32"))
+    x = keras.ops.convert_to_tensor(np.array([5.0, 7.0], "float32"))
+
+    def loss(delta):
+        with keras_internals.StraightThroughScope(
+            [(variable, variable.value)], [(variable, delta)]
+        ) as scope:
+            variable.assign(3.0 * variable.value)
+            loss = keras.ops.sum(variable.value * x)
+        assert scope.get_current_value(variable) is not None
+        return loss
+
+    value, (grad,) = value_and_grad(loss)(keras.ops.zeros((2,)))
+    assert float(keras.ops.convert_to_numpy(value)) == 3.0 * 5.0 + 6.0 * 7.0
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(grad), [5.0, 7.0])
+    # The variable itself is untouched.
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(variable), [1.0, 2.0])
 
 
 def test_a_missing_internal_names_keras_the_tested_range_and_what(monkeypatch):
