@@ -37,6 +37,9 @@ parser.add_argument("--out", default="runs/pretraining-curve")
 parser.add_argument("--sizes", default="100,300,1000,3600")
 parser.add_argument("--seeds", type=int, default=5)
 parser.add_argument("--pretrain-minutes", type=float, default=35.0)
+parser.add_argument(
+    "--arms", default="pretrained,scratch,bilstm", help="which of the three to run"
+)
 args = parser.parse_args()
 
 # The encoder's sizes, which the Transformer from scratch shares.
@@ -51,16 +54,20 @@ run_pretrain(
     time_budget_minutes=args.pretrain_minutes,
     **SIZES,
 )
+arms = {
+    "pretrained": {
+        "model": "transformer",
+        "encoder": os.path.join(pretrain_dir, "encoder.keras"),
+    },
+    "scratch": {"model": "transformer", **SIZES},
+    "bilstm": {"model": "bilstm"},
+}
+chosen = args.arms.split(",")
+if not chosen or set(chosen) - set(arms):
+    parser.error(f"--arms: expected some of {', '.join(arms)}; got {args.arms!r}")
 learning_curve(
     args.out,
-    arms={
-        "pretrained": {
-            "model": "transformer",
-            "encoder": os.path.join(pretrain_dir, "encoder.keras"),
-        },
-        "scratch": {"model": "transformer", **SIZES},
-        "bilstm": {"model": "bilstm"},
-    },
+    arms={name: arms[name] for name in chosen},
     sizes=[int(size) for size in args.sizes.split(",")],
     seeds=range(args.seeds),
 )
