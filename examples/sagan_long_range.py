@@ -1,0 +1,409 @@
+"""Does self-attention help a GAN where the structure is long-range? SAGAN
+with and without its self-attention blocks on the fashion pairs (64x64
+canvases, two Fashion-MNIST items of one class in opposite corners), several
+seeds each, measured by FID and by the long-range agreement (do the two
+generated items share a class?) as training goes.
+
+It needs only Keras, NumPy, matplotlib and SciPy, so it runs on any backend,
+a GPU machine without TensorFlow included:
+
+    KERAS_BACKEND=jax python examples/sagan_long_range.py --out runs/sagan-pairs
+
+The two classifiers it measures with are trained first and cached under
+`--out`: one of the canvases' pair class (the space FID is measured in) and
+one of single items in a 32x32 cell (it names each cell's class, see
+`keras_attention.evaluation.long_range`). Then each (variant, seed) trains in
+a process of its own, `--parallel` at a time (they share the accelerator),
+and writes `<variant>-seed<k>.json` with its figures every `--eval-every`
+steps. `--deadline-minutes` stops every run after the last evaluation that
+fits, so a time-limited machine still returns the figures at a step count
+that all runs reached. Writes `comparison.json` (per variant and step count:
+values per seed, mean, standard deviation and 95% Student-t interval, and the
+paired differences), `comparison.png` and `samples.png`. `keras-attention gan
+--data fashion-pairs` trains one such run with the whole application
+(checkpoints, plots), on TensorFlow. Figures: docs/tutorials/gan.md.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+
+from keras_attention.data.fashion_pairs import (
+    PAIR_CELLS,
+    load_fashion_pairs,
+    load_item_cells,
+)
+from keras_attention.evaluation import ImageQuality, LongRangeAgreement
+from keras_attention.evaluation.image_quality import train_feature_classifier
+from keras_attention.models import SAGAN
+
+VARIANTS = ("attention", "no-attention")
+FIGURES = ("fid", "long_range_agreement")
+# As `keras-attention gan`: the FID classifier's and the item classifier's
+# epochs.
+CLASSIFIER_EPOCHS = 3
+ITEM_CLASSIFIER_EPOCHS = 5
+NUM_SAMPLES_SHOWN = 8
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/sagan-long-range")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=4000)
+    parser.add_argument("--eval-every", type=int, default=1000)
+    parser.add_argument("--width", type=int, default=32)
+    parser.add_argument("--attention-resolution", type=int, default=32)
+    parser.add_argument("--ema-decay", type=float, default=0.999)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--num-pairs", type=int, default=None)
+    parser.add_argument(
+        "--num-measured", type=int, default=5000, help="images per measurement"
+    )
+    parser.add_argument("--parallel", type=int, default=1)
+    parser.add_argument("--deadline-minutes", type=float, default=None)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--run", nargs=2, metavar=("VARIANT", "SEED"))
+    args = parser.parse_args(argv)
+    args.variants = args.variants.split(",")
+    unknown = sorted(set(args.variants) - set(VARIANTS))
+    if unknown:
+        parser.error(f"--variants: unknown {unknown}; expected some of {VARIANTS}")
+    for name in (
+        "seeds",
+        "steps",
+        "eval_every",
+        "width",
+        "batch_size",
+        "parallel",
+        "num_measured",
+    ):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.steps % args.eval_every:
+        parser.error(
+            f"--steps ({args.steps}) must be a multiple of --eval-every "
+            f"({args.eval_every})"
+        )
+    return args
+
+
+def log(message):
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def write_json(path, value):
+    partial = f"{path}.partial"
+    with open(partial, "w") as f:
+        json.dump(value, f, indent=1)
+    os.replace(partial, path)
+
+
+def measures(args, canvases, labels):
+    """The FID measure and the long-range agreement, their classifiers
+    trained once under `--out`, and the reference and held-out real
+    canvases (seed 0's order: the same for every run)."""
+    classifier, accuracy = train_feature_classifier(
+        canvases,
+        labels,
+        10,
+        os.path.join(args.out, "classifier.keras"),
+        epochs=CLASSIFIER_EPOCHS,
+    )
+    cells, cell_labels = load_item_cells(seed=0)
+    item_classifier, item_accuracy = train_feature_classifier(
+        cells,
+        cell_labels,
+        10,
+        os.path.join(args.out, "classifier_items.keras"),
+        epochs=ITEM_CLASSIFIER_EPOCHS,
+    )
+    order = np.random.default_rng(0).permutation(len(canvases))
+    count = args.num_measured
+    if 2 * count > len(canvases):
+        raise ValueError(
+            f"--num-measured {count} needs {2 * count} canvases (reference and "
+            f"held-out real images); there are {len(canvases)}."
+        )
+    reference = canvases[order[:count]]
+    held_out = canvases[order[count : 2 * count]]
+    quality = ImageQuality(classifier, reference)
+    agreement = LongRangeAgreement(item_classifier, canvases.shape[1:], PAIR_CELLS)
+    return (
+        quality,
+        agreement,
+        held_out,
+        {
+            "classifier_held_out_accuracy": accuracy,
+            "item_classifier_held_out_accuracy": item_accuracy,
+        },
+    )
+
+
+def run_path(args, variant, seed):
+    return os.path.join(args.out, f"{variant}-seed{seed}.json")
+
+
+class Measure(keras.callbacks.Callback):
+    """Every `eval_every` steps (one Keras epoch): FID and agreement of
+    `--num-measured` generated images, written with the losses to the run's
+    JSON; stops training when another chunk would pass the deadline."""
+
+    def __init__(self, args, record, quality, agreement, path, deadline):
+        super().__init__()
+        self.args, self.record, self.path = args, record, path
+        self.quality, self.agreement, self.deadline = quality, agreement, deadline
+        self.started = time.time()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.chunk_started = time.time()
+
+    def on_epoch_end(self, epoch, logs=None):
+        chunk_seconds = time.time() - self.chunk_started
+        generated = self.model.sample(self.args.num_measured, seed=12345 + epoch)
+        scores = self.quality(generated)
+        agree = self.agreement(generated)
+        step = (epoch + 1) * self.args.eval_every
+        self.record["evaluations"].append(
+            {
+                "step": step,
+                "fid": scores["fid"],
+                "inception_score": scores["inception_score"],
+                "long_range_agreement": agree["agreement"],
+                "long_range_agreement_chance": agree["chance"],
+                "d_loss": float(logs["d_loss"]),
+                "g_loss": float(logs["g_loss"]),
+                "seconds": time.time() - self.started,
+            }
+        )
+        write_json(self.path, self.record)
+        log(
+            f"{self.record['variant']} seed {self.record['seed']}: step {step}, "
+            f"FID {scores['fid']:.2f}, agreement {agree['agreement']:.3f} "
+            f"(chance {agree['chance']:.3f}), {chunk_seconds:.0f} s per "
+            f"{self.args.eval_every} steps"
+        )
+        if self.deadline and time.time() + 1.5 * chunk_seconds > self.deadline:
+            log(f"{self.record['variant']} seed {self.record['seed']}: deadline")
+            self.model.stop_training = True
+
+
+def train_one(args, variant, seed, deadline):
+    canvases, labels, _ = load_fashion_pairs(args.num_pairs)
+    quality, agreement, _, _ = measures(args, canvases, labels)
+    keras.utils.set_random_seed(seed)
+    gan = SAGAN(
+        image_shape=canvases.shape[1:],
+        latent_dim=128,
+        generator_width=args.width,
+        discriminator_width=args.width,
+        attention=variant == "attention",
+        attention_resolution=args.attention_resolution,
+        ema_decay=args.ema_decay,
+        seed=seed,
+    )
+    gan.compile(jit_compile=True)
+    record = {
+        "variant": variant,
+        "seed": seed,
+        "backend": keras.backend.backend(),
+        "generator_parameters": gan.generator.count_params(),
+        "discriminator_parameters": gan.discriminator.count_params(),
+        "evaluations": [],
+    }
+    path = run_path(args, variant, seed)
+    images = canvases.astype("float32") / 127.5 - 1.0
+    gan.fit(
+        images,
+        batch_size=args.batch_size,
+        epochs=args.steps // args.eval_every,
+        steps_per_epoch=args.eval_every,
+        callbacks=[Measure(args, record, quality, agreement, path, deadline)],
+        verbose=0,
+    )
+    if variant == "attention":
+        record["attention_gamma"] = {
+            name: float(
+                keras.ops.convert_to_numpy(network.get_layer("self_attention").gamma)
+            )
+            for name, network in (
+                ("generator", gan.sampler),
+                ("discriminator", gan.discriminator),
+            )
+        }
+    record["samples"] = (
+        np.round(gan.sample(NUM_SAMPLES_SHOWN, seed=7) * 255).astype(int).tolist()
+    )
+    write_json(path, record)
+
+
+def t_interval(values):
+    from scipy import stats
+
+    values = np.asarray(values, "float64")
+    mean = float(values.mean())
+    if len(values) < 2:
+        return {"mean": mean, "std": 0.0, "interval": [mean, mean]}
+    half = float(stats.t.ppf(0.975, len(values) - 1) * stats.sem(values))
+    return {
+        "mean": mean,
+        "std": float(values.std(ddof=1)),
+        "interval": [mean - half, mean + half],
+    }
+
+
+def summarize(runs, seeds):
+    """Per step count that every run reached: each figure's values per seed,
+    mean, standard deviation and 95% interval per variant, and the paired
+    difference (attention minus no-attention) when both variants ran."""
+    steps = sorted(
+        set.intersection(
+            *({e["step"] for e in run["evaluations"]} for run in runs.values())
+        )
+    )
+    summary = {}
+    for step in steps:
+        at_step = {}
+        for (variant, seed), run in runs.items():
+            found = next(e for e in run["evaluations"] if e["step"] == step)
+            for figure in FIGURES:
+                at_step.setdefault(variant, {}).setdefault(figure, {})[seed] = found[
+                    figure
+                ]
+        entry = {}
+        for variant, figures in at_step.items():
+            entry[variant] = {
+                figure: {
+                    "values": [by_seed[s] for s in seeds],
+                    **t_interval([by_seed[s] for s in seeds]),
+                }
+                for figure, by_seed in figures.items()
+            }
+        if set(VARIANTS) <= set(at_step):
+            entry["attention_minus_no_attention"] = {
+                figure: t_interval(
+                    [
+                        at_step["attention"][figure][s]
+                        - at_step["no-attention"][figure][s]
+                        for s in seeds
+                    ]
+                )
+                for figure in FIGURES
+            }
+        summary[str(step)] = entry
+    return summary
+
+
+def plot(args, runs, seeds, real):
+    from keras_attention.viz import plot_curves, plot_image_grid
+
+    for figure, name in (("fid", "FID"), ("long_range_agreement", "agreement")):
+        plot_curves(
+            {
+                f"{variant}, seed {seed}": [e[figure] for e in run["evaluations"]]
+                for (variant, seed), run in runs.items()
+            },
+            path=os.path.join(args.out, f"{figure}.png"),
+            xlabel=f"training steps (x{args.eval_every})",
+            ylabel=name,
+            title=f"SAGAN on fashion pairs: {name} (real data: {real[figure]:.3f})",
+        )
+    shown = [np.asarray(run["samples"]) for run in runs.values()]
+    plot_image_grid(
+        np.concatenate(shown).astype("float32") / 255.0,
+        path=os.path.join(args.out, "samples.png"),
+        columns=NUM_SAMPLES_SHOWN,
+        row_titles=[f"{variant} {seed}" for variant, seed in runs],
+        title="SAGAN on fashion pairs: samples of each run (weight average)",
+    )
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    deadline = None
+    if args.deadline_minutes is not None:
+        deadline = time.time() + 60 * args.deadline_minutes
+    if args.run:
+        variant, seed = args.run[0], int(args.run[1])
+        train_one(args, variant, seed, float(os.environ.get("SAGAN_DEADLINE", 0)))
+        return
+    log(f"backend {keras.backend.backend()}; loading the fashion pairs")
+    canvases, labels, _ = load_fashion_pairs(args.num_pairs)
+    quality, agreement, held_out, info = measures(args, canvases, labels)
+    real = {
+        "fid": quality(held_out)["fid"],
+        "long_range_agreement": agreement(held_out)["agreement"],
+    }
+    log(
+        f"real canvases: FID {real['fid']:.3f}, agreement "
+        f"{real['long_range_agreement']:.3f}"
+    )
+    seeds = list(range(args.seeds))
+    jobs = [(v, s) for s in seeds for v in args.variants]
+    environment = dict(os.environ, SAGAN_DEADLINE=str(deadline or 0))
+    command = [sys.executable, os.path.abspath(__file__), *(argv or sys.argv[1:])]
+    running = []
+    while jobs or running:
+        while jobs and len(running) < args.parallel:
+            variant, seed = jobs.pop(0)
+            log(f"starting {variant}, seed {seed}")
+            running.append(
+                subprocess.Popen(
+                    [*command, "--run", variant, str(seed)], env=environment
+                )
+            )
+        time.sleep(2)
+        for process in [p for p in running if p.poll() is not None]:
+            running.remove(process)
+            if process.returncode:
+                raise SystemExit(f"a run failed with exit code {process.returncode}")
+    runs = {}
+    for seed in seeds:
+        for variant in args.variants:
+            with open(run_path(args, variant, seed)) as f:
+                runs[(variant, seed)] = json.load(f)
+    comparison = {
+        "backend": keras.backend.backend(),
+        "settings": {
+            k: v for k, v in vars(args).items() if k not in ("out", "run", "parallel")
+        },
+        "real": real,
+        **info,
+        "chance": {
+            f"{variant} seed {seed}": run["evaluations"][-1][
+                "long_range_agreement_chance"
+            ]
+            for (variant, seed), run in runs.items()
+        },
+        "parameters": {
+            variant: [
+                runs[(variant, seeds[0])]["generator_parameters"],
+                runs[(variant, seeds[0])]["discriminator_parameters"],
+            ]
+            for variant in args.variants
+        },
+        "by_step": summarize(runs, seeds),
+    }
+    write_json(os.path.join(args.out, "comparison.json"), comparison)
+    plot(args, runs, seeds, real)
+    last = max(comparison["by_step"], key=int, default=None)
+    if last is not None:
+        for variant in args.variants:
+            figures = comparison["by_step"][last][variant]
+            log(
+                f"step {last}, {variant}: FID {figures['fid']['mean']:.2f} "
+                f"{np.round(figures['fid']['interval'], 2).tolist()}, agreement "
+                f"{figures['long_range_agreement']['mean']:.3f} "
+                f"{np.round(figures['long_range_agreement']['interval'], 3).tolist()}"
+            )
+
+
+if __name__ == "__main__":
+    main()
