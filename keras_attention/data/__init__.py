@@ -1,158 +1,119 @@
-"""Datasets: real corpora from installed packages and generated tasks."""
+"""Datasets: real corpora from installed packages and generated tasks.
 
-from keras_attention.data.captioned_scenes import Scenes, compose_scenes, scene_splits
-from keras_attention.data.classification import (
-    CLASSIFICATION_DATA,
-    FORTUNE_CATEGORIES,
-    FORTUNES_DIR,
-    ClassificationSplits,
-    LabelledTexts,
-    clean_text,
-    encode_documents,
-    load_classification_data,
-    load_fortunes,
-    load_reviews,
-    read_labelled_csv,
-    split_labelled,
-    split_sentences,
-)
-from keras_attention.data.dates import DATE_FORMATS, date_splits, generate_date_pairs
-from keras_attention.data.fashion_mnist import (
-    FASHION_MNIST_CLASSES,
-    FASHION_MNIST_DIR,
-    load_fashion_mnist,
-    read_idx,
-)
-from keras_attention.data.files import DataFormatError
-from keras_attention.data.language_modeling import (
-    LANGUAGE_MODEL_DATA,
-    character_tokenizer,
-    decode_tokens,
-    load_fortune_texts,
-    load_language_model_texts,
-    read_documents,
-    split_documents,
-)
-from keras_attention.data.messages import (
-    MESSAGE_PACKAGES,
-    CatalogEntry,
-    catalog_pairs,
-    load_messages,
-    message_splits,
-    messages_by_package,
-    package_catalogs,
-    read_mo,
-)
-from keras_attention.data.packing import (
-    pack_documents,
-    pack_texts,
-    packed_dataset,
-    padding_fraction,
-)
-from keras_attention.data.pipeline import (
-    caption_dataset,
-    classification_dataset,
-    encode_captions,
-    encode_texts,
-    language_model_dataset,
-    token_stream,
-    translation_dataset,
-)
-from keras_attention.data.synthetic import keyword_task, reversal_task
-from keras_attention.data.tokenization import (
-    END_ID,
-    PAD_ID,
-    PLACEHOLDER_TOKENS,
-    SPECIAL_TOKENS,
-    START_ID,
-    UNK_ID,
-    find_placeholders,
-    join_punctuation,
-    mask_placeholders,
-    placeholder_accuracy,
-    placeholders_kept,
-    train_word_piece,
-    unmask_placeholders,
-    word_piece_tokenizer,
-)
-from keras_attention.data.translation import (
-    DING_PATH,
-    load_ding,
-    load_translation_pairs,
-    read_tsv,
-    split_pairs,
-)
+The names below load their module on first use: the image sets need only
+NumPy, while the text pipelines and tokenizers need TensorFlow (the `apps`
+extra), so `keras_attention.data.fashion_pairs` and its kin load on a
+machine without it.
+"""
 
-__all__ = [
-    "CLASSIFICATION_DATA",
-    "CatalogEntry",
-    "ClassificationSplits",
-    "DATE_FORMATS",
-    "DING_PATH",
-    "DataFormatError",
-    "END_ID",
-    "FASHION_MNIST_CLASSES",
-    "FASHION_MNIST_DIR",
-    "FORTUNES_DIR",
-    "FORTUNE_CATEGORIES",
-    "LANGUAGE_MODEL_DATA",
-    "LabelledTexts",
-    "MESSAGE_PACKAGES",
-    "PAD_ID",
-    "PLACEHOLDER_TOKENS",
-    "SPECIAL_TOKENS",
-    "START_ID",
-    "Scenes",
-    "UNK_ID",
-    "caption_dataset",
-    "catalog_pairs",
-    "character_tokenizer",
-    "classification_dataset",
-    "clean_text",
-    "compose_scenes",
-    "date_splits",
-    "decode_tokens",
-    "encode_captions",
-    "encode_documents",
-    "encode_texts",
-    "find_placeholders",
-    "generate_date_pairs",
-    "join_punctuation",
-    "keyword_task",
-    "language_model_dataset",
-    "load_classification_data",
-    "load_ding",
-    "load_fashion_mnist",
-    "load_fortune_texts",
-    "load_fortunes",
-    "load_language_model_texts",
-    "load_messages",
-    "load_reviews",
-    "load_translation_pairs",
-    "mask_placeholders",
-    "message_splits",
-    "messages_by_package",
-    "pack_documents",
-    "pack_texts",
-    "package_catalogs",
-    "packed_dataset",
-    "padding_fraction",
-    "placeholder_accuracy",
-    "placeholders_kept",
-    "read_documents",
-    "read_idx",
-    "read_labelled_csv",
-    "read_mo",
-    "read_tsv",
-    "reversal_task",
-    "scene_splits",
-    "split_documents",
-    "split_labelled",
-    "split_pairs",
-    "split_sentences",
-    "token_stream",
-    "train_word_piece",
-    "translation_dataset",
-    "unmask_placeholders",
-    "word_piece_tokenizer",
-]
+import importlib
+
+_MODULES = {
+    "captioned_scenes": (
+        "Scenes",
+        "compose_scenes",
+        "scene_splits",
+    ),
+    "classification": (
+        "CLASSIFICATION_DATA",
+        "FORTUNE_CATEGORIES",
+        "FORTUNES_DIR",
+        "ClassificationSplits",
+        "LabelledTexts",
+        "clean_text",
+        "encode_documents",
+        "load_classification_data",
+        "load_fortunes",
+        "load_reviews",
+        "read_labelled_csv",
+        "split_labelled",
+        "split_sentences",
+    ),
+    "dates": (
+        "DATE_FORMATS",
+        "date_splits",
+        "generate_date_pairs",
+    ),
+    "fashion_mnist": (
+        "FASHION_MNIST_CLASSES",
+        "FASHION_MNIST_DIR",
+        "load_fashion_mnist",
+        "read_idx",
+    ),
+    "files": ("DataFormatError",),
+    "language_modeling": (
+        "LANGUAGE_MODEL_DATA",
+        "character_tokenizer",
+        "decode_tokens",
+        "load_fortune_texts",
+        "load_language_model_texts",
+        "read_documents",
+        "split_documents",
+    ),
+    "messages": (
+        "MESSAGE_PACKAGES",
+        "CatalogEntry",
+        "catalog_pairs",
+        "load_messages",
+        "message_splits",
+        "messages_by_package",
+        "package_catalogs",
+        "read_mo",
+    ),
+    "packing": (
+        "pack_documents",
+        "pack_texts",
+        "packed_dataset",
+        "padding_fraction",
+    ),
+    "pipeline": (
+        "caption_dataset",
+        "classification_dataset",
+        "encode_captions",
+        "encode_texts",
+        "language_model_dataset",
+        "token_stream",
+        "translation_dataset",
+    ),
+    "synthetic": (
+        "keyword_task",
+        "reversal_task",
+    ),
+    "tokenization": (
+        "END_ID",
+        "PAD_ID",
+        "PLACEHOLDER_TOKENS",
+        "SPECIAL_TOKENS",
+        "START_ID",
+        "UNK_ID",
+        "find_placeholders",
+        "join_punctuation",
+        "mask_placeholders",
+        "placeholder_accuracy",
+        "placeholders_kept",
+        "train_word_piece",
+        "unmask_placeholders",
+        "word_piece_tokenizer",
+    ),
+    "translation": (
+        "DING_PATH",
+        "load_ding",
+        "load_translation_pairs",
+        "read_tsv",
+        "split_pairs",
+    ),
+}
+_HOME = {name: module for module, names in _MODULES.items() for name in names}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name):
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
