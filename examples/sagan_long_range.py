@@ -151,28 +151,34 @@ def run_path(args, variant, seed):
 
 
 class Measure(keras.callbacks.Callback):
-    """Every `eval_every` steps (one Keras epoch): FID and agreement of
-    `--num-measured` generated images, written with the losses to the run's
-    JSON; stops training when another chunk would pass the deadline."""
+    """Every `--eval-every` steps: FID and agreement of `--num-measured`
+    generated images, written with the losses to the run's JSON. Stops
+    training at `--steps`, or when another interval would pass the deadline
+    (intervals timed from the end of the first step, after compilation)."""
 
     def __init__(self, args, record, quality, agreement, path, deadline):
         super().__init__()
         self.args, self.record, self.path = args, record, path
         self.quality, self.agreement, self.deadline = quality, agreement, deadline
-        self.started = time.time()
+        self.step = 0
 
-    def on_epoch_begin(self, epoch, logs=None):
-        self.chunk_started = time.time()
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        if self.step == 1:
+            self.started = self.mark = time.time()
+        if self.step % self.args.eval_every == 0:
+            self.measure(logs)
+        if self.step >= self.args.steps:
+            self.model.stop_training = True
 
-    def on_epoch_end(self, epoch, logs=None):
-        chunk_seconds = time.time() - self.chunk_started
-        generated = self.model.sample(self.args.num_measured, seed=12345 + epoch)
+    def measure(self, logs):
+        interval = time.time() - self.mark
+        generated = self.model.sample(self.args.num_measured, seed=12345 + self.step)
         scores = self.quality(generated)
         agree = self.agreement(generated)
-        step = (epoch + 1) * self.args.eval_every
         self.record["evaluations"].append(
             {
-                "step": step,
+                "step": self.step,
                 "fid": scores["fid"],
                 "inception_score": scores["inception_score"],
                 "long_range_agreement": agree["agreement"],
@@ -184,12 +190,13 @@ class Measure(keras.callbacks.Callback):
         )
         write_json(self.path, self.record)
         log(
-            f"{self.record['variant']} seed {self.record['seed']}: step {step}, "
-            f"FID {scores['fid']:.2f}, agreement {agree['agreement']:.3f} "
-            f"(chance {agree['chance']:.3f}), {chunk_seconds:.0f} s per "
-            f"{self.args.eval_every} steps"
+            f"{self.record['variant']} seed {self.record['seed']}: step "
+            f"{self.step}, FID {scores['fid']:.2f}, agreement "
+            f"{agree['agreement']:.3f} (chance {agree['chance']:.3f}), "
+            f"{interval:.0f} s per {self.args.eval_every} steps"
         )
-        if self.deadline and time.time() + 1.5 * chunk_seconds > self.deadline:
+        self.mark = time.time()
+        if self.deadline and self.mark + interval > self.deadline:
             log(f"{self.record['variant']} seed {self.record['seed']}: deadline")
             self.model.stop_training = True
 
@@ -222,8 +229,8 @@ def train_one(args, variant, seed, deadline):
     gan.fit(
         images,
         batch_size=args.batch_size,
-        epochs=args.steps // args.eval_every,
-        steps_per_epoch=args.eval_every,
+        # Whole passes over the canvases; `Measure` stops at `--steps`.
+        epochs=-(-args.steps // (len(images) // args.batch_size)),
         callbacks=[Measure(args, record, quality, agreement, path, deadline)],
         verbose=0,
     )
