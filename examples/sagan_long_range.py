@@ -225,7 +225,9 @@ def train_one(args, variant, seed, deadline):
         "evaluations": [],
     }
     path = run_path(args, variant, seed)
-    images = canvases.astype("float32") / 127.5 - 1.0
+    # Whole batches only: a last, smaller batch would compile the step again.
+    usable = len(canvases) - len(canvases) % args.batch_size
+    images = canvases[:usable].astype("float32") / 127.5 - 1.0
     gan.fit(
         images,
         batch_size=args.batch_size,
