@@ -40,6 +40,12 @@ parser.add_argument("--pretrain-minutes", type=float, default=35.0)
 parser.add_argument(
     "--arms", default="pretrained,scratch,bilstm", help="which of the three to run"
 )
+parser.add_argument(
+    "--monitor",
+    default="val_loss",
+    choices=("val_loss", "val_macro_f1"),
+    help="what early stopping follows in every fine-tuning run",
+)
 args = parser.parse_args()
 
 # The encoder's sizes, which the Transformer from scratch shares.
@@ -67,7 +73,7 @@ if not chosen or set(chosen) - set(arms):
     parser.error(f"--arms: expected some of {', '.join(arms)}; got {args.arms!r}")
 learning_curve(
     args.out,
-    arms={name: arms[name] for name in chosen},
+    arms={name: {**arms[name], "monitor": args.monitor} for name in chosen},
     sizes=[int(size) for size in args.sizes.split(",")],
     seeds=range(args.seeds),
 )

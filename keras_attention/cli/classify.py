@@ -74,6 +74,14 @@ def add_arguments(parser):
         default=None,
         help="Adam's learning rate, from scratch or fine-tuning --encoder",
     )
+    parser.add_argument(
+        "--monitor",
+        choices=("val_loss", "val_macro_f1"),
+        default=None,
+        help="what early stopping and the kept weights follow (default "
+        "val_loss; val_macro_f1 does not favour the least confident model "
+        "when one class dominates a few labelled texts)",
+    )
     add_training_options(
         parser, out="runs/classify", batch_size=32, seed_help="the first seed"
     )
@@ -93,11 +101,14 @@ def check(args):
             "--labelled and --num-train both choose the training texts; give one", 2
         )
     if args.load and (
-        sizes or args.labelled is not None or args.learning_rate is not None
+        sizes
+        or args.labelled is not None
+        or args.learning_rate is not None
+        or args.monitor is not None
     ):
         raise CommandError(
-            "--labelled, --learning-rate, --width, --heads and --blocks go with "
-            "a training; they cannot go with --load",
+            "--labelled, --learning-rate, --monitor, --width, --heads and "
+            "--blocks go with a training; they cannot go with --load",
             2,
         )
     if not args.encoder:
@@ -139,6 +150,7 @@ def run(args):
         "encoder": args.encoder,
         "labelled": args.labelled,
         "learning_rate": args.learning_rate,
+        "monitor": args.monitor or "val_loss",
         "options": options,
         **transformer_sizes(args),
     }

@@ -68,6 +68,10 @@ SETTINGS = {
 # The figures of each model and seed in `comparison.json` (and, for attention
 # models, the deletion check's).
 SUMMARY_KEYS = ("accuracy", "macro_f1", "train_seconds", "epochs")
+# What early stopping and the kept weights can follow: the validation loss,
+# or the validation macro-F1, which does not favour the least confident
+# model when one class dominates a small labelled set.
+MONITORS = ("val_loss", "val_macro_f1")
 
 
 def build_model(name, vocabulary_size, num_classes, settings=SETTINGS, **kwargs):
@@ -139,8 +143,8 @@ class Classification(runner.Task):
     evaluated on its test split (accuracy, macro-F1, the per-class report,
     the confusion matrix and, for attention models, the deletion check),
     with highlighted explanations of test texts. Training stops after
-    `SETTINGS["patience"]` epochs without a better validation loss, and the
-    weights of the best epoch are kept."""
+    `SETTINGS["patience"]` epochs without a better validation loss (or
+    macro-F1, `monitor`), and the weights of the best epoch are kept."""
 
     command = "classify"
     epochs = SETTINGS["epochs"]
@@ -153,6 +157,7 @@ class Classification(runner.Task):
         encoder=None,
         labelled=None,
         learning_rate=None,
+        monitor="val_loss",
         **model_kwargs,
     ):
         if model not in MODELS:
@@ -164,6 +169,11 @@ class Classification(runner.Task):
         check_positive_int("labelled", labelled, allow_none=True)
         check_positive_number("learning_rate", learning_rate, allow_none=True)
         self.learning_rate = learning_rate or SETTINGS["learning_rate"]
+        if monitor not in MONITORS:
+            raise ValueError(
+                f"`monitor` must be one of {MONITORS}; received {monitor!r}."
+            )
+        self.monitor = monitor
         self.data, self.model = data, model
         self.num_explanations, self.encoder = num_explanations, encoder
         self.labelled = labelled
@@ -289,13 +299,20 @@ class Classification(runner.Task):
             ],
             drop_remainder=True,
         )
-        return {
+        valid_ids = encode_for_model(net, valid.texts)
+        arguments = {
             "train_data": train_data,
             "validation_data": classification_dataset(
-                encode_for_model(net, valid.texts), valid.labels, batch_size
+                valid_ids, valid.labels, batch_size
             ),
             "patience": SETTINGS["patience"],
+            "monitor": self.monitor,
         }
+        if self.monitor == "val_macro_f1":
+            arguments["epoch_metrics"] = [
+                ValidationMacroF1(valid_ids, valid.labels, len(self.splits.class_names))
+            ]
+        return arguments
 
     def report(self, context, net, history):
         test, out_dir, seed = self.splits.test, context.out_dir, context.options.seed
@@ -322,6 +339,7 @@ class Classification(runner.Task):
                 "train_texts": len(self.train_texts),
                 "labelled": self.labelled,
                 "learning_rate": self.learning_rate,
+                "monitor": self.monitor,
                 "test_texts": len(test),
                 "parameters": net.count_params(),
                 "seed": seed,
@@ -332,6 +350,8 @@ class Classification(runner.Task):
                 "best_valid_loss": history["val_loss"][best - 1],
             }
         )
+        if "val_macro_f1" in history:
+            metrics["best_valid_macro_f1"] = history["val_macro_f1"][best - 1]
         if self.pretrained is not None:
             metrics["encoder"] = self.encoder_path or self.pretrained.name
         summary = (
@@ -355,6 +375,7 @@ def run_classify(
     encoder=None,
     labelled=None,
     learning_rate=None,
+    monitor="val_loss",
     **kwargs,
 ):
     """Trains `model` on `data`, evaluates it on the test split and writes
@@ -382,6 +403,9 @@ def run_classify(
             learned from every training text (their labels unused).
         learning_rate: Adam's learning rate; default
             `SETTINGS["learning_rate"]`.
+        monitor: what early stopping and the kept weights follow, one of
+            `MONITORS`: `"val_loss"`, or `"val_macro_f1"` (computed on the
+            validation split after every epoch).
         **kwargs: `options` (a `runner.TrainingOptions`) or its fields by name
             (`epochs`, `batch_size`, `seed`, ...; default batch 32, at most
             `SETTINGS["epochs"]` epochs); the rest go to the model's
@@ -392,7 +416,14 @@ def run_classify(
     """
     options, model_kwargs = runner.TrainingOptions.take(kwargs)
     task = Classification(
-        data, model, num_explanations, encoder, labelled, learning_rate, **model_kwargs
+        data,
+        model,
+        num_explanations,
+        encoder,
+        labelled,
+        learning_rate,
+        monitor,
+        **model_kwargs,
     )
     return runner.run(task, out_dir, options)
 
@@ -578,6 +609,34 @@ def most_frequent_class_scores(data="reviews"):
     probabilities = np.eye(splits.num_classes)[np.full(len(splits.test), guess)]
     scores = evaluate(splits.test.labels, probabilities, splits.class_names)
     return {key: scores[key] for key in ("accuracy", "macro_f1")}
+
+
+class ValidationMacroF1(keras.callbacks.Callback):
+    """Adds `val_macro_f1` to every epoch's logs: the macro-F1 of the
+    model's predictions on the validation inputs."""
+
+    def __init__(self, inputs, labels, num_classes, batch_size=128):
+        super().__init__()
+        self.inputs, self.labels = inputs, np.asarray(labels)
+        self.classes = list(range(num_classes))
+        self.batch_size = batch_size
+
+    def on_epoch_end(self, epoch, logs=None):
+        from sklearn.metrics import f1_score
+
+        probabilities = self.model.predict(
+            self.inputs, batch_size=self.batch_size, verbose=0
+        )
+        predictions = np.argmax(np.asarray(probabilities), axis=-1)
+        score = f1_score(
+            self.labels,
+            predictions,
+            labels=self.classes,
+            average="macro",
+            zero_division=0,
+        )
+        if logs is not None:
+            logs["val_macro_f1"] = float(score)
 
 
 def evaluate(labels, probabilities, class_names, out_dir=None, title=None):

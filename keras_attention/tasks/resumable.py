@@ -404,13 +404,15 @@ class _RunCheckpoints(keras.callbacks.Callback):
     """Logs every epoch, saves its checkpoint (and the best weights), and
     acts on stop requests; restores `restore` when training begins."""
 
-    def __init__(self, checkpoints, requests, expected_bytes, restore, best_loss):
+    def __init__(self, checkpoints, requests, expected_bytes, restore, monitor, best):
         super().__init__()
         self.checkpoints, self.requests = checkpoints, requests
         self.expected_bytes = expected_bytes
         self.restore = restore
-        # None: no best weights are kept (no early stopping).
-        self.best_loss = best_loss
+        self.monitor = monitor
+        # The best monitored figure so far; None: no best weights are kept
+        # (no early stopping).
+        self.best = best
         self.offset, self.carried_seconds = 0, 0.0
         if restore is not None and restore.batches:
             self.offset, self.carried_seconds = restore.batches, restore.seconds
@@ -449,9 +451,9 @@ class _RunCheckpoints(keras.callbacks.Callback):
         logs["seconds"] = logs.get("seconds", 0.0) + self.carried_seconds
         self.offset, self.carried_seconds = 0, 0.0
         self.checkpoints.log.append(epoch, logs)
-        loss = logs.get("val_loss")
-        if loss is not None and self.best_loss is not None and loss < self.best_loss:
-            self.best_loss = float(loss)
+        value = logs.get(self.monitor.name)
+        if self.best is not None and self.monitor.better(value, self.best):
+            self.best = float(value)
             self.checkpoints.save_weights(
                 self.model, self.checkpoints.best_path, self.expected_bytes
             )
@@ -476,6 +478,7 @@ def fit_resumable(
     epochs,
     validation_data,
     patience=None,
+    monitor="val_loss",
     time_budget_minutes=None,
     callbacks=None,
     epoch_metrics=None,
@@ -498,6 +501,10 @@ def fit_resumable(
         validation_data: validation data for `fit`.
         patience: early-stopping patience in epochs; None trains every epoch
             and keeps the last weights.
+        monitor: the figure of an epoch's logs that early stopping and the
+            best weights follow: `"val_loss"` (lower is better) or a score
+            that an `epoch_metrics` callback adds, such as
+            `"val_macro_f1"` (higher is better: `Monitor.HIGHER_IS_BETTER`).
         time_budget_minutes: no epoch starts that would end later than this
             (`TimeBudget`).
         callbacks: extra callbacks.
@@ -527,7 +534,8 @@ def fit_resumable(
             )
         phase(f"training had finished; loading {checkpoints.final_path}")
         model.load_weights(checkpoints.final_path)
-        return _history(checkpoints.log.rows, patience)
+        return _history(checkpoints.log.rows, patience, monitor)
+    monitor = Monitor(monitor)
     resume = checkpoints.newest_readable()
     logged = checkpoints.log.keep_epochs_before(resume.epochs if resume else 0)
     if resume is not None and resume.batches and not resume.steps:
@@ -548,23 +556,19 @@ def fit_resumable(
         needed,
         f"training (checkpoints of {format_bytes(expected_bytes)})",
     )
-    # With early stopping, the best validation loss so far (inf before the
-    # first epoch); None without.
-    best_loss = (
-        min((row["val_loss"] for row in logged if "val_loss" in row), default=np.inf)
-        if patience
-        else None
-    )
+    # With early stopping, the best monitored figure so far (the worst
+    # possible before the first epoch); None without.
+    best = monitor.best_of(logged) if patience else None
     empty_epochs = _EmptyEpochs()
     budget = TimeBudget(time_budget_minutes * 60) if time_budget_minutes else None
     initial_epoch = restored_epochs = resume.epochs if resume else 0
     with _StopRequests() as requests:
 
-        def train(first, last, restore, best_loss, arguments):
+        def train(first, last, restore, best, arguments):
             """One `fit` from epoch `first` to `last`; returns the best
-            validation loss after it."""
+            monitored figure after it."""
             record = _RunCheckpoints(
-                checkpoints, requests, expected_bytes, restore, best_loss
+                checkpoints, requests, expected_bytes, restore, monitor, best
             )
             model.fit(
                 train_data,
@@ -579,20 +583,20 @@ def fit_resumable(
                     *(epoch_metrics or []),
                     record,
                     *(callbacks or []),
-                    *_stopping(patience, best_loss, budget),
+                    *_stopping(patience, monitor, best, budget),
                 ],
                 verbose=verbose,
                 **arguments,
             )
-            return record.best_loss
+            return record.best
 
         if resume is not None and resume.batches:
             # The rest of the interrupted epoch, then the remaining epochs.
             rest = dict(fit_kwargs, steps_per_epoch=resume.steps - resume.batches)
-            best_loss = train(initial_epoch, initial_epoch + 1, resume, best_loss, rest)
+            best = train(initial_epoch, initial_epoch + 1, resume, best, rest)
             initial_epoch, resume = initial_epoch + 1, None
         if initial_epoch < epochs and not getattr(model, "stop_training", False):
-            train(initial_epoch, epochs, resume, best_loss, fit_kwargs)
+            train(initial_epoch, epochs, resume, best, fit_kwargs)
         elif resume is not None:
             model.load_weights(resume.path)
     logged = checkpoints.log.rows
@@ -617,22 +621,55 @@ def fit_resumable(
             )
     checkpoints.save_weights(model, checkpoints.final_path, weights_bytes)
     checkpoints.drop_states()
-    return _history(logged, patience)
+    return _history(logged, patience, monitor.name)
 
 
-def _stopping(patience, best_loss, budget):
+class Monitor:
+    """The figure that early stopping follows, by its name in an epoch's
+    logs, and which way is better."""
+
+    HIGHER_IS_BETTER = ("val_macro_f1", "val_accuracy")
+
+    def __init__(self, name):
+        if not isinstance(name, str) or not name.startswith("val_"):
+            raise ValueError(
+                "`monitor` must name a validation figure of the epoch logs, such "
+                f"as 'val_loss' or 'val_macro_f1'; received {name!r}."
+            )
+        self.name = name
+        self.mode = "max" if name in self.HIGHER_IS_BETTER else "min"
+
+    def better(self, value, best):
+        if value is None:
+            return False
+        return value > best if self.mode == "max" else value < best
+
+    def best_of(self, rows):
+        values = [row[self.name] for row in rows if self.name in row]
+        worst = -np.inf if self.mode == "max" else np.inf
+        if not values:
+            return worst
+        return max(values) if self.mode == "max" else min(values)
+
+
+def _stopping(patience, monitor, best, budget):
     stopping = []
     if patience:
-        baseline = None if best_loss is None or np.isinf(best_loss) else best_loss
+        baseline = None if best is None or np.isinf(best) else best
         stopping.append(
-            keras.callbacks.EarlyStopping(patience=patience, baseline=baseline)
+            keras.callbacks.EarlyStopping(
+                monitor=monitor.name,
+                mode=monitor.mode,
+                patience=patience,
+                baseline=baseline,
+            )
         )
     if budget is not None:
         stopping.append(budget)
     return stopping
 
 
-def _history(logged, patience):
+def _history(logged, patience, monitor="val_loss"):
     metrics = [
         k for k in (logged[0] if logged else {}) if k not in ("epoch", "seconds")
     ]
@@ -642,6 +679,7 @@ def _history(logged, patience):
         **{k: [row[k] for row in logged] for k in metrics},
     }
     if patience and logged:
-        losses = history["val_loss"]
-        history["best_epoch"] = int(losses.index(min(losses))) + 1
+        values = history[monitor]
+        best = Monitor(monitor).best_of(logged)
+        history["best_epoch"] = int(values.index(best)) + 1
     return history
