@@ -124,6 +124,7 @@ def _error(argv, capsys):
         (["classify", "--seeds", "0"], "--seeds: expected a positive integer"),
         (["classify", "--labelled", "0"], "--labelled: expected a positive integer"),
         (["classify", "--learning-rate", "0"], "--learning-rate: expected a positive"),
+        (["classify", "--monitor", "val_acc"], "argument --monitor: invalid choice"),
         (
             ["classify", "--labelled", "100", "--num-train", "100"],
             "--labelled and --num-train both choose the training texts; give one",

@@ -261,14 +261,43 @@ def test_the_learning_rate_defaults_to_the_settings_and_must_be_positive():
         Classification(learning_rate=-1e-3)
 
 
+def test_the_monitor_must_be_the_validation_loss_or_macro_f1():
+    from keras_attention.tasks.classify import Classification
+
+    assert Classification().monitor == "val_loss"
+    assert Classification(monitor="val_macro_f1").monitor == "val_macro_f1"
+    with pytest.raises(ValueError, match="`monitor` must be one of"):
+        Classification(monitor="val_accuracy")
+
+
+def test_validation_macro_f1_is_added_to_the_epoch_logs():
+    from keras_attention.tasks.classify import ValidationMacroF1
+
+    # A model that always says class 1: on labels [0, 0, 1, 1] its F1 is 0
+    # for class 0 and 2/3 for class 1.
+    model = keras.Sequential(
+        [keras.Input((2,)), keras.layers.Dense(2, kernel_initializer="zeros")]
+    )
+    model.layers[0].bias.assign([0.0, 1.0])
+    callback = ValidationMacroF1(np.zeros((4, 2), "float32"), [0, 0, 1, 1], 2)
+    callback.set_model(model)
+    logs = {}
+    callback.on_epoch_end(0, logs)
+    assert logs["val_macro_f1"] == pytest.approx((0 + 2 / 3) / 2)
+
+
 @pytest.mark.slow
 def test_learning_curve_trains_every_arm_size_and_seed_once(
     reviews_csv, tmp_path, monkeypatch
 ):
     from keras_attention.tasks import classify
 
-    # Two arms of the quickest model, apart in their learning rate.
-    arms = {"bag": {"model": "bag"}, "slow": {"model": "bag", "learning_rate": 1e-4}}
+    # Two arms of the quickest model, apart in their learning rate and in
+    # what early stopping follows.
+    arms = {
+        "bag": {"model": "bag"},
+        "slow": {"model": "bag", "learning_rate": 1e-4, "monitor": "val_macro_f1"},
+    }
     quick = {"epochs": 2, "jit_compile": False, "verbose": 0}
     summary = classify.learning_curve(
         tmp_path, arms, sizes=[12, 200], seeds=[0, 1], data=reviews_csv, **quick
@@ -284,6 +313,8 @@ def test_learning_curve_trains_every_arm_size_and_seed_once(
             )
             assert run["labelled"] == run["train_texts"] == int(size)
             assert run["learning_rate"] == arms[name].get("learning_rate", 1e-3)
+            assert run["monitor"] == arms[name].get("monitor", "val_loss")
+            assert ("best_valid_macro_f1" in run) == (name == "slow")
     # The keyword task is learned from 200 labelled texts, not from 12.
     few, many = (summary["arms"]["bag"][n]["accuracy"]["mean"] for n in ("12", "200"))
     print(f"bag: 12 labelled {few:.3f}, 200 labelled {many:.3f}")

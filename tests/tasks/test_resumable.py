@@ -51,6 +51,70 @@ def test_best_epoch_before_an_interruption_is_kept(tmp_path):
     )
 
 
+class ScriptedScore(keras.callbacks.Callback):
+    """Adds `val_macro_f1` from a script to each epoch's logs, and keeps the
+    weights each epoch ended with."""
+
+    def __init__(self, scores):
+        super().__init__()
+        self.scores, self.weights = scores, {}
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs["val_macro_f1"] = self.scores[epoch]
+        self.weights[epoch] = self.model.get_weights()[0].copy()
+
+
+def test_a_higher_is_better_monitor_keeps_its_best_epoch_across_a_resume(tmp_path):
+    scores = [0.2, 0.5, 0.4, 0.3, 0.9, 0.9]
+    model, (x, y), valid = diverging_task()
+    options = {
+        "epochs": 6,
+        "validation_data": valid,
+        "patience": 2,
+        "monitor": "val_macro_f1",
+        "verbose": 0,
+    }
+    first = ScriptedScore(scores)
+    with pytest.raises(KeyboardInterrupt):
+        fit_resumable(
+            model,
+            x,
+            tmp_path,
+            y=y,
+            epoch_metrics=[first],
+            callbacks=[StopAt(2)],
+            **options,
+        )
+    model, _, _ = diverging_task()
+    second, record = ScriptedScore(scores), Record()
+    history = fit_resumable(
+        model, x, tmp_path, y=y, epoch_metrics=[second], callbacks=[record], **options
+    )
+    # The best score (0.5, epoch 1) came before the interruption; epochs 2
+    # and 3 scored lower although their validation loss fell or rose alike:
+    # stopped there, with epoch 1's weights.
+    assert record.epochs == [2, 3]
+    assert history["best_epoch"] == 2
+    assert history["val_macro_f1"] == scores[:4]
+    np.testing.assert_array_equal(model.get_weights()[0], first.weights[1])
+
+
+def test_monitor_must_name_a_validation_figure(tmp_path):
+    model, (x, y), valid = diverging_task()
+    with pytest.raises(ValueError, match="validation figure.*'loss'"):
+        fit_resumable(
+            model,
+            x,
+            tmp_path,
+            y=y,
+            epochs=1,
+            validation_data=valid,
+            patience=1,
+            monitor="loss",
+            verbose=0,
+        )
+
+
 def test_a_finished_run_loads_its_final_weights_instead_of_training(tmp_path):
     model, (x, y), valid = diverging_task()
     options = {"epochs": 2, "validation_data": valid, "verbose": 0}
