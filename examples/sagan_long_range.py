@@ -39,8 +39,11 @@ from keras_attention.data.fashion_pairs import (
     load_fashion_pairs,
     load_item_cells,
 )
-from keras_attention.evaluation import ImageQuality, LongRangeAgreement
-from keras_attention.evaluation.image_quality import train_feature_classifier
+from keras_attention.evaluation import (
+    ImageQuality,
+    LongRangeAgreement,
+    train_feature_classifier,
+)
 from keras_attention.models import SAGAN
 
 VARIANTS = ("attention", "no-attention")
