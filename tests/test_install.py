@@ -1,6 +1,6 @@
 """The core install: `pip install keras-attention` brings keras and numpy, not the
 applications' TensorFlow, keras-hub or matplotlib, and the library works on JAX,
-generation (greedy and beam search) included."""
+generation (greedy and beam search) and the image sets' measures included."""
 
 import subprocess
 import sys
@@ -38,6 +38,17 @@ gpt = models.GPT(
 tokens = np.asarray(gpt.generate(np.array([[5, 6, 7], [8, 0, 0]]), max_length=8))
 assert tokens.shape == (2, 8) and tokens.dtype == np.int32, tokens
 assert tokens[0, :3].tolist() == [5, 6, 7] and tokens[1, 0] == 8, tokens
+# The image sets and their measures need no TensorFlow either (the SAGAN
+# study of examples/sagan_long_range.py runs on GPU machines without it).
+from keras_attention.data.fashion_pairs import PAIR_CELLS, compose_pairs
+from keras_attention.evaluation import LongRangeAgreement, feature_classifier
+
+rng = np.random.default_rng(0)
+items = rng.integers(0, 256, (20, 28, 28), dtype=np.uint8)
+canvases, _, _ = compose_pairs(items, np.repeat(np.arange(2), 10))
+classifier = feature_classifier((32, 32, 1), 2)
+measure = LongRangeAgreement(classifier, (64, 64, 1), PAIR_CELLS)
+assert 0 <= measure(canvases)["agreement"] <= 1
 for name in ("tensorflow", "keras_hub", "matplotlib", "sacrebleu"):
     assert importlib.util.find_spec(name) is None, f"{name} is installed"
     assert name not in sys.modules, f"{name} was imported"
