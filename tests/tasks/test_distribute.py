@@ -82,7 +82,8 @@ def test_mirrored_over_two_devices_follows_the_one_device_loss_curve(tmp_path):
         np.testing.assert_allclose(two, one, rtol=1e-5, err_msg=model)
     # Keras' step clips gradients (`clipnorm=1.0`) on each replica's share
     # before summing them, where one device clips the sum: the translation
-    # curves differ by about 1% (measured 3.043 vs 3.030 after one epoch).
+    # curves differ by under 1% (measured 3.649 vs 3.642 after one epoch,
+    # 2.359 vs 2.347 after three).
     one, two = curves["translate/default"], curves["translate/mirrored"]
     assert len(one) == len(two) == 3
     np.testing.assert_allclose(two, one, rtol=0.02)

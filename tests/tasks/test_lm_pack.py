@@ -10,6 +10,7 @@ import pytest
 
 from keras_attention import cli
 from keras_attention.data.packing import pack_documents
+from keras_attention.tasks import lm
 from keras_attention.tasks.common import ArgumentError
 from keras_attention.tasks.lm import build_model, packed_perplexity, run_lm
 from tests.tasks.outputs import assert_picture
@@ -44,7 +45,13 @@ def test_the_lstm_is_not_packed(tmp_path):
 
 
 @pytest.mark.slow
-def test_lm_pack_trains_on_packed_rows_and_reports_them(tmp_path):
+def test_lm_pack_trains_on_packed_rows_and_reports_them(tmp_path, monkeypatch):
+    # The command line's GPT at TINY's sizes (its rows stay 256 characters):
+    # the figures below do not depend on the model's size.
+    sizes = ("hidden_dim", "num_heads", "num_layers", "intermediate_dim")
+    monkeypatch.setitem(
+        lm.SETTINGS, "gpt", {**lm.SETTINGS["gpt"], **{k: TINY[k] for k in sizes}}
+    )
     corpus = write_corpus(tmp_path / "sayings.txt")
     out = tmp_path / "run"
     options = ["--epochs", "1", "--steps-per-epoch", "3", "--batch-size", "4"]
