@@ -21,6 +21,10 @@ TRANSLATION_MODELS = (
 )
 TRANSLATION_DATA = ("dates", "de-en", "messages-de")
 CLASSIFICATION_MODELS = ("transformer", "han", "bilstm", "bag")
+# What `classify`'s early stopping and kept weights can follow: the
+# validation loss, or the validation macro-F1, which does not favour the
+# least confident model when one class dominates a small labelled set.
+CLASSIFICATION_MONITORS = ("val_loss", "val_macro_f1")
 CLASSIFICATION_DATA = ("reviews", "fortunes")
 CAPTION_MODELS = ("attention", "no-attention")
 CAPTION_DATA = ("scenes",)

@@ -13,7 +13,11 @@ from keras_attention.cli.arguments import (
     transformer_sizes,
 )
 from keras_attention.cli.checks import CommandError, check_encoder
-from keras_attention.names import CLASSIFICATION_DATA, CLASSIFICATION_MODELS
+from keras_attention.names import (
+    CLASSIFICATION_DATA,
+    CLASSIFICATION_MODELS,
+    CLASSIFICATION_MONITORS,
+)
 
 HELP = (
     "train and evaluate a text classifier (Transformer, hierarchical attention "
@@ -76,7 +80,7 @@ def add_arguments(parser):
     )
     parser.add_argument(
         "--monitor",
-        choices=("val_loss", "val_macro_f1"),
+        choices=CLASSIFICATION_MONITORS,
         default=None,
         help="what early stopping and the kept weights follow (default "
         "val_loss; val_macro_f1 does not favour the least confident model "

@@ -26,7 +26,7 @@ from keras_attention.models import (
     HierarchicalAttentionNetwork,
     TransformerClassifier,
 )
-from keras_attention.names import CLASSIFICATION_MODELS
+from keras_attention.names import CLASSIFICATION_MODELS, CLASSIFICATION_MONITORS
 from keras_attention.tasks import runner
 from keras_attention.tasks.common import (
     ArgumentError,
@@ -68,10 +68,7 @@ SETTINGS = {
 # The figures of each model and seed in `comparison.json` (and, for attention
 # models, the deletion check's).
 SUMMARY_KEYS = ("accuracy", "macro_f1", "train_seconds", "epochs")
-# What early stopping and the kept weights can follow: the validation loss,
-# or the validation macro-F1, which does not favour the least confident
-# model when one class dominates a small labelled set.
-MONITORS = ("val_loss", "val_macro_f1")
+MONITORS = CLASSIFICATION_MONITORS
 
 
 def build_model(name, vocabulary_size, num_classes, settings=SETTINGS, **kwargs):
@@ -622,21 +619,22 @@ class ValidationMacroF1(keras.callbacks.Callback):
         self.batch_size = batch_size
 
     def on_epoch_end(self, epoch, logs=None):
-        from sklearn.metrics import f1_score
-
         probabilities = self.model.predict(
             self.inputs, batch_size=self.batch_size, verbose=0
         )
         predictions = np.argmax(np.asarray(probabilities), axis=-1)
-        score = f1_score(
-            self.labels,
-            predictions,
-            labels=self.classes,
-            average="macro",
-            zero_division=0,
-        )
         if logs is not None:
-            logs["val_macro_f1"] = float(score)
+            logs["val_macro_f1"] = macro_f1(self.labels, predictions, self.classes)
+
+
+def macro_f1(labels, predictions, classes):
+    """The unweighted mean over `classes` of each class's F1 (scikit-learn),
+    0 for a class never predicted nor present."""
+    from sklearn.metrics import f1_score
+
+    return float(
+        f1_score(labels, predictions, labels=classes, average="macro", zero_division=0)
+    )
 
 
 def evaluate(labels, probabilities, class_names, out_dir=None, title=None):
@@ -665,9 +663,7 @@ def evaluate(labels, probabilities, class_names, out_dir=None, title=None):
         )
     return {
         "accuracy": float(sk.accuracy_score(labels, predictions)),
-        "macro_f1": float(
-            sk.f1_score(labels, predictions, labels=classes, average="macro")
-        ),
+        "macro_f1": macro_f1(labels, predictions, classes),
         "per_class": {
             name: {k: float(v) for k, v in report[name].items()} for name in class_names
         },
