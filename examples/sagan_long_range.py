@@ -45,6 +45,7 @@ from keras_attention.evaluation import (
     train_feature_classifier,
 )
 from keras_attention.models import SAGAN
+from keras_attention.utils.files import write_text
 
 VARIANTS = ("attention", "no-attention")
 FIGURES = ("fid", "long_range_agreement")
@@ -102,10 +103,7 @@ def log(message):
 
 
 def write_json(path, value):
-    partial = f"{path}.partial"
-    with open(partial, "w") as f:
-        json.dump(value, f, indent=1)
-    os.replace(partial, path)
+    write_text(path, json.dumps(value, indent=1))
 
 
 def measures(args, canvases, labels):
