@@ -307,15 +307,24 @@ def keras_hub_greedy_search(model, source, max_length, end_id):
 
 def end_token_of_rows(tokens):
     """An end token that ends the rows of `tokens` (greedy outputs with no
-    end) at the most different steps (or not at all): the token whose first
-    positions in the rows are most varied."""
+    end) at the most different steps (or not at all), one row at least before
+    its last step, so that padding follows: among the tokens that end a row
+    early, the one whose first positions in the rows are most varied."""
+    last = tokens.shape[1] - 1
 
     def first_positions(token):
         return {row.tolist().index(token) if token in row else None for row in tokens}
 
+    def ends_a_row_early(token):
+        return any(p is not None and p < last for p in first_positions(token))
+
     candidates = set(np.unique(tokens).tolist()) - {0, START}
-    end = max(sorted(candidates), key=lambda token: len(first_positions(token)))
-    assert len(first_positions(end)) > 1, tokens  # the search stops at any step
+    end = max(
+        sorted(candidates),
+        key=lambda token: (ends_a_row_early(token), len(first_positions(token))),
+    )
+    # The search stops at different steps, and pads a row after its end.
+    assert len(first_positions(end)) > 1 and ends_a_row_early(end), tokens
     return end
 
 
