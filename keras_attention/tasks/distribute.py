@@ -218,6 +218,37 @@ def spans_processes(strategy):
     return is_keras_distribution(strategy) and _num_processes() > 1
 
 
+class BatchEndsInTheLoop(keras.callbacks.Callback):
+    """Makes Keras call every callback's batch-end methods in the training
+    loop, between steps, as it does on TensorFlow.
+
+    On JAX and PyTorch, Keras runs them in a thread of their own when every
+    callback leaves them to the base class (or says `async_safe`): that
+    thread turns the step's outputs into numbers while the loop goes on.
+    With a distribution over several processes, that reading and the loop's
+    next programs both involve arrays that span the processes, and two CI
+    runs hung there, in both processes the loop computing the validation
+    metrics and the other thread waiting for a step's outputs. A callback
+    with batch-end methods of its own (these do nothing) turns that thread
+    off.
+    """
+
+    def on_train_batch_end(self, batch, logs=None):
+        pass
+
+    def on_test_batch_end(self, batch, logs=None):
+        pass
+
+    def on_predict_batch_end(self, batch, logs=None):
+        pass
+
+
+def callbacks_for(strategy):
+    """The callbacks `fit` needs under `strategy`: `BatchEndsInTheLoop`
+    where it spans processes, none otherwise."""
+    return [BatchEndsInTheLoop()] if spans_processes(strategy) else []
+
+
 def num_replicas(strategy):
     """How many shares every batch is split into."""
     if strategy is None:

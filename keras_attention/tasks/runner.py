@@ -337,7 +337,11 @@ def train_or_load(
         arguments["validation_data"] = distribute.local_batches(
             arguments["validation_data"], strategy, uneven=True
         )
-    arguments["callbacks"] = [*arguments.get("callbacks", []), *options.callbacks]
+    arguments["callbacks"] = [
+        *arguments.get("callbacks", []),
+        *options.callbacks,
+        *distribute.callbacks_for(strategy),
+    ]
     line = announce(model) if announce else None
     phase(
         line

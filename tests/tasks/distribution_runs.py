@@ -17,7 +17,8 @@ coordinator are fixed when JAX starts). Run with `KERAS_BACKEND=jax` and
 - `python -m tests.tasks.distribution_runs processes STRATEGY OUT`, started
   once per process with the `KERAS_DISTRIBUTION_*` variables set, trains
   with `data-parallel` or `model-parallel` over every process's devices
-  (processes other than 0 write `OUT/process-N`).
+  (processes other than 0 write `OUT/process-N`), and prints whether every
+  batch end ran in the training loop's thread.
 """
 
 import faulthandler
@@ -104,7 +105,32 @@ def processes(strategy, out):
     # devices here (see `distribute.make_strategy`).
     shards = 2 if strategy == "model-parallel" else None
     strategy = distribute.make_strategy(strategy, model_shards=shards)
-    run_translate(out, strategy=strategy, **TRANSLATE)
+    where = WhereBatchEndsRun()
+    run_translate(out, strategy=strategy, callbacks=[where], **TRANSLATE)
+    print(f"batch ends ran in the training loop only: {where.threads == {True}}")
+
+
+def WhereBatchEndsRun():
+    """A callback that records, for every batch end, whether Keras called it
+    in the training loop's thread; it leaves Keras free to call it in a
+    thread of its own (`async_safe`)."""
+    import threading
+
+    import keras
+
+    class Recorder(keras.callbacks.Callback):
+        async_safe = True
+
+        def __init__(self):
+            super().__init__()
+            self.threads = set()
+
+        def _record(self, batch, logs=None):
+            self.threads.add(threading.current_thread() is threading.main_thread())
+
+        on_train_batch_end = on_test_batch_end = _record
+
+    return Recorder()
 
 
 def subcommands(out, reviews_csv, captions_folder, corpus):
