@@ -35,6 +35,14 @@ GAN_IMAGE_SIZES = {"fashion-mnist": 32, "fashion-pairs": 64, "mnist": 32, "digit
 LM_MODELS = ("gpt", "lstm")
 LM_DATA = ("fortunes",)
 LM_SAMPLERS = ("greedy", "top_k", "top_p")
+# GPT's sizes in `lm`, which `--width`, `--heads` and `--blocks` change:
+# 0.84 M parameters, which the LSTM matches with 2 layers of 225 units.
+LM_GPT_SIZES = {
+    "hidden_dim": 128,
+    "num_heads": 4,
+    "num_layers": 4,
+    "intermediate_dim": 512,
+}
 # The character ids of `lm`'s models (ASCII; the fortunes' other characters,
 # 47 of 2.6 million, share id 127): a --draft model must have as many.
 LM_VOCABULARY_SIZE = 128

@@ -11,6 +11,7 @@ import pytest
 
 from keras_attention import cli
 from keras_attention.data.synthetic import reversal_task
+from keras_attention.names import LM_GPT_SIZES
 from keras_attention.tasks.demo import run_demo
 from tests.models.model_cases import tiny_sagan, tiny_transformer
 
@@ -167,6 +168,9 @@ def _error(argv, capsys):
             "--draft proposes characters for a GPT: it needs --model gpt",
         ),
         (["lm", "--draft-tokens", "0"], "--draft-tokens: expected a positive"),
+        # GPT's 4 heads by default: they do not divide a width of 30.
+        (["lm", "--width", "30"], "--heads 4 does not divide the width 30"),
+        (["lm", "--blocks", "0"], "--blocks: expected a positive integer"),
         (["bench", "--suite", "nope"], "argument --suite: invalid choice: 'nope'"),
         (["translate", "--strategy", "gpu"], "argument --strategy: invalid choice"),
         (
@@ -213,6 +217,30 @@ def test_gan_takes_the_long_range_set_and_an_attention_resolution(
     assert received["attention_resolution"] == 32
     assert received["out_dir"] == str(tmp_path)
     assert ("seeds" in received) == ablation
+
+
+@pytest.mark.parametrize("models", ["gpt", "gpt,lstm"])
+def test_lm_sizes_gpt_with_its_own_feed_forward_ratio(models, monkeypatch, tmp_path):
+    from keras_attention.tasks import lm
+
+    received = {}
+
+    def record(out_dir, *args, **kwargs):
+        received.update(kwargs)
+
+    monkeypatch.setattr(lm, "run_lm" if models == "gpt" else "compare", record)
+    sizes = ["--width", "64", "--heads", "8", "--blocks", "2"]
+    cli.main(["lm", "--model", models, *sizes, "--out", str(tmp_path)])
+    # GPT's feed-forward layers are 4 times its width (512 for 128).
+    assert {key: received[key] for key in LM_GPT_SIZES} == {
+        "hidden_dim": 64,
+        "num_heads": 8,
+        "num_layers": 2,
+        "intermediate_dim": 256,
+    }
+    received.clear()
+    cli.main(["lm", "--model", models, "--out", str(tmp_path)])
+    assert not set(LM_GPT_SIZES) & set(received)
 
 
 def test_out_must_be_a_folder_that_can_be_written(tmp_path, capsys):
@@ -369,6 +397,10 @@ def test_a_draft_must_be_a_gpt_with_the_models_vocabulary(
     )
     assert error("--load", str(target), "--draft", str(target)) == (
         "--draft with --load continues greedily: give --sampler greedy"
+    )
+    assert error("--load", str(target), "--width", "64") == (
+        "--width, --heads and --blocks size a model to train; with --load "
+        "nothing is trained"
     )
     assert error("--draft", str(saved_transformer)) == (
         f"--draft '{saved_transformer}' holds a Transformer model; "

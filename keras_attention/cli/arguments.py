@@ -210,42 +210,59 @@ def add_training_options(
     )
 
 
-def add_transformer_size_options(parser, what):
-    """`--width`, `--heads` and `--blocks` of `what` (a Transformer encoder,
-    its feed-forward layers twice as wide), default the library's."""
+# The Transformers' sizes where a command does not choose others.
+TRANSFORMER_SIZES = {
+    "hidden_dim": 32,
+    "num_heads": 2,
+    "num_layers": 1,
+    "intermediate_dim": 64,
+}
+
+
+def add_transformer_size_options(parser, what, defaults=None):
+    """`--width`, `--heads` and `--blocks` of `what`, whose sizes are
+    `defaults` (`TRANSFORMER_SIZES`' keys; default `TRANSFORMER_SIZES`); the
+    feed-forward layers keep their ratio to the width."""
+    defaults = dict(defaults or TRANSFORMER_SIZES)
+    ratio = defaults["intermediate_dim"] // defaults["hidden_dim"]
     parser.add_argument(
         "--width",
         type=positive_int,
         default=None,
-        help=f"width of {what} (default: 32; the feed-forward layers are twice "
-        "as wide)",
+        help=f"width of {what} (default: {defaults['hidden_dim']}; the "
+        f"feed-forward layers are {ratio} times as wide)",
     )
     parser.add_argument(
         "--heads",
         type=positive_int,
         default=None,
-        help=f"attention heads of {what}, a divisor of --width (default: 2)",
+        help=f"attention heads of {what}, a divisor of --width (default: "
+        f"{defaults['num_heads']})",
     )
     parser.add_argument(
         "--blocks",
         type=positive_int,
         default=None,
-        help=f"blocks of {what} (default: 1)",
+        help=f"blocks of {what} (default: {defaults['num_layers']})",
     )
+    parser.set_defaults(transformer_defaults=defaults)
 
 
 def transformer_sizes(args):
     """The constructor arguments of the options `add_transformer_size_options`
     adds, those given only; raises `CommandError` where --heads does not
-    divide --width."""
+    divide the width."""
+    defaults = args.transformer_defaults
+    ratio = defaults["intermediate_dim"] // defaults["hidden_dim"]
     sizes = {}
     if args.width is not None:
-        sizes.update(hidden_dim=args.width, intermediate_dim=2 * args.width)
+        sizes.update(hidden_dim=args.width, intermediate_dim=ratio * args.width)
     if args.heads is not None:
         sizes["num_heads"] = args.heads
     if args.blocks is not None:
         sizes["num_layers"] = args.blocks
-    width, heads = sizes.get("hidden_dim", 32), sizes.get("num_heads", 2)
+    width = sizes.get("hidden_dim", defaults["hidden_dim"])
+    heads = sizes.get("num_heads", defaults["num_heads"])
     if width % heads:
         raise CommandError(
             f"--heads {heads} does not divide the width {width}: each head takes "

@@ -2,6 +2,7 @@
 
 from keras_attention.cli.arguments import (
     add_training_options,
+    add_transformer_size_options,
     at_least,
     dataset,
     load_model,
@@ -11,9 +12,16 @@ from keras_attention.cli.arguments import (
     probability,
     read_inputs,
     training_options,
+    transformer_sizes,
 )
 from keras_attention.cli.checks import CommandError, check_draft
-from keras_attention.names import LM_DATA, LM_MODELS, LM_SAMPLERS, LM_VOCABULARY_SIZE
+from keras_attention.names import (
+    LM_DATA,
+    LM_GPT_SIZES,
+    LM_MODELS,
+    LM_SAMPLERS,
+    LM_VOCABULARY_SIZE,
+)
 
 HELP = (
     "train a character-level language model (GPT, or an LSTM with as many "
@@ -44,6 +52,7 @@ def add_arguments(parser):
         default=100,
         help="training batches per epoch",
     )
+    add_transformer_size_options(parser, "GPT", LM_GPT_SIZES)
     parser.add_argument(
         "--pack",
         action="store_true",
@@ -115,6 +124,12 @@ def add_arguments(parser):
 
 
 def check(args):
+    if transformer_sizes(args) and args.load:
+        raise CommandError(
+            "--width, --heads and --blocks size a model to train; with --load "
+            "nothing is trained",
+            2,
+        )
     if args.pack and args.load:
         raise CommandError(
             "--pack is how a model trains; with --load nothing is trained", 2
@@ -167,6 +182,7 @@ def run(args):
         "draft": args.draft,
         "draft_tokens": args.draft_tokens,
         "options": training_options(args),
+        **transformer_sizes(args),
     }
     if len(args.model) == 1:
         lm.run_lm(args.out, model=args.model[0], **task_arguments)

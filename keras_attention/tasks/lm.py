@@ -24,7 +24,7 @@ from keras_attention.data.pipeline import (
 )
 from keras_attention.data.tokenization import END_ID, PAD_ID
 from keras_attention.models import GPT, LSTMLanguageModel
-from keras_attention.names import LM_MODELS, LM_SAMPLERS
+from keras_attention.names import LM_GPT_SIZES, LM_MODELS, LM_SAMPLERS
 from keras_attention.tasks import runner
 from keras_attention.tasks.common import (
     ArgumentError,
@@ -36,19 +36,13 @@ from keras_attention.viz import plot_curves
 
 MODELS = LM_MODELS
 SAMPLERS = LM_SAMPLERS
-# Characters per window (GPT's positions), batches per epoch, and GPT's sizes:
-# 0.84 M parameters, which the LSTM matches with 2 layers of 225 units.
+# Characters per window (GPT's positions), batches per epoch, and GPT's sizes
+# (`LM_GPT_SIZES`).
 SETTINGS = {
     "sequence_length": 256,
     "steps_per_epoch": 100,
     "epochs": 10,
-    "gpt": {
-        "hidden_dim": 128,
-        "num_heads": 4,
-        "num_layers": 4,
-        "intermediate_dim": 512,
-        "dropout": 0.0,
-    },
+    "gpt": {**LM_GPT_SIZES, "dropout": 0.0},
     "lstm_layers": 2,
 }
 # The prompts of the samples a run writes (each after the end-of-text token,

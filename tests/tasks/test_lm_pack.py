@@ -10,7 +10,6 @@ import pytest
 
 from keras_attention import cli
 from keras_attention.data.packing import pack_documents
-from keras_attention.tasks import lm
 from keras_attention.tasks.common import ArgumentError
 from keras_attention.tasks.lm import build_model, packed_perplexity, run_lm
 from tests.tasks.outputs import assert_picture
@@ -45,19 +44,17 @@ def test_the_lstm_is_not_packed(tmp_path):
 
 
 @pytest.mark.slow
-def test_lm_pack_trains_on_packed_rows_and_reports_them(tmp_path, monkeypatch):
-    # The command line's GPT at TINY's sizes (its rows stay 256 characters):
-    # the figures below do not depend on the model's size.
-    sizes = ("hidden_dim", "num_heads", "num_layers", "intermediate_dim")
-    monkeypatch.setitem(
-        lm.SETTINGS, "gpt", {**lm.SETTINGS["gpt"], **{k: TINY[k] for k in sizes}}
-    )
+def test_lm_pack_trains_on_packed_rows_and_reports_them(tmp_path):
     corpus = write_corpus(tmp_path / "sayings.txt")
     out = tmp_path / "run"
+    # A tiny GPT (its rows stay 256 characters): the figures below do not
+    # depend on the model's size.
     options = ["--epochs", "1", "--steps-per-epoch", "3", "--batch-size", "4"]
+    options += ["--width", "32", "--heads", "2", "--blocks", "1"]
     cli.main(["lm", "--data", str(corpus), "--pack", *options, "--out", str(out)])
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["packed"] is True and metrics["model"] == "gpt"
+    assert metrics["parameters"] < 30_000  # the sizes asked, not GPT's 0.84 M
     # Sayings of about 40 characters fill rows of 256 almost whole.
     assert 0 <= metrics["padding_fraction"] < 0.05
     assert metrics["train_characters"] == 3 * 4 * 256
