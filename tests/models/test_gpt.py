@@ -16,13 +16,22 @@ def token_ids(rows=3, length=10, seed=0):
     return rng.integers(4, LM_VOCABULARY, (rows, length)).astype("int32")
 
 
+# Detached NumPy on every backend (torch tensors that need grad refuse
+# np.asarray).
+numpy = keras.ops.convert_to_numpy
+
+
 def greedy_by_full_forward(model, prompt, max_length):
     """Greedy continuation of one prompt with a full forward pass per token
-    (no cache): what `generate` must reproduce."""
+    (no cache): what `generate` must reproduce. Each pass reads the tokens
+    so far padded to `max_length`: the model is causal (tested below), so the
+    padding after the last token does not change its logits, and every pass
+    has one shape (on JAX each new shape compiles every op again)."""
     tokens = list(prompt)
     while len(tokens) < max_length:
-        logits = keras.ops.convert_to_numpy(model(np.array([tokens], "int32")))
-        logits = logits[0, -1]
+        padded = np.zeros((1, max_length), "int32")
+        padded[0, : len(tokens)] = tokens
+        logits = numpy(model(padded))[0, len(tokens) - 1]
         tokens.append(int(np.argmax(logits)))
         if tokens[-1] == model.end_token_id:
             break
@@ -32,11 +41,11 @@ def greedy_by_full_forward(model, prompt, max_length):
 def test_logits_shape_and_causality():
     model = tiny_gpt()
     ids = token_ids()
-    logits = np.asarray(model(ids))
+    logits = numpy(model(ids))
     assert logits.shape == (3, 10, LM_VOCABULARY)
     changed = ids.copy()
     changed[:, 6:] = 5  # later tokens cannot change earlier positions
-    np.testing.assert_allclose(np.asarray(model(changed))[:, :6], logits[:, :6])
+    np.testing.assert_allclose(numpy(model(changed))[:, :6], logits[:, :6])
 
 
 def test_output_logits_use_the_input_embedding():
@@ -47,8 +56,8 @@ def test_output_logits_use_the_input_embedding():
     ids = token_ids()
     hidden = keras.Model(model.input, model.final_norm.output)(ids)
     np.testing.assert_allclose(
-        np.asarray(model(ids)),
-        np.asarray(hidden) @ np.asarray(embeddings).T,
+        numpy(model(ids)),
+        numpy(hidden) @ numpy(embeddings).T,
         rtol=1e-5,
         atol=1e-5,
     )
@@ -62,21 +71,21 @@ def test_output_logits_use_the_input_embedding():
 def test_cached_decode_steps_match_the_full_forward(build):
     model = build()
     ids = token_ids()
-    logits = np.asarray(model(ids))
+    logits = numpy(model(ids))
     cache = model.initial_cache(3, 16)
     for t in range(ids.shape[1]):
         step, cache = model.decode_step(ids[:, t], cache, t)
-        np.testing.assert_allclose(np.asarray(step), logits[:, t], atol=1e-5)
+        np.testing.assert_allclose(numpy(step), logits[:, t], atol=1e-5)
 
 
 def test_a_prefix_through_the_cache_matches_the_full_forward():
     model = tiny_gpt()
     ids = token_ids()
-    logits = np.asarray(model(ids))
+    logits = numpy(model(ids))
     first, cache = model.call_with_cache(ids[:, :6], model.initial_cache(3, 16), 0)
     rest, _ = model.call_with_cache(ids[:, 6:], cache, 6)
-    np.testing.assert_allclose(np.asarray(first), logits[:, :6], atol=1e-5)
-    np.testing.assert_allclose(np.asarray(rest), logits[:, 6:], atol=1e-5)
+    np.testing.assert_allclose(numpy(first), logits[:, :6], atol=1e-5)
+    np.testing.assert_allclose(numpy(rest), logits[:, 6:], atol=1e-5)
 
 
 @pytest.mark.parametrize("build", [tiny_gpt, tiny_lstm_lm], ids=["gpt", "lstm"])
@@ -85,20 +94,20 @@ def test_greedy_generation_continues_prompts_of_any_length(build):
     prompts = token_ids(3, 5)
     prompts[1, 2:] = 0  # a shorter prompt, right-padded
     prompts[2, 1:] = 0
-    tokens = np.asarray(model.generate(prompts, max_length=12))
+    tokens = numpy(model.generate(prompts, max_length=12))
     assert tokens.shape == (3, 12)
     for row, prompt in zip(tokens, prompts, strict=True):
         given = [int(t) for t in prompt if t]
         assert row.tolist() == greedy_by_full_forward(model, given, 12)
     np.testing.assert_array_equal(
-        np.asarray(model.generate(prompts, max_length=12, jit_compile=False)), tokens
+        numpy(model.generate(prompts, max_length=12, jit_compile=False)), tokens
     )
 
 
 def test_an_end_token_in_the_prompt_does_not_end_generation():
     model = tiny_gpt(end_token_id=END)
     prompt = np.array([[END, 7, 8]], "int32")
-    tokens = np.asarray(model.generate(prompt, max_length=10))[0]
+    tokens = numpy(model.generate(prompt, max_length=10))[0]
     assert tokens[:3].tolist() == [END, 7, 8]
     generated = tokens[3:].tolist()
     if END in generated:  # padding after the first generated end token
@@ -112,13 +121,13 @@ def test_keras_hub_samplers_draw_valid_tokens(sampler):
 
     model = tiny_gpt()
     prompts = token_ids(4, 3)
-    tokens = np.asarray(model.generate(prompts, max_length=12, sampler=sampler))
+    tokens = numpy(model.generate(prompts, max_length=12, sampler=sampler))
     assert tokens.shape == (4, 12) and tokens.min() >= 0
     assert tokens.max() < LM_VOCABULARY
     np.testing.assert_array_equal(tokens[:, :3], prompts)
     # A sampler object with its own temperature and seed.
     hot = keras_hub.samplers.TopKSampler(k=3, temperature=2.0, seed=1)
-    tokens = np.asarray(model.generate(prompts, max_length=12, sampler=hot))
+    tokens = numpy(model.generate(prompts, max_length=12, sampler=hot))
     assert tokens.shape == (4, 12)
 
 
@@ -128,8 +137,8 @@ def test_saved_and_loaded_in_safe_mode_with_the_same_outputs(tmp_path):
         ids = token_ids()
         loaded = assert_saved_model_matches(model, ids, tmp_path, atol=1e-6)
         np.testing.assert_array_equal(
-            np.asarray(loaded.generate(ids[:, :3], max_length=9)),
-            np.asarray(model.generate(ids[:, :3], max_length=9)),
+            numpy(loaded.generate(ids[:, :3], max_length=9)),
+            numpy(model.generate(ids[:, :3], max_length=9)),
         )
 
 
@@ -151,8 +160,8 @@ def test_trains_under_xla():
 def test_mixed_precision_generate(policy):
     keras.config.set_dtype_policy(policy)
     model = tiny_gpt()
-    assert np.all(np.isfinite(np.asarray(model(token_ids()), "float32")))
-    assert np.asarray(model.generate(token_ids(2, 3), max_length=8)).shape == (2, 8)
+    assert np.all(np.isfinite(numpy(model(token_ids())).astype("float32")))
+    assert numpy(model.generate(token_ids(2, 3), max_length=8)).shape == (2, 8)
 
 
 def test_bad_arguments_raise_clear_errors():
@@ -210,7 +219,7 @@ def test_gpt_learns_to_copy_with_attention():
     )
     test_inputs, test_targets, _, _ = copy_task(200, seed=1)
     prompts = test_inputs[:, : length + 1]
-    tokens = np.asarray(model.generate(prompts, max_length=2 * length + 1))
+    tokens = numpy(model.generate(prompts, max_length=2 * length + 1))
     accuracy = np.mean(tokens[:, length + 1 :] == test_targets[:, length:])
     assert accuracy > 0.95, accuracy
 
@@ -233,13 +242,13 @@ def test_positions_decode_past_the_training_length(
         num_key_value_heads=1,
     )
     ids = token_ids(rows=2, length=24)
-    full = keras.ops.convert_to_numpy(model(ids))
+    full = numpy(model(ids))
     cache = model.initial_cache(2, 24)
     assert tuple(cache[0].shape) == (2, 2, 24, 1, 8)  # one key/value head
     steps = []
     for t in range(24):
         logits, cache = model.call_with_cache(ids[:, t : t + 1], cache, t)
-        steps.append(keras.ops.convert_to_numpy(logits))
+        steps.append(numpy(logits))
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
 
 
@@ -287,7 +296,7 @@ def test_generation_goes_past_max_length_with_positions_computed_at_any_index(
     prompts = np.zeros((2, 20), "int32")
     prompts[0, :3] = token_ids(1, 3, seed=1)[0]
     prompts[1] = token_ids(1, 20, seed=2)[0]
-    tokens = keras.ops.convert_to_numpy(model.generate(prompts, max_length=32))
+    tokens = numpy(model.generate(prompts, max_length=32))
     assert tokens.shape == (2, 32)
     for row, prompt in zip(tokens, prompts, strict=True):
         given = [int(t) for t in prompt if t]
@@ -318,11 +327,11 @@ PACKED_IDS = np.array([[1, 1, 1, 2, 2, 2, 2, 2], [1, 1, 2, 2, 2, 2, 3, 3]])
 
 
 def assert_each_document_alone(model, packed, tokens=PACKED_TOKENS, ids=PACKED_IDS):
-    packed = keras.ops.convert_to_numpy(packed)
+    packed = numpy(packed)
     for b, row in enumerate(ids):
         for document in np.unique(row):
             where = row == document
-            alone = keras.ops.convert_to_numpy(model(tokens[b : b + 1, where]))[0]
+            alone = numpy(model(tokens[b : b + 1, where]))[0]
             np.testing.assert_allclose(packed[b, where], alone, atol=2e-5)
 
 
@@ -344,8 +353,8 @@ def test_packed_rows_give_each_document_its_logits_alone(path, positions, monkey
     assert_each_document_alone(model, packed)
     # A dict of token ids alone is the unpacked model.
     np.testing.assert_array_equal(
-        keras.ops.convert_to_numpy(model({"token_ids": PACKED_TOKENS})),
-        keras.ops.convert_to_numpy(model(PACKED_TOKENS)),
+        numpy(model({"token_ids": PACKED_TOKENS})),
+        numpy(model(PACKED_TOKENS)),
     )
 
 
@@ -357,8 +366,8 @@ def test_packed_rows_train_with_fit_and_keep_generation():
     assert np.all(np.isfinite(history.history["loss"]))
     # Generation decodes unpacked prompts through the cache as before.
     prompt = PACKED_TOKENS[:1, :3]
-    tokens = keras.ops.convert_to_numpy(model.generate(prompt, max_length=4))
-    logits = keras.ops.convert_to_numpy(model(prompt))
+    tokens = numpy(model.generate(prompt, max_length=4))
+    logits = numpy(model(prompt))
     assert tokens[0, :3].tolist() == prompt[0].tolist()
     assert tokens[0, 3] == np.argmax(logits[0, -1])
 
@@ -372,8 +381,8 @@ def test_a_packed_row_in_a_functional_model_and_after_saving(tmp_path):
     outer = keras.Model(inputs, model(inputs))
     x = {"token_ids": PACKED_TOKENS, "segment_ids": PACKED_IDS}
     np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(outer(x)),
-        keras.ops.convert_to_numpy(model(x)),
+        numpy(outer(x)),
+        numpy(model(x)),
         atol=1e-6,
     )
     loaded = assert_saved_model_matches(model, x, tmp_path)
@@ -433,8 +442,8 @@ def test_an_int8_cache_decodes_close_to_the_float_cache():
     for t in range(24):
         expected, float_cache = float_model.decode_step(ids[:, t], float_cache, t)
         got, int8_cache = int8_model.decode_step(ids[:, t], int8_cache, t)
-        expected = keras.ops.convert_to_numpy(expected)
-        differences.append(np.abs(keras.ops.convert_to_numpy(got) - expected).max())
+        expected = numpy(expected)
+        differences.append(np.abs(numpy(got) - expected).max())
     assert max(differences) < INT8_LOGITS_TOLERANCE, differences
 
     # Memory per token, from the cache arrays: int8 values and a 2-byte
@@ -442,7 +451,7 @@ def test_an_int8_cache_decodes_close_to_the_float_cache():
     # 2 * 2 * 16 * 4 in float32.
     def bytes_per_token(cache):
         parts = keras.tree.flatten(cache)
-        total = sum(keras.ops.convert_to_numpy(part).nbytes for part in parts)
+        total = sum(numpy(part).nbytes for part in parts)
         return total / (2 * 24)
 
     assert bytes_per_token(int8_cache) == 2 * 2 * 2 * (16 + 2)
@@ -456,17 +465,15 @@ def test_int8_greedy_generation_picks_the_float_caches_tokens_where_margins_allo
 ):
     float_model, int8_model = int8_and_float_gpts()
     prompts = token_ids(3, 3, seed=3)
-    expected = keras.ops.convert_to_numpy(
+    expected = numpy(
         float_model.generate(prompts, max_length=12, jit_compile=jit_compile)
     )
-    got = keras.ops.convert_to_numpy(
-        int8_model.generate(prompts, max_length=12, jit_compile=jit_compile)
-    )
+    got = numpy(int8_model.generate(prompts, max_length=12, jit_compile=jit_compile))
     for got_row, row in zip(got, expected, strict=True):
         differ = np.flatnonzero(got_row != row)
         if differ.size:  # only where the float logits nearly tie
             first = differ[0]
-            logits = keras.ops.convert_to_numpy(float_model(row[None, :first]))
+            logits = numpy(float_model(row[None, :first]))
             top_two = np.sort(logits[0, -1])[-2:]
             assert top_two[1] - top_two[0] < 2 * INT8_LOGITS_TOLERANCE, (row, got_row)
 
@@ -476,16 +483,14 @@ def test_the_cache_dtype_is_saved_and_checked(tmp_path):
     assert model.get_config()["cache_dtype"] == "int8"
     assert model.blocks[0].get_config()["cache_dtype"] == "int8"
     prompts = token_ids(2, 3)
-    tokens = keras.ops.convert_to_numpy(model.generate(prompts, max_length=8))
+    tokens = numpy(model.generate(prompts, max_length=8))
     path = str(tmp_path / "gpt_int8.keras")
     model.save(path)
     loaded = keras.saving.load_model(path)
     assert loaded.cache_dtype == "int8"
     assert loaded.blocks[0].self_attention.cache_dtype == "int8"
     values, scales = loaded.initial_cache(1, 4)[0]
-    assert keras.ops.convert_to_numpy(values).dtype == np.int8
-    np.testing.assert_array_equal(
-        keras.ops.convert_to_numpy(loaded.generate(prompts, max_length=8)), tokens
-    )
+    assert numpy(values).dtype == np.int8
+    np.testing.assert_array_equal(numpy(loaded.generate(prompts, max_length=8)), tokens)
     with pytest.raises(ValueError, match="Unknown `cache_dtype`: 'int4'"):
         tiny_gpt(cache_dtype="int4")
