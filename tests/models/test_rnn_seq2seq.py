@@ -7,6 +7,11 @@ from tests.layer_test import assert_saved_model_matches
 from tests.models.model_cases import tiny_rnn_seq2seq as tiny
 from tests.models.seq2seq_cases import exact_match, reversal_pairs
 
+# Detached NumPy on every backend (torch tensors that need grad refuse
+# np.asarray).
+numpy = keras.ops.convert_to_numpy
+
+
 ATTENTIONS = ["bahdanau", "luong-dot", "luong-general", "luong-concat", "location"]
 
 
@@ -44,7 +49,7 @@ def test_every_variant_trains_under_xla_and_decodes(attention, cell):
         inputs, target, sample_weight=weight, epochs=2, batch_size=32, verbose=0
     )
     assert np.all(np.isfinite(history.history["loss"]))
-    tokens = np.asarray(model.generate(inputs["encoder_token_ids"][:4], max_length=5))
+    tokens = numpy(model.generate(inputs["encoder_token_ids"][:4], max_length=5))
     assert tokens.shape == (4, 5) and tokens.dtype == np.int32
 
 
@@ -52,25 +57,25 @@ def test_every_variant_trains_under_xla_and_decodes(attention, cell):
 def test_decode_step_matches_teacher_forcing(attention):
     inputs, _, _ = reversal_pairs(3)
     model = tiny(attention)
-    logits = np.asarray(model(inputs))
+    logits = numpy(model(inputs))
     cache = model.initial_cache(inputs["encoder_token_ids"], 9)
     for t in range(4):
         step_logits, cache = model.decode_step(
             inputs["decoder_token_ids"][:, t], cache, t
         )
-        np.testing.assert_allclose(step_logits, logits[:, t], atol=1e-5)
+        np.testing.assert_allclose(numpy(step_logits), logits[:, t], atol=1e-5)
 
 
 def test_attention_weights_are_distributions_over_real_source_tokens():
     inputs, _, _ = reversal_pairs(4)
     model = tiny()
-    weights = np.asarray(
+    weights = numpy(
         model.attention_weights(
             inputs["encoder_token_ids"], inputs["decoder_token_ids"]
         )
     )
     assert weights.shape == (4, 9, 8)
-    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(numpy(weights).sum(-1), 1.0, atol=1e-5)
     padded = inputs["encoder_token_ids"] == 0
     assert np.all(weights[np.broadcast_to(padded[:, None], weights.shape)] == 0)
 
@@ -92,9 +97,9 @@ def test_mixed_precision_forward_and_generate(policy):
     keras.config.set_dtype_policy(policy)
     inputs, _, _ = reversal_pairs(4)
     model = tiny()
-    logits = np.asarray(model(inputs), dtype="float32")
+    logits = numpy(model(inputs)).astype("float32")
     assert np.all(np.isfinite(logits))
-    assert np.asarray(model.generate(inputs["encoder_token_ids"], 4)).shape == (4, 4)
+    assert numpy(model.generate(inputs["encoder_token_ids"], 4)).shape == (4, 4)
 
 
 def test_bad_configs_raise_clear_errors():

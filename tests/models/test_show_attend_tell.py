@@ -8,6 +8,11 @@ from tests.layer_test import assert_saved_model_matches
 from tests.models.model_cases import CAPTION_VOCABULARY as VOCABULARY
 from tests.models.model_cases import IMAGE_SHAPE, captioner
 
+# Detached NumPy on every backend (torch tensors that need grad refuse
+# np.asarray).
+numpy = keras.ops.convert_to_numpy
+
+
 LOCATIONS = 4 * 4  # two pooling stages: a 4x4 grid
 
 
@@ -30,7 +35,7 @@ def test_logits_shape(attention):
 def test_attention_weights_sum_to_one_over_locations():
     model = captioner()
     inputs = batch()
-    weights = np.asarray(
+    weights = numpy(
         model.attention_weights(inputs["images"], inputs["decoder_token_ids"])
     )
     assert weights.shape == (3, 4, LOCATIONS)
@@ -46,22 +51,22 @@ def test_generate_returns_the_attention_of_every_word(beam_width):
     tokens, weights = model.generate(
         images, max_length=5, beam_width=beam_width, return_attention=True
     )
-    tokens, weights = np.asarray(tokens), np.asarray(weights)
+    tokens, weights = numpy(tokens), numpy(weights)
     assert tokens.shape == (3, 5) and tokens.dtype == np.int32
     assert weights.shape == (3, 5, LOCATIONS)
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
     # Re-reading the chosen tokens gives the search's own steps: the first
     # token's logits come from the initial state, whatever was generated.
     again = model.generate(images, max_length=5, beam_width=beam_width)
-    np.testing.assert_array_equal(np.asarray(again), tokens)
+    np.testing.assert_array_equal(numpy(again), tokens)
 
 
 def test_greedy_generation_follows_the_teacher_forced_argmax():
     model = captioner()
     images = batch()["images"]
-    tokens = np.asarray(model.generate(images, max_length=4))
+    tokens = numpy(model.generate(images, max_length=4))
     decoder_ids = np.concatenate([np.full((3, 1), 2), tokens[:, :-1]], axis=1)
-    logits = np.asarray(model({"images": images, "decoder_token_ids": decoder_ids}))
+    logits = numpy(model({"images": images, "decoder_token_ids": decoder_ids}))
     first = logits[:, 0].argmax(-1)
     np.testing.assert_array_equal(tokens[:, 0], first)
     for row in range(3):
@@ -79,7 +84,7 @@ def test_doubly_stochastic_penalty_counts_real_steps_only():
     layer = DoublyStochasticPenalty(0.5)
     logits = np.ones((2, 3, 5), "float32")
     out = layer(logits, weights, token_ids)
-    np.testing.assert_array_equal(np.asarray(out), logits)
+    np.testing.assert_array_equal(numpy(out), logits)
     coverage = [weights[0].sum(0), weights[1, :2].sum(0)]
     expected = 0.5 * sum(((1 - c) ** 2).sum() for c in coverage) / 6
     np.testing.assert_allclose(float(layer.losses[0]), expected, rtol=1e-5)
@@ -113,9 +118,9 @@ def test_gate_scales_the_context_into_zero_one():
     # Closing the gate removes the context from the output.
     gate.bias.assign(np.full((1,), -1e4, "float32"))
     closed, _, _ = model.cell.step(embedded, states)
-    context = np.asarray(closed)[:, model.units :]
+    context = numpy(closed)[:, model.units :]
     np.testing.assert_allclose(context, 0.0, atol=1e-6)
-    assert np.abs(np.asarray(output)[:, model.units :]).max() > 1e-4
+    assert np.abs(numpy(output)[:, model.units :]).max() > 1e-4
 
 
 @pytest.mark.parametrize("attention", [True, False])
@@ -127,8 +132,8 @@ def test_save_and_load_in_safe_mode(tmp_path, attention):
     inputs = batch()
     loaded = assert_saved_model_matches(model, inputs, tmp_path)
     np.testing.assert_array_equal(
-        np.asarray(loaded.generate(inputs["images"])),
-        np.asarray(model.generate(inputs["images"])),
+        numpy(loaded.generate(inputs["images"])),
+        numpy(model.generate(inputs["images"])),
     )
     assert loaded.tokenizer.get_vocabulary() == tokenizer.get_vocabulary()
 
@@ -148,7 +153,7 @@ def test_mixed_precision_under_xla(policy):
     history = model.fit(inputs, targets, epochs=2, verbose=0)
     assert np.all(np.isfinite(history.history["loss"]))
     tokens, weights = model.generate(inputs["images"], return_attention=True)
-    np.testing.assert_allclose(np.asarray(weights, "float32").sum(-1), 1.0, atol=1e-2)
+    np.testing.assert_allclose(numpy(weights).astype("float32").sum(-1), 1.0, atol=1e-2)
 
 
 def test_bad_image_shape_is_a_clear_error():
@@ -234,7 +239,7 @@ def test_a_tiny_model_overfits_a_handful_of_scenes():
         verbose=0,
     )
     generated = [
-        words_of(tokenizer, row) for row in np.asarray(model.generate(scenes.images))
+        words_of(tokenizer, row) for row in numpy(model.generate(scenes.images))
     ]
     assert sum(g == c for g, c in zip(generated, captions, strict=True)) >= 7, list(
         zip(generated, captions, strict=True)

@@ -7,6 +7,10 @@ from tests.layer_test import assert_saved_model_matches
 from tests.models.model_cases import tiny_transformer as tiny
 from tests.models.seq2seq_cases import exact_match, reversal_pairs
 
+# Detached NumPy on every backend (torch tensors that need grad refuse
+# np.asarray).
+numpy = keras.ops.convert_to_numpy
+
 
 @pytest.mark.slow
 def test_transformer_learns_to_reverse():
@@ -43,13 +47,13 @@ def test_transformer_learns_to_reverse():
 def test_cached_decode_step_matches_full_forward(options):
     inputs, _, _ = reversal_pairs(3)
     model = tiny(**options)
-    logits = np.asarray(model(inputs))
+    logits = numpy(model(inputs))
     cache = model.initial_cache(inputs["encoder_token_ids"], 9)
     for t in range(5):
         step_logits, cache = model.decode_step(
             inputs["decoder_token_ids"][:, t], cache, t
         )
-        np.testing.assert_allclose(step_logits, logits[:, t], atol=1e-4)
+        np.testing.assert_allclose(numpy(step_logits), logits[:, t], atol=1e-4)
 
 
 def test_beam_width_one_equals_greedy():
@@ -63,13 +67,13 @@ def test_beam_width_one_equals_greedy():
 
 def test_attention_weights_shape_and_padding():
     inputs, _, _ = reversal_pairs(2)
-    weights = np.asarray(
+    weights = numpy(
         tiny().attention_weights(
             inputs["encoder_token_ids"], inputs["decoder_token_ids"]
         )
     )
     assert weights.shape == (2, 9, 8)
-    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(numpy(weights).sum(-1), 1.0, atol=1e-5)
     padded = inputs["encoder_token_ids"] == 0
     assert np.all(weights[np.broadcast_to(padded[:, None], weights.shape)] == 0)
 
@@ -142,8 +146,8 @@ def test_mixed_precision_generate(policy):
     keras.config.set_dtype_policy(policy)
     inputs, _, _ = reversal_pairs(3)
     model = tiny()
-    assert np.all(np.isfinite(np.asarray(model(inputs), "float32")))
-    assert np.asarray(
+    assert np.all(np.isfinite(numpy(model(inputs)).astype("float32")))
+    assert numpy(
         model.generate(inputs["encoder_token_ids"], 4, beam_width=2)
     ).shape == (3, 4)
 
