@@ -92,3 +92,5 @@ LOADABLE_MODELS = {
 }
 # What `classify --encoder` reads: the encoder `keras-attention pretrain` writes.
 ENCODER_MODELS = ("keras_attention>TransformerTextEncoder",)
+# What `pretrain --continue-from` reads: the model a pretraining saves.
+MASKED_LANGUAGE_MODELS = ("keras_attention>MaskedLanguageModel",)

@@ -6,7 +6,12 @@ import json
 import os
 import zipfile
 
-from keras_attention.names import ENCODER_MODELS, KERAS_DISTRIBUTIONS, LOADABLE_MODELS
+from keras_attention.names import (
+    ENCODER_MODELS,
+    KERAS_DISTRIBUTIONS,
+    LOADABLE_MODELS,
+    MASKED_LANGUAGE_MODELS,
+)
 
 
 class CommandError(Exception):
@@ -106,6 +111,12 @@ def check_saved_model(path, command, option="--load", expected=None):
 def check_encoder(path, command):
     """`check_saved_model` for `--encoder`: the encoder `pretrain` writes."""
     check_saved_model(path, command, "--encoder", ENCODER_MODELS)
+
+
+def check_pretraining(path, command):
+    """`check_saved_model` for `--continue-from`: the masked language model
+    `pretrain` writes."""
+    check_saved_model(path, command, "--continue-from", MASKED_LANGUAGE_MODELS)
 
 
 def check_draft(path, command, vocabulary_size=None, load=None):

@@ -8,7 +8,7 @@ from keras_attention.cli.arguments import (
     training_options,
     transformer_sizes,
 )
-from keras_attention.cli.checks import CommandError
+from keras_attention.cli.checks import CommandError, check_pretraining
 from keras_attention.names import CLASSIFICATION_DATA, PRETRAIN_EXTRA_TEXTS
 
 HELP = (
@@ -41,7 +41,15 @@ def add_arguments(parser):
         "per package into texts of up to 120 words) or a text file of documents "
         "separated by %% lines or blank lines (repeat for several)",
     )
-    add_transformer_size_options(parser, "the encoder")
+    add_transformer_size_options(parser, "the encoder (without --continue-from)")
+    parser.add_argument(
+        "--continue-from",
+        default=None,
+        metavar="MODEL.keras",
+        help="continue the pretraining saved as OUT/model.keras by another run, "
+        "from its weights, sizes and vocabulary, on this run's texts (a general "
+        "pretraining continued on the task's own text; default: a new encoder)",
+    )
     parser.add_argument(
         "--learning-rate", type=positive_float, default=1e-3, help="Adam's"
     )
@@ -64,7 +72,14 @@ def add_arguments(parser):
 
 
 def check(args):
-    transformer_sizes(args)
+    if transformer_sizes(args) and args.continue_from:
+        raise CommandError(
+            "--continue-from brings its own sizes; --width, --heads and --blocks "
+            "are for a new encoder",
+            2,
+        )
+    if args.continue_from:
+        check_pretraining(args.continue_from, args.command)
     if len(set(args.extra_texts)) < len(args.extra_texts):
         raise CommandError(
             f"--add-text names a text twice: {', '.join(args.extra_texts)}", 2
@@ -84,6 +99,7 @@ def run(args):
         extra_texts=args.extra_texts,
         learning_rate=args.learning_rate,
         pack=args.pack,
+        continue_from=args.continue_from,
         options=training_options(args),
         **transformer_sizes(args),
     )

@@ -32,6 +32,7 @@ from keras_attention.tasks.common import (
     check_training_size,
     phase,
 )
+from keras_attention.utils.files import write_text
 from keras_attention.viz import plot_curves
 
 MASK_TOKEN = "[MASK]"
@@ -327,7 +328,11 @@ class Pretraining(runner.Task):
     with the best held-out loss are kept, and training never stops early.
 
     The vocabulary is learned from the training texts of `data`, as
-    `keras-attention classify` learns it, plus a `[MASK]` token."""
+    `keras-attention classify` learns it, plus a `[MASK]` token. A run that
+    continues another (`continue_from`, the `model.keras` of a finished
+    pretraining) starts from that model's weights, head included, and keeps
+    its sizes, length and vocabulary: a general pretraining continued on a
+    task's own text, as Gururangan et al. (2020) continue RoBERTa."""
 
     command = "pretrain"
     model = "mlm"
@@ -335,19 +340,60 @@ class Pretraining(runner.Task):
     epochs = SETTINGS["epochs"]
 
     def __init__(
-        self, data="reviews", extra_texts=(), learning_rate=1e-3, pack=False, **kwargs
+        self,
+        data="reviews",
+        extra_texts=(),
+        learning_rate=1e-3,
+        pack=False,
+        continue_from=None,
+        **kwargs,
     ):
         self.data, self.extra_texts, self.pack = data, list(extra_texts), bool(pack)
         if data == "fortunes" and "fortunes" in self.extra_texts:
             raise ArgumentError(
                 "extra text 'fortunes' holds the held-out fortunes of --data fortunes"
             )
-        self.learning_rate = learning_rate
+        if continue_from is not None and kwargs:
+            raise ArgumentError(
+                "continue_from brings its own sizes and length; received "
+                + ", ".join(f"{name}={value!r}" for name, value in kwargs.items())
+            )
+        self.learning_rate, self.continue_from = learning_rate, continue_from
         self.max_length = kwargs.pop("max_length", SETTINGS["max_length"])
         self.encoder_kwargs = kwargs
 
+    def _load_continued(self, out_dir):
+        """The tokenizer of the model to continue (`continue_from`), whose
+        weights and encoder config `build` starts from; writes its
+        vocabulary to `out_dir` as a new run writes its own."""
+        path = os.fspath(self.continue_from)
+        phase(f"loading the masked language model to continue, {path}")
+        start = keras.saving.load_model(path, compile=False)
+        if not isinstance(start, MaskedLanguageModel):
+            raise ArgumentError(
+                f"continue_from {path!r} holds a {type(start).__name__}; expected "
+                "the MaskedLanguageModel a pretraining saves as OUT/model.keras"
+            )
+        tokenizer = start.encoder.tokenizer
+        if tokenizer is None or MASK_TOKEN not in tokenizer.get_vocabulary():
+            raise ArgumentError(
+                f"continue_from {path!r}: its encoder has no tokenizer with a "
+                f"{MASK_TOKEN} token; expected a model `pretrain` saved"
+            )
+        self.start_encoder_config = start.encoder.get_config()
+        self.start_weights = start.get_weights()
+        self.max_length = self.start_encoder_config["max_length"]
+        vocabulary_path = os.path.join(out_dir, "vocabulary.txt")
+        if not os.path.exists(vocabulary_path):
+            write_text(vocabulary_path, "\n".join(tokenizer.get_vocabulary()) + "\n")
+        return tokenizer
+
     def load(self, context):
-        options, max_length = context.options, self.max_length
+        options = context.options
+        tokenizer = None
+        if self.continue_from is not None:
+            tokenizer = self._load_continued(context.out_dir)
+        max_length = self.max_length
         phase(f"loading {self.data}")
         splits = load_classification_data(self.data, seed=options.seed)
         self.train_texts = splits.train.texts[: options.num_train or None]
@@ -362,7 +408,7 @@ class Pretraining(runner.Task):
         for name in self.extra_texts:
             phase(f"loading {name}")
             self.extra += load_extra_texts(name)
-        self.tokenizer = tokenizer = cached_word_piece(
+        self.tokenizer = tokenizer = tokenizer or cached_word_piece(
             os.path.join(context.out_dir, "vocabulary.txt"),
             self.train_texts,
             SETTINGS["vocabulary_size"],
@@ -417,16 +463,29 @@ class Pretraining(runner.Task):
             )
 
     def build(self, context, jit_compile):
-        encoder = TransformerTextEncoder(
-            self.tokenizer.vocabulary_size(),
-            max_length=self.max_length,
-            tokenizer=self.tokenizer,
-            **self.encoder_kwargs,
-        )
+        if self.continue_from is None:
+            encoder = TransformerTextEncoder(
+                self.tokenizer.vocabulary_size(),
+                max_length=self.max_length,
+                tokenizer=self.tokenizer,
+                **self.encoder_kwargs,
+            )
+            net = MaskedLanguageModel(encoder, packed=self.pack)
+        else:
+            # Built anew here (in the strategy's scope, if any) from the
+            # loaded model's config, then given its weights: head included,
+            # whether or not either run packs its rows. The tokenizer is the
+            # loaded one: a config alone holds no vocabulary.
+            encoder = TransformerTextEncoder.from_config(
+                {**self.start_encoder_config, "tokenizer": None}
+            )
+            encoder.tokenizer = self.tokenizer
+            net = MaskedLanguageModel(encoder, packed=self.pack)
+            net.set_weights(self.start_weights)
         # The loss is the mean over the masked tokens, not over the
         # `mask_positions` slots, some of which are empty.
         return runner.compile_with_adam(
-            MaskedLanguageModel(encoder, packed=self.pack),
+            net,
             jit_compile,
             reduction="mean_with_sample_weight",
             learning_rate=self.learning_rate,
@@ -493,6 +552,9 @@ class Pretraining(runner.Task):
             "tokens_per_second": train_tokens / max(history["train_seconds"], 1e-9),
             "mask_selection_rate": SETTINGS["mask_selection_rate"],
             "learning_rate": self.learning_rate,
+            "continued_from": None
+            if self.continue_from is None
+            else os.fspath(self.continue_from),
         }
         return metrics, (
             f"masked language model on {data}: held-out masked-token accuracy "
@@ -504,7 +566,13 @@ class Pretraining(runner.Task):
 
 
 def run_pretrain(
-    out_dir, data="reviews", extra_texts=(), learning_rate=1e-3, pack=False, **kwargs
+    out_dir,
+    data="reviews",
+    extra_texts=(),
+    learning_rate=1e-3,
+    pack=False,
+    continue_from=None,
+    **kwargs,
 ):
     """Pretrains a `TransformerTextEncoder` with masked language modelling
     (`Pretraining`) and writes `metrics.json`, `loss.png`, `vocabulary.txt`,
@@ -524,6 +592,11 @@ def run_pretrain(
             best fit), each attending only to itself, its positions
             restarting, instead of one text a row batched by length; the
             held-out texts stay one a row.
+        continue_from: the `model.keras` of a finished pretraining (a
+            `MaskedLanguageModel`) to continue training, on this run's
+            texts and with its learning rate, from its weights, sizes,
+            length and vocabulary (then give no encoder sizes). The run
+            writes its own `model.keras` and `encoder.keras`.
         **kwargs: `options` (a `runner.TrainingOptions`) or its fields by name
             (`epochs`, `batch_size`, `seed`, ...; default batch 32, at most
             `SETTINGS["epochs"]` epochs; `seed` also draws the held-out
@@ -534,5 +607,7 @@ def run_pretrain(
         The metrics dict.
     """
     options, encoder_kwargs = runner.TrainingOptions.take(kwargs)
-    task = Pretraining(data, extra_texts, learning_rate, pack, **encoder_kwargs)
+    task = Pretraining(
+        data, extra_texts, learning_rate, pack, continue_from, **encoder_kwargs
+    )
     return runner.run(task, out_dir, options)

@@ -161,6 +161,45 @@ def test_cli_pretrains_then_classifies_from_the_encoder(tmp_path):
     assert encoder.tokenizer.get_vocabulary()[-1] == "[MASK]"
 
 
+@pytest.mark.slow
+def test_continued_pretraining_starts_from_the_saved_model(tmp_path):
+    data = write_csv(tmp_path / "reviews.csv", keyword_reviews(200))
+    small = ["--data", data, "--epochs", "1", "--batch-size", "8", "--no-xla"]
+    first, continued = tmp_path / "first", tmp_path / "continued"
+    cli.main(["pretrain", *small, "--width", "16", "--heads", "2", "--out", str(first)])
+    # A step too small to move the weights, on packed rows where the first
+    # run had one text a row: the continued model is the saved one.
+    cli.main(
+        ["pretrain", *small, "--continue-from", str(first / "model.keras")]
+        + ["--pack", "--learning-rate", "1e-9", "--out", str(continued)]
+    )
+    before = json.loads((first / "metrics.json").read_text())
+    after = json.loads((continued / "metrics.json").read_text())
+    assert after["continued_from"] == str(first / "model.keras")
+    assert before["continued_from"] is None
+    assert after["encoder_parameters"] == before["encoder_parameters"]
+    # The head came too: same held-out masks, same loss.
+    np.testing.assert_allclose(after["mlm_loss"], before["mlm_loss"], rtol=1e-4)
+    vocabulary = (first / "vocabulary.txt").read_text()
+    assert (continued / "vocabulary.txt").read_text() == vocabulary
+    old = keras.saving.load_model(first / "encoder.keras")
+    new = keras.saving.load_model(continued / "encoder.keras")
+    assert new.tokenizer.get_vocabulary() == old.tokenizer.get_vocabulary()
+    for old_weight, new_weight in zip(old.weights, new.weights, strict=True):
+        assert old_weight.path == new_weight.path
+        np.testing.assert_allclose(new_weight.numpy(), old_weight.numpy(), atol=1e-5)
+
+
+def test_continued_pretraining_refuses_sizes_of_its_own():
+    from keras_attention.tasks.common import ArgumentError
+    from keras_attention.tasks.pretrain import Pretraining
+
+    with pytest.raises(
+        ArgumentError, match=r"own sizes and length; received hidden_dim=8"
+    ):
+        Pretraining(continue_from="runs/pretrain/model.keras", hidden_dim=8)
+
+
 def test_pretrain_is_a_subcommand_with_help_for_every_option(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
@@ -213,6 +252,17 @@ def saved_encoder(tmp_path_factory):
             ["classify", "--load", "{dir}/encoder.keras"],
             "holds a TransformerTextEncoder model; `keras-attention classify` reads",
         ),
+        (
+            ["pretrain", "--continue-from", "{dir}/encoder.keras"],
+            "holds a TransformerTextEncoder model; `keras-attention pretrain "
+            "--continue-from` reads MaskedLanguageModel",
+        ),
+        (
+            ["pretrain", "--continue-from", "{dir}/mlm.keras", "--blocks", "2"],
+            "--continue-from brings its own sizes; --width, --heads and --blocks "
+            "are for a new encoder",
+        ),
+        (["pretrain", "--continue-from", "{dir}/none.keras"], "no such file"),
     ],
 )
 def test_bad_arguments_are_refused_in_one_line(
