@@ -20,6 +20,15 @@ The same with the command line, one point at a time:
     keras-attention classify --labelled 100 --encoder \\
         runs/pretraining-curve/pretrain/encoder.keras --seed 0 --out OUT
 
+With `--continue-minutes M`, the pretrained encoder is then pretrained M
+minutes more on the 3,600 training reviews alone (the task's own text, as
+Gururangan et al. 2020 continue RoBERTa), and a fourth arm, `continued`,
+fine-tunes that one:
+
+    keras-attention pretrain --continue-from \
+        runs/pretraining-curve/pretrain/model.keras --epochs 100 \
+        --time-budget 14 --out runs/pretraining-curve/pretrain-reviews
+
 Writes `learning_curve.json` and `learning_curve.png` under `--out`; every
 run keeps its folder, and a re-run reads the finished ones. About 1 hour 45
 minutes on 2 CPU cores with the defaults (35 minutes of pretraining, then 60
@@ -38,7 +47,17 @@ parser.add_argument("--sizes", default="100,300,1000,3600")
 parser.add_argument("--seeds", type=int, default=5)
 parser.add_argument("--pretrain-minutes", type=float, default=35.0)
 parser.add_argument(
-    "--arms", default="pretrained,scratch,bilstm", help="which of the three to run"
+    "--continue-minutes",
+    type=float,
+    default=0.0,
+    help="then pretrain the encoder this long on the reviews alone, for the "
+    "`continued` arm (default: no continued pretraining)",
+)
+parser.add_argument(
+    "--arms",
+    default="pretrained,scratch,bilstm",
+    help="which to run: pretrained, scratch, bilstm and, with "
+    "--continue-minutes, continued",
 )
 parser.add_argument(
     "--monitor",
@@ -68,6 +87,19 @@ arms = {
     "scratch": {"model": "transformer", **SIZES},
     "bilstm": {"model": "bilstm"},
 }
+if args.continue_minutes > 0:
+    continued_dir = os.path.join(args.out, "pretrain-reviews")
+    run_pretrain(
+        continued_dir,
+        data="reviews",
+        continue_from=os.path.join(pretrain_dir, "model.keras"),
+        epochs=100,
+        time_budget_minutes=args.continue_minutes,
+    )
+    arms["continued"] = {
+        "model": "transformer",
+        "encoder": os.path.join(continued_dir, "encoder.keras"),
+    }
 chosen = args.arms.split(",")
 if not chosen or set(chosen) - set(arms):
     parser.error(f"--arms: expected some of {', '.join(arms)}; got {args.arms!r}")

@@ -224,7 +224,7 @@ def add_transformer_size_options(parser, what, defaults=None):
     `defaults` (`TRANSFORMER_SIZES`' keys; default `TRANSFORMER_SIZES`); the
     feed-forward layers keep their ratio to the width."""
     defaults = dict(defaults or TRANSFORMER_SIZES)
-    ratio = defaults["intermediate_dim"] // defaults["hidden_dim"]
+    ratio = _feed_forward_ratio(defaults)
     parser.add_argument(
         "--width",
         type=positive_int,
@@ -248,12 +248,17 @@ def add_transformer_size_options(parser, what, defaults=None):
     parser.set_defaults(transformer_defaults=defaults)
 
 
+def _feed_forward_ratio(sizes):
+    """How many times the width the feed-forward layers of `sizes` are."""
+    return sizes["intermediate_dim"] // sizes["hidden_dim"]
+
+
 def transformer_sizes(args):
     """The constructor arguments of the options `add_transformer_size_options`
     adds, those given only; raises `CommandError` where --heads does not
     divide the width."""
     defaults = args.transformer_defaults
-    ratio = defaults["intermediate_dim"] // defaults["hidden_dim"]
+    ratio = _feed_forward_ratio(defaults)
     sizes = {}
     if args.width is not None:
         sizes.update(hidden_dim=args.width, intermediate_dim=ratio * args.width)
