@@ -523,7 +523,8 @@ class Pretraining(runner.Task):
                 f" + {', '.join(map(os.path.basename, extra_texts))}"
                 if self.extra
                 else ""
-            ),
+            )
+            + (", continued" if self.continue_from is not None else ""),
         )
         # Every text once an epoch (but a shuffled epoch's last partial batch).
         train_tokens = history["epochs"] * int(np.sum(self.train_ids != PAD_ID))
