@@ -470,17 +470,18 @@ class Pretraining(runner.Task):
                 tokenizer=self.tokenizer,
                 **self.encoder_kwargs,
             )
-            net = MaskedLanguageModel(encoder, packed=self.pack)
         else:
             # Built anew here (in the strategy's scope, if any) from the
-            # loaded model's config, then given its weights: head included,
-            # whether or not either run packs its rows. The tokenizer is the
-            # loaded one: a config alone holds no vocabulary.
+            # loaded model's config; the tokenizer is the loaded one, as a
+            # config alone holds no vocabulary.
             encoder = TransformerTextEncoder.from_config(
                 {**self.start_encoder_config, "tokenizer": None}
             )
             encoder.tokenizer = self.tokenizer
-            net = MaskedLanguageModel(encoder, packed=self.pack)
+        net = MaskedLanguageModel(encoder, packed=self.pack)
+        if self.continue_from is not None:
+            # The loaded weights, head included, whether or not either run
+            # packs its rows.
             net.set_weights(self.start_weights)
         # The loss is the mean over the masked tokens, not over the
         # `mask_positions` slots, some of which are empty.
