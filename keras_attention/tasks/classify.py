@@ -569,22 +569,7 @@ def learning_curve(out_dir, arms, sizes, seeds=(0, 1, 2), data="reviews", **kwar
         },
     }
     write_json(os.path.join(out_dir, "learning_curve.json"), summary, indent=2)
-    plot_learning_curves(
-        {
-            f"test {label}": {
-                name: {size: points[key] for size, points in by_size.items()}
-                for name, by_size in summary["arms"].items()
-            }
-            for key, label in (("accuracy", "accuracy"), ("macro_f1", "macro-F1"))
-        },
-        path=os.path.join(out_dir, "learning_curve.png"),
-        title=f"{data}: test scores by labelled texts, {len(seeds)} seed(s), "
-        "95% intervals",
-        references={
-            "test accuracy": (majority["accuracy"], "most frequent class"),
-            "test macro-F1": (majority["macro_f1"], "most frequent class"),
-        },
-    )
+    plot_learning_curve(summary, os.path.join(out_dir, "learning_curve.png"))
     for name, by_size in summary["arms"].items():
         phase(
             f"{name}, accuracy / macro-F1 by labelled texts: "
@@ -595,6 +580,29 @@ def learning_curve(out_dir, arms, sizes, seeds=(0, 1, 2), data="reviews", **kwar
             )
         )
     return summary
+
+
+def plot_learning_curve(summary, path):
+    """Draws a `learning_curve.json` (the summary `learning_curve` returns)
+    as its test accuracy and macro-F1 by labelled texts, against the
+    most-frequent-class scores."""
+    majority = summary["most_frequent_class"]
+    return plot_learning_curves(
+        {
+            f"test {label}": {
+                name: {size: points[key] for size, points in by_size.items()}
+                for name, by_size in summary["arms"].items()
+            }
+            for key, label in (("accuracy", "accuracy"), ("macro_f1", "macro-F1"))
+        },
+        path=path,
+        title=f"{summary['data']}: test scores by labelled texts, "
+        f"{len(summary['seeds'])} seed(s), 95% intervals",
+        references={
+            "test accuracy": (majority["accuracy"], "most frequent class"),
+            "test macro-F1": (majority["macro_f1"], "most frequent class"),
+        },
+    )
 
 
 def most_frequent_class_scores(data="reviews"):

@@ -6,6 +6,10 @@ import numpy as np
 
 from keras_attention.viz.figures import pyplot, save_figure
 
+# The factor between neighbouring models' positions at one size of a learning
+# curve (on its log axis, a fixed distance).
+LEARNING_CURVE_DODGE = 1.05
+
 
 def plot_score_by_length(results, path=None, metric="bleu", title=None):
     """Score against source length, one line per model, like the BLEU vs
@@ -307,8 +311,10 @@ def plot_grouped_bars(groups, series, path=None, ylabel=None, title=None, log=Tr
 
 def plot_learning_curves(panels, path=None, title=None, references=None):
     """Scores against the number of labelled examples (log scale), one panel
-    per score: a line per model through the means over seeds, a band for
-    the interval around each mean and every seed's value as a dot.
+    per score: a line per model through the means over seeds, a vertical bar
+    for the interval around each mean and every seed's value as a dot. At
+    each size the models stand side by side (shifted by a few percent), so
+    that their intervals and seeds stay apart even with a single size.
 
     Args:
         panels: `{score label: {model label: {size: {"values": [...],
@@ -334,17 +340,20 @@ def plot_learning_curves(panels, path=None, title=None, references=None):
             raise ValueError(
                 f"`panels[{ylabel!r}]` must hold at least one model; received none."
             )
-        for label, points in curves.items():
+        all_sizes = set()
+        for index, (label, points) in enumerate(curves.items()):
             if not points:
                 raise ValueError(
                     f"`panels[{ylabel!r}][{label!r}]` has no point; expected sizes."
                 )
             sizes = sorted(points, key=int)
-            x = np.array([int(size) for size in sizes], "float64")
+            all_sizes.update(int(size) for size in sizes)
+            shift = LEARNING_CURVE_DODGE ** (index - (len(curves) - 1) / 2)
+            x = shift * np.array([int(size) for size in sizes], "float64")
             means = np.array([np.mean(points[size]["values"]) for size in sizes])
             low, high = np.array([points[size]["interval"] for size in sizes]).T
             (line,) = ax.plot(x, means, marker="o", label=label)
-            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.18)
+            ax.vlines(x, low, high, color=line.get_color(), linewidth=2.5, alpha=0.5)
             for size, position in zip(sizes, x, strict=True):
                 values = points[size]["values"]
                 ax.scatter(
@@ -359,6 +368,9 @@ def plot_learning_curves(panels, path=None, title=None, references=None):
             value, label = references[ylabel]
             ax.axhline(value, color="gray", linestyle="--", linewidth=1, label=label)
         ax.set_xscale("log")
+        ticks = sorted(all_sizes)
+        ax.set_xticks(ticks, [f"{size:,}" for size in ticks])
+        ax.minorticks_off()
         ax.set_xlabel("labelled training examples")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3, which="both")

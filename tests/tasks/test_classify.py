@@ -286,6 +286,41 @@ def test_validation_macro_f1_is_added_to_the_epoch_logs():
     assert logs["val_macro_f1"] == pytest.approx((0 + 2 / 3) / 2)
 
 
+def test_a_saved_learning_curve_is_drawn_again(tmp_path):
+    from keras_attention.tasks import classify
+
+    def scores(mean):
+        return {
+            "values": [mean - 0.01, mean + 0.01],
+            "interval": [mean - 0.1, mean + 0.1],
+        }
+
+    summary = {
+        "data": "reviews",
+        "seeds": [0, 1],
+        "most_frequent_class": {"accuracy": 0.66, "macro_f1": 0.4},
+        "arms": {
+            arm: {
+                size: {"accuracy": scores(0.7 + gain), "macro_f1": scores(0.6 + gain)}
+                for size in ("100", "300")
+            }
+            for arm, gain in (("continued", 0.05), ("scratch", 0.0))
+        },
+    }
+    fig = classify.plot_learning_curve(summary, tmp_path / "curve.png")
+    assert_picture(tmp_path / "curve.png")
+    assert "reviews" in fig.get_suptitle() and "2 seed(s)" in fig.get_suptitle()
+    accuracy, macro_f1 = fig.axes
+    assert (accuracy.get_ylabel(), macro_f1.get_ylabel()) == (
+        "test accuracy",
+        "test macro-F1",
+    )
+    continued, scratch, majority = macro_f1.get_lines()
+    assert (continued.get_label(), scratch.get_label()) == ("continued", "scratch")
+    np.testing.assert_allclose(continued.get_ydata(), [0.65, 0.65])
+    np.testing.assert_allclose(majority.get_ydata(), [0.4, 0.4])
+
+
 @pytest.mark.slow
 def test_learning_curve_trains_every_arm_size_and_seed_once(
     reviews_csv, tmp_path, monkeypatch

@@ -126,7 +126,7 @@ def test_plot_grouped_bars_draws_a_bar_per_group_and_series(tmp_path):
         viz.plot_grouped_bars([], {})
 
 
-def test_learning_curves_draw_a_line_and_a_band_per_model(tmp_path):
+def test_learning_curves_draw_a_line_and_interval_bars_per_model(tmp_path):
     from keras_attention.viz import plot_learning_curves
 
     curves = {
@@ -149,11 +149,22 @@ def test_learning_curves_draw_a_line_and_a_band_per_model(tmp_path):
         "pretrained",
         "scratch",
     ]
-    # Sizes in order along a log axis, through the means.
-    np.testing.assert_allclose(first.get_lines()[0].get_xdata(), [100, 300, 1000])
+    # Sizes in order along a log axis, through the means; the two models side
+    # by side around each size, the same factor from it on either side.
+    left, right = (line.get_xdata() for line in first.get_lines())
+    np.testing.assert_allclose(np.sqrt(left * right), [100, 300, 1000])
+    np.testing.assert_allclose(right / left, 1.05)
     np.testing.assert_allclose(first.get_lines()[1].get_ydata(), [0.41, 0.61, 0.51])
     assert first.get_xscale() == "log"
-    assert len(first.collections) == 2 + 2 * 3  # two bands, six seed clouds
+    np.testing.assert_allclose(first.get_xticks(), [100, 300, 1000])
+    assert len(first.collections) == 2 + 2 * 3  # two sets of bars, six seed clouds
+    # Each interval bar spans its interval, at its model's position.
+    bars = first.collections[-4]  # scratch's bars, then its three seed clouds
+    segments = np.array(bars.get_segments())
+    np.testing.assert_allclose(segments[:, 0, 0], right)
+    np.testing.assert_allclose(
+        segments[:, :, 1], [[0.35, 0.47], [0.55, 0.67], [0.45, 0.57]]
+    )
     assert (first.get_ylabel(), second.get_ylabel()) == ("accuracy", "macro-F1")
     # The reference line only where it is given.
     assert second.get_lines()[-1].get_label() == "most frequent class"
