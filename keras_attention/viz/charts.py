@@ -371,6 +371,9 @@ def plot_learning_curves(panels, path=None, title=None, references=None):
         ticks = sorted(all_sizes)
         ax.set_xticks(ticks, [f"{size:,}" for size in ticks])
         ax.minorticks_off()
+        # Two dodge steps of room beyond the outermost models.
+        room = LEARNING_CURVE_DODGE ** ((len(curves) + 3) / 2)
+        ax.set_xlim(ticks[0] / room, ticks[-1] * room)
         ax.set_xlabel("labelled training examples")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3, which="both")
