@@ -99,7 +99,14 @@ if args.continue_minutes > 0:
             "encoder": os.path.join(args.out, folder, "encoder.keras"),
         }
 if not chosen or set(chosen) - set(arms):
-    parser.error(f"--arms: expected some of {', '.join(arms)}; got {args.arms!r}")
+    needs = (
+        ""
+        if args.continue_minutes > 0
+        else " (continued and longer need --continue-minutes)"
+    )
+    parser.error(
+        f"--arms: expected some of {', '.join(arms)}{needs}; got {args.arms!r}"
+    )
 
 if set(chosen) - {"scratch", "bilstm"}:
     run_pretrain(
