@@ -117,7 +117,7 @@ if set(chosen) - {"scratch", "bilstm"}:
         time_budget_minutes=args.pretrain_minutes,
         **SIZES,
     )
-for name in set(chosen) & set(continuations):
+for name in [name for name in continuations if name in chosen]:
     run_pretrain(
         os.path.dirname(arms[name]["encoder"]),
         data="reviews",
