@@ -347,9 +347,10 @@ def plot_learning_curves(panels, path=None, title=None, references=None):
                     f"`panels[{ylabel!r}][{label!r}]` has no point; expected sizes."
                 )
             sizes = sorted(points, key=int)
-            all_sizes.update(int(size) for size in sizes)
+            counts = [int(size) for size in sizes]
+            all_sizes.update(counts)
             shift = LEARNING_CURVE_DODGE ** (index - (len(curves) - 1) / 2)
-            x = shift * np.array([int(size) for size in sizes], "float64")
+            x = shift * np.array(counts, "float64")
             means = np.array([np.mean(points[size]["values"]) for size in sizes])
             low, high = np.array([points[size]["interval"] for size in sizes]).T
             (line,) = ax.plot(x, means, marker="o", label=label)
@@ -376,7 +377,7 @@ def plot_learning_curves(panels, path=None, title=None, references=None):
         ax.set_xlim(ticks[0] / room, ticks[-1] * room)
         ax.set_xlabel("labelled training examples")
         ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3, which="both")
+        ax.grid(alpha=0.3)
         ax.legend(frameon=False, fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
