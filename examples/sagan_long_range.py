@@ -22,9 +22,17 @@ values per seed, mean, standard deviation and 95% Student-t interval, and the
 paired differences), `comparison.png` and `samples.png`. `keras-attention gan
 --data fashion-pairs` trains one such run with the whole application
 (checkpoints, plots), on TensorFlow. Figures: docs/tutorials/gan.md.
+
+Every measurement also checkpoints its run (`<variant>-seed<k>-step<N>
+.weights.h5`: both networks, the weight average and both optimizers). The
+same command on the same `--out` resumes each run from its last measurement,
+so a study cut off by a deadline, a kill or the end of a session goes on
+later, on any backend; a larger `--steps` extends finished runs. The settings
+that shape a run must match those it was started with.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -45,7 +53,7 @@ from keras_attention.evaluation import (
     train_feature_classifier,
 )
 from keras_attention.models import SAGAN
-from keras_attention.utils.files import write_text
+from keras_attention.utils.files import write_text, written_whole
 
 VARIANTS = ("attention", "no-attention")
 FIGURES = ("fid", "long_range_agreement")
@@ -54,6 +62,16 @@ FIGURES = ("fid", "long_range_agreement")
 CLASSIFIER_EPOCHS = 3
 ITEM_CLASSIFIER_EPOCHS = 5
 NUM_SAMPLES_SHOWN = 8
+# What a run's figures depend on besides its step count: a run resumes only
+# under the settings it was started with.
+RUN_SETTINGS = (
+    "width",
+    "attention_resolution",
+    "ema_decay",
+    "batch_size",
+    "num_pairs",
+    "num_measured",
+)
 
 
 def parse_args(argv=None):
@@ -151,6 +169,57 @@ def run_path(args, variant, seed):
     return os.path.join(args.out, f"{variant}-seed{seed}.json")
 
 
+def checkpoint_name(variant, seed, step):
+    return f"{variant}-seed{seed}-step{step}.weights.h5"
+
+
+def run_settings(args):
+    return {name: getattr(args, name) for name in RUN_SETTINGS}
+
+
+def read_run(args, variant, seed):
+    """The run's record so far, or None before its first measurement.
+
+    Raises `SystemExit` (one line) when the record was made with other
+    settings or cannot be read."""
+    path = run_path(args, variant, seed)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            record = json.load(f)
+        started_with = record["settings"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SystemExit(
+            f"{path} cannot be read ({error}); delete it and its "
+            f"{variant}-seed{seed}-step*.weights.h5 to train that run afresh"
+        ) from None
+    differing = {
+        name: value
+        for name, value in started_with.items()
+        if run_settings(args).get(name, value) != value
+    }
+    if differing:
+        given = ", ".join(
+            f"--{name.replace('_', '-')} {getattr(args, name)} (it has {value})"
+            for name, value in differing.items()
+        )
+        raise SystemExit(
+            f"{path} was started with other settings: {given}; resume it with "
+            "its own settings or choose another --out"
+        )
+    return record
+
+
+def reached(record):
+    """The step of the run's last measurement (0 before the first)."""
+    return record["evaluations"][-1]["step"] if record["evaluations"] else 0
+
+
+def finished(args, record):
+    return record is not None and "samples" in record and reached(record) >= args.steps
+
+
 class Measure(keras.callbacks.Callback):
     """Every `--eval-every` steps: FID and agreement of `--num-measured`
     generated images, written with the losses to the run's JSON. Stops
@@ -161,12 +230,16 @@ class Measure(keras.callbacks.Callback):
         super().__init__()
         self.args, self.record, self.path = args, record, path
         self.quality, self.agreement, self.deadline = quality, agreement, deadline
-        self.step = 0
+        self.first_step = self.step = reached(record)
+        # Training seconds of the runs this one resumes.
+        self.seconds_before = (
+            record["evaluations"][-1]["seconds"] if record["evaluations"] else 0.0
+        )
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
-        if self.step == 1:
-            self.started = self.mark = time.time()
+        if self.step == self.first_step + 1:
+            self.started = self.mark = time.time() - self.seconds_before
         if self.step % self.args.eval_every == 0:
             self.measure(logs)
         if self.step >= self.args.steps:
@@ -189,7 +262,7 @@ class Measure(keras.callbacks.Callback):
                 "seconds": time.time() - self.started,
             }
         )
-        write_json(self.path, self.record)
+        self.checkpoint()
         log(
             f"{self.record['variant']} seed {self.record['seed']}: step "
             f"{self.step}, FID {scores['fid']:.2f}, agreement "
@@ -201,11 +274,31 @@ class Measure(keras.callbacks.Callback):
             log(f"{self.record['variant']} seed {self.record['seed']}: deadline")
             self.model.stop_training = True
 
+    def checkpoint(self):
+        """Saves the model as of this step, then the record that names it,
+        then drops the older checkpoint: a kill at any point leaves a record
+        whose checkpoint exists."""
+        name = checkpoint_name(self.record["variant"], self.record["seed"], self.step)
+        with written_whole(os.path.join(self.args.out, name)) as partial:
+            self.model.save_weights(partial)
+        older = self.record.get("checkpoint")
+        self.record["checkpoint"] = name
+        write_json(self.path, self.record)
+        if older and older != name:
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(self.args.out, older))
+
 
 def train_one(args, variant, seed, deadline):
+    record = read_run(args, variant, seed)
+    if finished(args, record):
+        return
     canvases, labels, _ = load_fashion_pairs(args.num_pairs)
     quality, agreement, _, _ = measures(args, canvases, labels)
-    keras.utils.set_random_seed(seed)
+    start = reached(record) if record else 0
+    # A resumed run draws a data order of its own rather than the first
+    # steps' order again.
+    keras.utils.set_random_seed(seed + 1_000_003 * start)
     gan = SAGAN(
         image_shape=canvases.shape[1:],
         latent_dim=128,
@@ -217,15 +310,28 @@ def train_one(args, variant, seed, deadline):
         seed=seed,
     )
     gan.compile(jit_compile=True)
-    record = {
-        "variant": variant,
-        "seed": seed,
-        "backend": keras.backend.backend(),
-        "generator_parameters": gan.generator.count_params(),
-        "discriminator_parameters": gan.discriminator.count_params(),
-        "evaluations": [],
-    }
     path = run_path(args, variant, seed)
+    if record is None:
+        record = {
+            "variant": variant,
+            "seed": seed,
+            "settings": run_settings(args),
+            "backend": keras.backend.backend(),
+            "generator_parameters": gan.generator.count_params(),
+            "discriminator_parameters": gan.discriminator.count_params(),
+            "evaluations": [],
+        }
+    elif record["evaluations"]:
+        checkpoint = os.path.join(args.out, record["checkpoint"])
+        try:
+            gan.load_weights(checkpoint)
+        except Exception as error:  # noqa: BLE001 (any failure: unusable)
+            raise SystemExit(
+                f"{checkpoint} cannot be read ({str(error).splitlines()[0]}); "
+                f"delete {path} to train {variant}, seed {seed} afresh"
+            ) from None
+        log(f"{variant} seed {seed}: resuming at step {start}")
+        record["backend"] = keras.backend.backend()
     # Whole batches only: a last, smaller batch would compile the step again.
     usable = len(canvases) - len(canvases) % args.batch_size
     images = canvases[:usable].astype("float32") / 127.5 - 1.0
@@ -233,7 +339,7 @@ def train_one(args, variant, seed, deadline):
         images,
         batch_size=args.batch_size,
         # Whole passes over the canvases; `Measure` stops at `--steps`.
-        epochs=-(-args.steps // (len(images) // args.batch_size)),
+        epochs=-(-(args.steps - start) // (len(images) // args.batch_size)),
         callbacks=[Measure(args, record, quality, agreement, path, deadline)],
         verbose=0,
     )
@@ -344,6 +450,9 @@ def main(argv=None):
         variant, seed = args.run[0], int(args.run[1])
         train_one(args, variant, seed, float(os.environ.get("SAGAN_DEADLINE", 0)))
         return
+    seeds = list(range(args.seeds))
+    # Read (and their settings checked) before any long work starts.
+    previous = {(v, s): read_run(args, v, s) for s in seeds for v in args.variants}
     log(f"backend {keras.backend.backend()}; loading the fashion pairs")
     canvases, labels, _ = load_fashion_pairs(args.num_pairs)
     quality, agreement, held_out, info = measures(args, canvases, labels)
@@ -355,15 +464,21 @@ def main(argv=None):
         f"real canvases: FID {real['fid']:.3f}, agreement "
         f"{real['long_range_agreement']:.3f}"
     )
-    seeds = list(range(args.seeds))
-    jobs = [(v, s) for s in seeds for v in args.variants]
+    jobs = []
+    for (variant, seed), record in previous.items():
+        if finished(args, record):
+            log(f"{variant}, seed {seed}: finished at step {reached(record)}")
+        else:
+            jobs.append((variant, seed))
     environment = dict(os.environ, SAGAN_DEADLINE=str(deadline or 0))
     command = [sys.executable, os.path.abspath(__file__), *(argv or sys.argv[1:])]
     running = []
     while jobs or running:
         while jobs and len(running) < args.parallel:
             variant, seed = jobs.pop(0)
-            log(f"starting {variant}, seed {seed}")
+            record = previous[(variant, seed)]
+            since = f" from step {reached(record)}" if record else ""
+            log(f"starting {variant}, seed {seed}{since}")
             running.append(
                 subprocess.Popen(
                     [*command, "--run", variant, str(seed)], env=environment

@@ -1,0 +1,143 @@
+"""examples/sagan_long_range.py: a study cut off part-way resumes each run
+from its last measurement, under the settings it was started with."""
+
+import importlib.util
+import json
+import os
+
+import h5py
+import keras
+import numpy as np
+import pytest
+
+from keras_attention.data.fashion_mnist import FASHION_MNIST_DIR
+from keras_attention.evaluation import feature_classifier
+
+SCRIPT = os.path.join(
+    os.path.dirname(__file__), "..", "..", "examples", "sagan_long_range.py"
+)
+
+
+@pytest.fixture(scope="module")
+def study():
+    spec = importlib.util.spec_from_file_location("sagan_long_range", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tiny_args(study, out, steps):
+    return study.parse_args(
+        [
+            "--out",
+            str(out),
+            "--steps",
+            str(steps),
+            "--eval-every",
+            "2",
+            "--width",
+            "8",
+            "--attention-resolution",
+            "16",
+            "--batch-size",
+            "8",
+            "--num-pairs",
+            "64",
+            "--num-measured",
+            "16",
+        ]
+    )
+
+
+def _write_record(study, args, variant="attention", seed=0, **settings):
+    record = {
+        "variant": variant,
+        "seed": seed,
+        "settings": {**study.run_settings(args), **settings},
+        "evaluations": [],
+    }
+    with open(study.run_path(args, variant, seed), "w") as f:
+        json.dump(record, f)
+
+
+def test_a_run_resumes_only_under_its_own_settings(study, tmp_path):
+    args = _tiny_args(study, tmp_path, steps=4)
+    assert study.read_run(args, "attention", 0) is None
+    _write_record(study, args)
+    assert study.read_run(args, "attention", 0)["settings"]["width"] == 8
+    _write_record(study, args, width=16, ema_decay=0.99)
+    with pytest.raises(SystemExit) as error:
+        study.read_run(args, "attention", 0)
+    message = str(error.value)
+    assert "\n" not in message
+    assert "--width 8 (it has 16)" in message
+    assert "--ema-decay 0.999 (it has 0.99)" in message
+
+
+def test_a_damaged_record_is_named_in_one_line(study, tmp_path):
+    args = _tiny_args(study, tmp_path, steps=4)
+    with open(study.run_path(args, "no-attention", 1), "w") as f:
+        f.write('{"variant": "no-att')
+    with pytest.raises(SystemExit, match=r"no-attention-seed1\.json cannot be read"):
+        study.read_run(args, "no-attention", 1)
+
+
+def _cache_untrained_classifiers(out):
+    """The measures' classifiers, cached as the study caches them, so that
+    the test trains only the GAN (the figures need not mean anything)."""
+    for name, shape in (("classifier", (64, 64, 1)), ("classifier_items", (32, 32, 1))):
+        path = os.path.join(out, f"{name}.keras")
+        feature_classifier(shape, 10).save(path)
+        with open(f"{path}.json", "w") as f:
+            json.dump({"held_out_accuracy": 0.0}, f)
+
+
+def _optimizer_iterations(path):
+    """The step counts of the optimizers saved in a weights file."""
+    found = []
+    with h5py.File(path, "r") as f:
+        f.visititems(
+            lambda name, item: (
+                found.append(int(np.asarray(item[()]).ravel()[0]))
+                if isinstance(item, h5py.Dataset)
+                and "optimizer" in name
+                and name.endswith("vars/0")
+                else None
+            )
+        )
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.path.isdir(FASHION_MNIST_DIR),
+    reason="`apt-get install dataset-fashion-mnist` to run the study",
+)
+def test_a_run_cut_off_resumes_from_its_checkpoint(study, tmp_path):
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("one backend is enough for the script's bookkeeping")
+    _cache_untrained_classifiers(tmp_path)
+    variant, seed = "attention", 0
+
+    first = _tiny_args(study, tmp_path, steps=2)
+    study.train_one(first, variant, seed, deadline=0)
+    record = study.read_run(first, variant, seed)
+    assert [e["step"] for e in record["evaluations"]] == [2]
+    assert study.finished(first, record)
+    assert record["checkpoint"] == study.checkpoint_name(variant, seed, 2)
+
+    # A larger --steps extends the finished run from its checkpoint.
+    longer = _tiny_args(study, tmp_path, steps=4)
+    assert not study.finished(longer, record)
+    study.train_one(longer, variant, seed, deadline=0)
+    resumed = study.read_run(longer, variant, seed)
+    assert [e["step"] for e in resumed["evaluations"]] == [2, 4]
+    assert resumed["evaluations"][0] == record["evaluations"][0]
+    assert resumed["evaluations"][1]["seconds"] > record["evaluations"][0]["seconds"]
+    checkpoint = os.path.join(tmp_path, study.checkpoint_name(variant, seed, 4))
+    assert resumed["checkpoint"] == os.path.basename(checkpoint)
+    assert not os.path.exists(
+        os.path.join(tmp_path, study.checkpoint_name(variant, seed, 2))
+    )
+    # Both optimizers went on from step 2: a run trained afresh would be at 2.
+    assert _optimizer_iterations(checkpoint) == [4, 4]
