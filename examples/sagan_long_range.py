@@ -239,7 +239,8 @@ class Measure(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
         if self.step == self.first_step + 1:
-            self.started = self.mark = time.time() - self.seconds_before
+            self.mark = time.time()
+            self.started = self.mark - self.seconds_before
         if self.step % self.args.eval_every == 0:
             self.measure(logs)
         if self.step >= self.args.steps:
