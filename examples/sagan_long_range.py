@@ -329,7 +329,7 @@ def train_one(args, variant, seed, deadline):
         except Exception as error:  # noqa: BLE001 (any failure: unusable)
             raise SystemExit(
                 f"{checkpoint} cannot be read ({str(error).splitlines()[0]}); "
-                f"delete {path} to train {variant}, seed {seed} afresh"
+                f"delete it and {path} to train {variant}, seed {seed} afresh"
             ) from None
         log(f"{variant} seed {seed}: resuming at step {start}")
         record["backend"] = keras.backend.backend()
