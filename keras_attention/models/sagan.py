@@ -54,9 +54,11 @@ def _spectral(layer):
     return keras.layers.SpectralNormalization(layer, name=f"{layer.name}_sn")
 
 
-def _conv(filters, kernel_size, name):
+def _conv(filters, kernel_size, name, dtype=None):
     return _spectral(
-        keras.layers.Conv2D(filters, kernel_size, padding="same", name=name)
+        keras.layers.Conv2D(
+            filters, kernel_size, padding="same", name=name, dtype=dtype
+        )
     )
 
 
@@ -178,7 +180,11 @@ def sagan_generator(
         resolution *= 2
     x = _normalize(x, labels, num_classes, synchronized_batch_norm, "output_norm")
     x = keras.layers.ReLU(name="output_relu")(x)
-    x = _conv(channels, 3, "output_conv")(x)
+    # The image layers compute in float32 under a mixed policy: the output
+    # is what the discriminator and the metrics see, and PyTorch's CPU
+    # convolution cannot take the kernel gradient of a half-precision
+    # convolution with one output channel (a grayscale image).
+    x = _conv(channels, 3, "output_conv", dtype="float32")(x)
     images = keras.layers.Activation("tanh", dtype="float32", name="images")(x)
     return keras.Model(inputs if num_classes else z, images, name=name)
 
