@@ -210,7 +210,12 @@ def assert_ancestry_gives_the_generic_tokens(
 
 @pytest.mark.parametrize(
     "seed, beam_width, length_penalty",
-    [(0, 2, 0.0), (1, 4, 0.6), (2, 4, 0.0), (3, 2, 0.6)],
+    [
+        (0, 2, 0.0),
+        pytest.param(1, 4, 0.6, marks=pytest.mark.slow),
+        pytest.param(2, 4, 0.0, marks=pytest.mark.slow),
+        (3, 2, 0.6),
+    ],
 )
 def test_the_transformers_ancestry_beam_search_gives_the_generic_tokens(
     seed, beam_width, length_penalty
@@ -227,7 +232,9 @@ def test_the_transformers_ancestry_beam_search_gives_the_generic_tokens(
     "options",
     [
         {"normalize_first": True, "num_key_value_heads": 1},
-        {"input_positions": "learned", "chunk_size": 4},
+        pytest.param(
+            {"input_positions": "learned", "chunk_size": 4}, marks=pytest.mark.slow
+        ),
         # Positions inside the attention: the generic path.
         {"input_positions": None, "attention_positions": "rotary"},
     ],

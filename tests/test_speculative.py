@@ -30,7 +30,8 @@ def sharpen(model, factor):
 
 
 @pytest.mark.parametrize(
-    "num_draft_tokens", [1, 3, pytest.param(5, marks=pytest.mark.slow)]
+    "num_draft_tokens",
+    [1, *(pytest.param(k, marks=pytest.mark.slow) for k in (3, 5))],
 )
 def test_greedy_output_is_the_targets_greedy_output(num_draft_tokens):
     keras.utils.set_random_seed(1)
@@ -189,9 +190,8 @@ def tiny_transformer(hidden_dim=32, layers=2, vocabulary_size=13, **overrides):
     )
 
 
-@pytest.mark.parametrize(
-    "num_draft_tokens", [1, pytest.param(4, marks=pytest.mark.slow)]
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("num_draft_tokens", [1, 4])
 def test_translation_greedy_output_is_the_targets_greedy_output(num_draft_tokens):
     from keras_attention.speculative import speculative_translate
 

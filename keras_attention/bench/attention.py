@@ -455,9 +455,11 @@ def run(quick=False, out="runs/bench", timeout=3600):
     results = new_results("attention", quick)
     results["dtype"] = dtype
     results["window"] = QUICK_WINDOW if quick else WINDOW
-    # Every case in its own process, even in quick runs: the suite reports each
-    # case's own peak memory.
-    measure = case_runner("attention", CASES, results, out, timeout)
+    # Every case of a full run in its own process, so that each reports its
+    # own peak memory; a quick run (CI's) measures in this one, where the
+    # start-ups would dominate, and reports a case's memory only where its
+    # peak rose above the process's.
+    measure = case_runner("attention", CASES, results, out, timeout, isolated=not quick)
 
     phase(f"matmul yardstick ({dtype})")
     size = 2048 if quick or not on_accelerator else 8192
@@ -481,7 +483,7 @@ def run(quick=False, out="runs/bench", timeout=3600):
                 continue
             # A quick run measures every kind at its first length and, at
             # the next, only the window cases that its exponent fit needs
-            # (each case is a process of its own: start-up dominates).
+            # (the quick run is a smoke test: each case costs a compile).
             if quick and length != lengths[0] and kind != "ops_window":
                 continue
             for impl in impls:

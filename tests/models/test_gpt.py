@@ -142,6 +142,7 @@ def test_saved_and_loaded_in_safe_mode_with_the_same_outputs(tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_trains_under_xla():
     model = tiny_gpt()
     model.compile(
@@ -358,6 +359,7 @@ def test_packed_rows_give_each_document_its_logits_alone(path, positions, monkey
     )
 
 
+@pytest.mark.slow
 def test_packed_rows_train_with_fit_and_keep_generation():
     model = tiny_gpt()
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))

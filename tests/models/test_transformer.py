@@ -95,7 +95,10 @@ BLOCK_OPTIONS = [
         "num_key_value_heads": 1,
         "chunk_size": 4,
     },
-    {"attention_positions": "alibi", "num_key_value_heads": 1, "chunk_size": 4},
+    pytest.param(
+        {"attention_positions": "alibi", "num_key_value_heads": 1, "chunk_size": 4},
+        marks=pytest.mark.slow,
+    ),
     {"input_positions": None, "attention_positions": "relative"},
 ]
 
