@@ -214,7 +214,7 @@ def assert_ancestry_gives_the_generic_tokens(
         (0, 2, 0.0),
         pytest.param(1, 4, 0.6, marks=pytest.mark.slow),
         pytest.param(2, 4, 0.0, marks=pytest.mark.slow),
-        (3, 2, 0.6),
+        pytest.param(3, 2, 0.6, marks=pytest.mark.slow),
     ],
 )
 def test_the_transformers_ancestry_beam_search_gives_the_generic_tokens(
@@ -231,7 +231,9 @@ def test_the_transformers_ancestry_beam_search_gives_the_generic_tokens(
 @pytest.mark.parametrize(
     "options",
     [
-        {"normalize_first": True, "num_key_value_heads": 1},
+        pytest.param(
+            {"normalize_first": True, "num_key_value_heads": 1}, marks=pytest.mark.slow
+        ),
         pytest.param(
             {"input_positions": "learned", "chunk_size": 4}, marks=pytest.mark.slow
         ),

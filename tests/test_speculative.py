@@ -29,10 +29,8 @@ def sharpen(model, factor):
             weight.assign(weight * factor)
 
 
-@pytest.mark.parametrize(
-    "num_draft_tokens",
-    [1, *(pytest.param(k, marks=pytest.mark.slow) for k in (3, 5))],
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("num_draft_tokens", [1, 3, 5])
 def test_greedy_output_is_the_targets_greedy_output(num_draft_tokens):
     keras.utils.set_random_seed(1)
     target = tiny_gpt(end_token_id=7)

@@ -115,7 +115,10 @@ def test_an_end_token_in_the_prompt_does_not_end_generation():
     assert tokens.tolist() == greedy_by_full_forward(model, [END, 7, 8], 10)
 
 
-@pytest.mark.parametrize("sampler", ["top_k", "top_p", "random"])
+@pytest.mark.parametrize(
+    "sampler",
+    [*(pytest.param(s, marks=pytest.mark.slow) for s in ("top_k", "top_p")), "random"],
+)
 def test_keras_hub_samplers_draw_valid_tokens(sampler):
     keras_hub = pytest.importorskip("keras_hub")
 
@@ -461,7 +464,9 @@ def test_an_int8_cache_decodes_close_to_the_float_cache():
     assert bytes_per_token(int8_cache) <= 0.3 * bytes_per_token(float_cache)
 
 
-@pytest.mark.parametrize("jit_compile", [True, False])
+@pytest.mark.parametrize(
+    "jit_compile", [pytest.param(True, marks=pytest.mark.slow), False]
+)
 def test_int8_greedy_generation_picks_the_float_caches_tokens_where_margins_allow(
     jit_compile,
 ):

@@ -89,12 +89,15 @@ def test_save_and_load_keep_outputs(tmp_path):
 
 
 BLOCK_OPTIONS = [
-    {
-        "input_positions": None,
-        "attention_positions": "rotary",
-        "num_key_value_heads": 1,
-        "chunk_size": 4,
-    },
+    pytest.param(
+        {
+            "input_positions": None,
+            "attention_positions": "rotary",
+            "num_key_value_heads": 1,
+            "chunk_size": 4,
+        },
+        marks=pytest.mark.slow,
+    ),
     pytest.param(
         {"attention_positions": "alibi", "num_key_value_heads": 1, "chunk_size": 4},
         marks=pytest.mark.slow,
