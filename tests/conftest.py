@@ -8,6 +8,10 @@ import pytest  # noqa: E402
 
 from keras_attention.utils.backend import variable_gradients  # noqa: E402
 
+# Tests that share a module-scoped fixture which trains a model are marked
+# `xdist_group(<fixture name>)`: CI's slow tier (`--dist loadgroup`) runs each
+# group on one worker, so that the model is trained once, not once per worker.
+
 
 @pytest.fixture(autouse=True)
 def _seed():

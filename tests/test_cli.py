@@ -284,6 +284,7 @@ def _load_error(command, path, capsys):
     return status, line[len(prefix) :]
 
 
+@pytest.mark.xdist_group("saved_transformer")
 def test_load_tells_each_kind_of_bad_file_apart(tmp_path, saved_transformer, capsys):
     assert _load_error("translate", tmp_path / "none.keras", capsys) == (
         2,
@@ -347,6 +348,7 @@ def test_load_tells_each_kind_of_bad_file_apart(tmp_path, saved_transformer, cap
     assert message.startswith(" holds a Sequential model; `keras-attention gan` reads")
 
 
+@pytest.mark.xdist_group("saved_transformer")
 def test_load_reports_an_unreadable_file(saved_transformer, monkeypatch, capsys):
     real_open = open
 
@@ -362,6 +364,7 @@ def test_load_reports_an_unreadable_file(saved_transformer, monkeypatch, capsys)
     )
 
 
+@pytest.mark.xdist_group("saved_transformer")
 def test_load_accepts_a_model_of_the_command(saved_transformer, tmp_path):
     cli.check_saved_model(str(saved_transformer), "translate")
     generator = tmp_path / "model.keras"
@@ -471,6 +474,7 @@ def test_demo_learns_reversal_and_writes_outputs(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("saved_transformer")
 def test_a_run_starts_quietly_and_fails_in_one_line(saved_transformer, tmp_path):
     # TensorFlow loads (the model is read) without its start-up logs, and the
     # model's missing tokenizers are reported in one line.

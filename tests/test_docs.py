@@ -137,6 +137,7 @@ def built_site(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("built_site")
 def test_site_builds_strictly(built_site):
     returncode, log, out = built_site
     assert returncode == 0, log
@@ -173,6 +174,7 @@ def _external(url):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("built_site")
 def test_site_loads_nothing_from_the_web(built_site):
     """Built or served offline, the site still has its formulas and its fonts:
     no page loads a script, stylesheet or font from another host (MathJax is
@@ -189,6 +191,7 @@ def test_site_loads_nothing_from_the_web(built_site):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("built_site")
 def test_mathjax_is_in_the_site(built_site):
     returncode, log, out = built_site
     assert returncode == 0, log

@@ -68,6 +68,7 @@ def test_model_learns_keyword_task(name):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("trained_han")
 def test_han_learns_keyword_task_and_attends_to_the_keyword(trained_han):
     test = task("han", 300, seed=1)
     predictions = np.argmax(trained_han.predict(test["token_ids"], verbose=0), -1)
@@ -85,6 +86,7 @@ def test_han_learns_keyword_task_and_attends_to_the_keyword(trained_han):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("trained_han")
 def test_han_masks_padding_words_and_sentences(trained_han):
     documents = task("han", 50, seed=2)["token_ids"]
     word_weights, sentence_weights = trained_han.attention_weights(documents)
@@ -100,6 +102,7 @@ def test_han_masks_padding_words_and_sentences(trained_han):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("trained_han")
 def test_empty_document_gives_finite_probabilities(trained_han):
     empty = np.zeros((1, SENTENCES, LENGTH), "int32")
     probabilities = trained_han.predict(empty, verbose=0)
@@ -232,6 +235,7 @@ def test_invalid_configs(factory, message):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("trained_han")
 def test_han_attention_weights_need_a_document_grid(trained_han):
     with pytest.raises(
         ValueError, match=r"\(batch, max_sentences, max_words\).*\(2, 5\)"

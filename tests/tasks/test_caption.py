@@ -74,6 +74,7 @@ def caption_dir(shapes_folder, tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("caption_dir")
 def test_caption_learns_a_folder_and_writes_metrics_and_plots(caption_dir):
     metrics = json.loads((caption_dir / "metrics.json").read_text())
     for key in ("bleu1", "bleu2", "bleu3", "bleu4", "beam2_bleu4"):
@@ -90,6 +91,7 @@ def test_caption_learns_a_folder_and_writes_metrics_and_plots(caption_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("caption_dir")
 def test_loaded_model_captions_an_image_file(caption_dir, tmp_path, capsys):
     rng = np.random.default_rng(5)
     image, captions = shape_scene(rng)
@@ -221,6 +223,7 @@ def test_words_of_stops_at_the_end_token():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("caption_dir")
 def test_loaded_captioner_is_the_trained_one(caption_dir):
     model = keras.saving.load_model(caption_dir / "model.keras")
     assert model.attention is True

@@ -73,6 +73,7 @@ def han_dir(reviews_csv, tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("han_dir")
 def test_han_learns_a_csv_and_writes_metrics_plots_and_explanations(han_dir):
     metrics = json.loads((han_dir / "metrics.json").read_text())
     assert metrics["accuracy"] > 0.9 and metrics["macro_f1"] > 0.9
@@ -90,6 +91,7 @@ def test_han_learns_a_csv_and_writes_metrics_plots_and_explanations(han_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("han_dir")
 def test_loaded_model_labels_text_and_names_the_attended_word(han_dir, capsys):
     texts = ["we tried the coffee. it was wonderful and the bag came today."]
     cli.main(["classify", "--load", str(han_dir / "model.keras"), *texts])

@@ -54,6 +54,7 @@ def gan_dir(tmp_path_factory):
     return out
 
 
+@pytest.mark.xdist_group("gan_dir")
 def test_gan_writes_metrics_plots_and_models(gan_dir):
     metrics = json.loads((gan_dir / "metrics.json").read_text())
     for key in ("fid", "inception_score", "fid_real_floor", "train_seconds"):
@@ -73,6 +74,7 @@ def test_gan_writes_metrics_plots_and_models(gan_dir):
     ]
 
 
+@pytest.mark.xdist_group("gan_dir")
 def test_saved_generator_is_the_trained_one(gan_dir):
     generator = keras.saving.load_model(gan_dir / "model.keras", safe_mode=True)
     gan = keras.saving.load_model(gan_dir / "gan.keras", safe_mode=True)
@@ -82,6 +84,7 @@ def test_saved_generator_is_the_trained_one(gan_dir):
     )
 
 
+@pytest.mark.xdist_group("gan_dir")
 def test_loaded_generator_writes_samples_and_attention(gan_dir, tmp_path, capsys):
     cli.main(
         [
@@ -99,6 +102,7 @@ def test_loaded_generator_writes_samples_and_attention(gan_dir, tmp_path, capsys
     assert Image.open(tmp_path / "attention.png").size[0] > 100
 
 
+@pytest.mark.xdist_group("gan_dir")
 def test_rerun_of_a_finished_run_evaluates_without_training(gan_dir):
     before = json.loads((gan_dir / "metrics.json").read_text())
     record = Record()

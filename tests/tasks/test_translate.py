@@ -47,6 +47,7 @@ def trained_dir(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("trained_dir")
 def test_translate_writes_metrics_plots_and_model(trained_dir):
     metrics = json.loads((trained_dir / "metrics.json").read_text())
     for key in (
@@ -69,6 +70,7 @@ def test_translate_writes_metrics_plots_and_model(trained_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("trained_dir")
 def test_loaded_model_translates_text(trained_dir, capsys):
     cli.main(
         [
@@ -170,12 +172,14 @@ def test_metrics_json_keeps_the_order_of_length_buckets(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_stopped_and_killed_mid_epoch_ends_like_an_uninterrupted_one(tmp_path):
+def test_a_run_stopped_and_killed_mid_epoch_ends_trained_like_an_uninterrupted_one(
+    tmp_path,
+):
     """SIGTERM in the middle of the second epoch (a preemption), the same
     command again, SIGKILL in the middle of the third (a crash), the same
     command again: no finished batch of the stopped epoch and no finished
-    epoch is redone, every epoch is logged once, and the result matches a
-    run that was never interrupted."""
+    epoch is redone, every epoch is logged once, and the model ends as
+    trained as a run that was never interrupted."""
     args = [
         "translate",
         "--model",
@@ -189,7 +193,7 @@ def test_a_run_stopped_and_killed_mid_epoch_ends_like_an_uninterrupted_one(tmp_p
         "--beam",
         "1",
     ]
-    killed, whole = tmp_path / "killed", tmp_path / "whole"
+    killed = tmp_path / "killed"
     log = killed / "checkpoints" / "epochs.csv"
     status, output = kill_during_epoch(
         [*args, "--out", killed], epoch=1, signal_number=signal.SIGTERM
@@ -214,19 +218,17 @@ def test_a_run_stopped_and_killed_mid_epoch_ends_like_an_uninterrupted_one(tmp_p
     output = run_cli([*args, "--out", killed])
     assert "resuming after epoch 2" in output and "Epoch 2/4" not in output
     assert [row["epoch"] for row in read_epoch_log(log)] == [0, 1, 2, 3]
-    run_cli([*args, "--out", whole])
     resumed = json.loads((killed / "metrics.json").read_text())
-    uninterrupted = json.loads((whole / "metrics.json").read_text())
-    assert resumed["epochs"] == uninterrupted["epochs"] == 4
-    # The resumed epochs see the batches in another order: close, not equal.
-    # Measured: token accuracy 0.945 vs 0.942 (BLEU 85.9 vs 87.6) in one run,
-    # BLEU 80.3 vs 87.1 in another; greedy decoding turns a small difference
-    # in token accuracy into several BLEU points, so BLEU is only required to
-    # show a model that translates.
-    assert resumed["final_valid_token_accuracy"] == pytest.approx(
-        uninterrupted["final_valid_token_accuracy"], abs=0.02
-    )
-    assert min(resumed["bleu"], uninterrupted["bleu"]) > 50
+    assert resumed["epochs"] == 4
+    # Measured: the same command never interrupted reached BLEU 87.6 and 87.1
+    # (token accuracy 0.942 the first time), the resumed runs BLEU 85.9 (token
+    # accuracy 0.945) and 80.3: their epochs see the batches in another order,
+    # and greedy decoding turns a small difference in accuracy into several
+    # BLEU points. A resume that lost the earlier epochs' weights ends far
+    # below: the same model trained for as many steps as 2 epochs here (1,500
+    # pairs, 4 epochs) reached token accuracy 0.726, BLEU 41.0.
+    assert resumed["final_valid_token_accuracy"] > 0.9
+    assert resumed["bleu"] > 50
 
 
 # Software messages (`--data messages-de`)
