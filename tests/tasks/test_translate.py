@@ -14,7 +14,6 @@ from keras_attention.tasks.translate import (
     translate_texts,
     translate_with_confidence,
 )
-from tests.tasks.callbacks import Record, StopAt
 from tests.tasks.outputs import assert_keras_archive, assert_picture
 from tests.tasks.processes import kill_during_epoch, run_cli
 
@@ -123,22 +122,6 @@ def test_nonsense_scores_lower_than_real_dates(learned_dates_model):
     real, junk = scores[: len(dates)], scores[len(dates) :]
     assert real.min() > junk.max() + 0.05, scores
     assert real.mean() > junk.mean() + 0.2, scores
-
-
-@pytest.mark.slow
-def test_interrupted_training_resumes_without_losing_finished_epochs(tmp_path):
-    # Greedy decoding only: the test is about the epochs, not the search.
-    options = dict(
-        TINY, data="dates", model="rnn-luong-general", epochs=3, beam_width=1
-    )
-    with pytest.raises(KeyboardInterrupt):
-        run_translate(tmp_path, callbacks=[StopAt(2)], **options)
-    record = Record()
-    metrics = run_translate(tmp_path, callbacks=[record], **options)
-    assert record.epochs == [2]  # epochs 0 and 1 were restored, not redone
-    assert metrics["epochs"] == 3
-    again = run_translate(tmp_path, **options)  # finished: evaluated, not retrained
-    assert again["bleu"] == metrics["bleu"]
 
 
 def test_malformed_tsv_is_reported_with_its_line(tmp_path):
