@@ -254,7 +254,10 @@ def test_gan_trains_on_jax_data_parallel(tmp_path):
         env={
             **os.environ,
             "KERAS_BACKEND": "jax",
-            "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+            "XLA_FLAGS": (
+                f"{os.environ.get('XLA_FLAGS', '')} "
+                "--xla_force_host_platform_device_count=2"
+            ).strip(),
         },
         capture_output=True,
         text=True,

@@ -29,7 +29,10 @@ def jax_env(devices, **extra):
     return {
         **os.environ,
         "KERAS_BACKEND": "jax",
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "XLA_FLAGS": (
+            f"{os.environ.get('XLA_FLAGS', '')} "
+            f"--xla_force_host_platform_device_count={devices}"
+        ).strip(),
         "TF_CPP_MIN_LOG_LEVEL": "3",
         "PYTHONUNBUFFERED": "1",
         **extra,
