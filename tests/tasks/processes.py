@@ -97,3 +97,19 @@ def stop(process):
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+
+
+def jax_env(devices, **extra):
+    """The environment of a process on the JAX backend with `devices` virtual
+    CPU devices (added to the XLA flags it inherits), and `extra`."""
+    return {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "XLA_FLAGS": (
+            f"{os.environ.get('XLA_FLAGS', '')} "
+            f"--xla_force_host_platform_device_count={devices}"
+        ).strip(),
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }

@@ -16,6 +16,7 @@ from keras_attention.evaluation.image_quality import train_feature_classifier
 from keras_attention.models import sample_images
 from keras_attention.tasks.gan import ablation, item_classifier_path, run_gan
 from tests.tasks.callbacks import Record, StopAt
+from tests.tasks.processes import jax_env
 
 # Every test here trains or starts processes: the slow tier.
 pytestmark = pytest.mark.slow
@@ -251,14 +252,7 @@ def test_gan_trains_on_jax_data_parallel(tmp_path):
             "--out",
             str(out),
         ],
-        env={
-            **os.environ,
-            "KERAS_BACKEND": "jax",
-            "XLA_FLAGS": (
-                f"{os.environ.get('XLA_FLAGS', '')} "
-                "--xla_force_host_platform_device_count=2"
-            ).strip(),
-        },
+        env=jax_env(2),
         capture_output=True,
         text=True,
         timeout=600,

@@ -19,24 +19,10 @@ import pytest
 
 from keras_attention.tasks import distribute
 from keras_attention.tasks.resumable import read_epoch_log
-from tests.tasks.processes import stop
+from tests.tasks.processes import jax_env, stop
 from tests.tasks.test_caption import write_shapes_folder
 from tests.tasks.test_classify import keyword_reviews, write_csv
 from tests.tasks.test_lm import write_corpus
-
-
-def jax_env(devices, **extra):
-    return {
-        **os.environ,
-        "KERAS_BACKEND": "jax",
-        "XLA_FLAGS": (
-            f"{os.environ.get('XLA_FLAGS', '')} "
-            f"--xla_force_host_platform_device_count={devices}"
-        ).strip(),
-        "TF_CPP_MIN_LOG_LEVEL": "3",
-        "PYTHONUNBUFFERED": "1",
-        **extra,
-    }
 
 
 class Hung(Exception):
