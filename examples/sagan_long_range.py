@@ -9,6 +9,10 @@ a GPU machine without TensorFlow included:
 
     KERAS_BACKEND=jax python examples/sagan_long_range.py --out runs/sagan-pairs
 
+`--cell-size 16` runs the same study on canvases of half the side (32x32,
+items averaged down to 14x14), about a quarter of the compute: the size a
+2-core CPU finishes in a couple of hours.
+
 The two classifiers it measures with are trained first and cached under
 `--out`: one of the canvases' pair class (the space FID is measured in) and
 one of single items in a 32x32 cell (it names each cell's class, see
@@ -43,9 +47,10 @@ import keras
 import numpy as np
 
 from keras_attention.data.fashion_pairs import (
-    PAIR_CELLS,
+    CELL_SIZES,
     load_fashion_pairs,
     load_item_cells,
+    pair_cells,
 )
 from keras_attention.evaluation import (
     ImageQuality,
@@ -65,6 +70,7 @@ NUM_SAMPLES_SHOWN = 8
 # What a run's figures depend on besides its step count: a run resumes only
 # under the settings it was started with.
 RUN_SETTINGS = (
+    "cell_size",
     "width",
     "attention_resolution",
     "ema_decay",
@@ -80,8 +86,21 @@ def parse_args(argv=None):
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=4000)
     parser.add_argument("--eval-every", type=int, default=1000)
+    parser.add_argument(
+        "--cell-size",
+        type=int,
+        default=32,
+        choices=CELL_SIZES,
+        help="32: 64x64 canvases; 16: 32x32 canvases of items averaged down to 14x14",
+    )
     parser.add_argument("--width", type=int, default=32)
-    parser.add_argument("--attention-resolution", type=int, default=32)
+    parser.add_argument(
+        "--attention-resolution",
+        type=int,
+        default=None,
+        help="side of the feature map the attention blocks work on (default: "
+        "half the canvas side, where the paper found attention helps most)",
+    )
     parser.add_argument("--ema-decay", type=float, default=0.999)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--num-pairs", type=int, default=None)
@@ -93,6 +112,8 @@ def parse_args(argv=None):
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--run", nargs=2, metavar=("VARIANT", "SEED"))
     args = parser.parse_args(argv)
+    if args.attention_resolution is None:
+        args.attention_resolution = args.cell_size
     args.variants = args.variants.split(",")
     unknown = sorted(set(args.variants) - set(VARIANTS))
     if unknown:
@@ -135,7 +156,7 @@ def measures(args, canvases, labels):
         os.path.join(args.out, "classifier.keras"),
         epochs=CLASSIFIER_EPOCHS,
     )
-    cells, cell_labels = load_item_cells(seed=0)
+    cells, cell_labels = load_item_cells(seed=0, cell_size=args.cell_size)
     item_classifier, item_accuracy = train_feature_classifier(
         cells,
         cell_labels,
@@ -153,7 +174,9 @@ def measures(args, canvases, labels):
     reference = canvases[order[:count]]
     held_out = canvases[order[count : 2 * count]]
     quality = ImageQuality(classifier, reference)
-    agreement = LongRangeAgreement(item_classifier, canvases.shape[1:], PAIR_CELLS)
+    agreement = LongRangeAgreement(
+        item_classifier, canvases.shape[1:], pair_cells(args.cell_size)
+    )
     return (
         quality,
         agreement,
@@ -294,7 +317,7 @@ def train_one(args, variant, seed, deadline):
     record = read_run(args, variant, seed)
     if finished(args, record):
         return
-    canvases, labels, _ = load_fashion_pairs(args.num_pairs)
+    canvases, labels, _ = load_fashion_pairs(args.num_pairs, cell_size=args.cell_size)
     quality, agreement, _, _ = measures(args, canvases, labels)
     start = reached(record) if record else 0
     # A resumed run draws a data order of its own rather than the first
@@ -455,7 +478,7 @@ def main(argv=None):
     # Read (and their settings checked) before any long work starts.
     previous = {(v, s): read_run(args, v, s) for s in seeds for v in args.variants}
     log(f"backend {keras.backend.backend()}; loading the fashion pairs")
-    canvases, labels, _ = load_fashion_pairs(args.num_pairs)
+    canvases, labels, _ = load_fashion_pairs(args.num_pairs, cell_size=args.cell_size)
     quality, agreement, held_out, info = measures(args, canvases, labels)
     real = {
         "fid": quality(held_out)["fid"],

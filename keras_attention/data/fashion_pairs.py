@@ -17,6 +17,12 @@ A 32x32 cell with its item is the geometry of `load_fashion_mnist_images`
 (28x28 padded to 32x32), so the cells of generated canvases can be
 classified by a classifier trained on single items (`item_cells`); see
 `keras_attention.evaluation.long_range`.
+
+`cell_size=16` builds the same set at half the size, for a CPU: 32x32
+canvases of items averaged down to 14x14 (2x2 pixel means) in 16x16 cells,
+shifted by up to 2 pixels. A generator's step costs about a quarter as much,
+and the two cells are still the two ends of a diagonal of the 16x16 feature
+map.
 """
 
 import numpy as np
@@ -27,11 +33,41 @@ from keras_attention.data.fashion_mnist import load_fashion_mnist
 ITEM_SIZE = 28
 CELL_SIZE = 32
 CANVAS_SIZE = 2 * CELL_SIZE
-# Top-left corners of the two item cells: the ends of one diagonal.
-PAIR_CELLS = ((0, 0), (CELL_SIZE, CELL_SIZE))
-# An item sits 0 to MAX_SHIFT pixels from its cell's top and left edges;
-# MAX_SHIFT // 2 is the centred item of `load_fashion_mnist_images`.
-MAX_SHIFT = CELL_SIZE - ITEM_SIZE
+# The cell sides a set can be built at: the full size, and half of it with
+# items averaged down 2x2.
+CELL_SIZES = (16, 32)
+
+
+def pair_cells(cell_size=CELL_SIZE):
+    """Top-left corners of the two item cells: the ends of one diagonal."""
+    return ((0, 0), (cell_size, cell_size))
+
+
+def max_shift(cell_size=CELL_SIZE):
+    """How far an item may sit from its cell's top and left edges; half of
+    it centres the item, as `load_fashion_mnist_images` does at full size."""
+    return cell_size - ITEM_SIZE * cell_size // CELL_SIZE
+
+
+PAIR_CELLS = pair_cells()
+MAX_SHIFT = max_shift()
+
+
+def _check_cell_size(cell_size):
+    if cell_size not in CELL_SIZES:
+        raise ValueError(
+            f"`cell_size` must be one of {CELL_SIZES}; received {cell_size!r}."
+        )
+
+
+def _scaled(items, cell_size):
+    """Items averaged down to the size that fits `cell_size` cells."""
+    factor = CELL_SIZE // cell_size
+    if factor == 1:
+        return items
+    side = ITEM_SIZE // factor
+    blocks = items.reshape(len(items), side, factor, side, factor)
+    return np.rint(blocks.mean(axis=(2, 4))).astype("uint8")
 
 
 def _check_items(items, labels):
@@ -81,13 +117,14 @@ def pair_indices(labels, seed=0):
 
 def _place(items, canvas, cell, shifts):
     """Writes each item into its canvas at `cell` + its shift (in place)."""
+    side = items.shape[1]
     for index, (item, (dy, dx)) in enumerate(zip(items, shifts, strict=True)):
         top, left = cell[0] + dy, cell[1] + dx
-        canvas[index, top : top + ITEM_SIZE, left : left + ITEM_SIZE] = item
+        canvas[index, top : top + side, left : left + side] = item
 
 
-def compose_pairs(items, labels, num_pairs=None, seed=0):
-    """Composes 64x64 canvases of two same-class items on a diagonal.
+def compose_pairs(items, labels, num_pairs=None, seed=0, cell_size=CELL_SIZE):
+    """Composes square canvases of two same-class items on a diagonal.
 
     Args:
         items: uint8 `(N, 28, 28)` Fashion-MNIST items.
@@ -96,15 +133,18 @@ def compose_pairs(items, labels, num_pairs=None, seed=0):
             all, about N / 2).
         seed: seed of the pairing and of the shifts: the same seed gives the
             same canvases.
+        cell_size: 32 (64x64 canvases of the items as they are) or 16 (32x32
+            canvases of the items averaged down to 14x14).
 
     Returns:
-        `(canvases, pair_labels, indices)`: uint8 `(P, 64, 64, 1)`, int32
-        `(P,)` the class both items share, and int64 `(P, 2)` the items in the
-        top-left and bottom-right cells.
+        `(canvases, pair_labels, indices)`: uint8 `(P, 2 * cell_size,
+        2 * cell_size, 1)`, int32 `(P,)` the class both items share, and
+        int64 `(P, 2)` the items in the top-left and bottom-right cells.
 
     Raises:
         ValueError: for items that are not `(N, 28, 28)`, labels that do not
-            match them, or more pairs asked for than the items make.
+            match them, more pairs asked for than the items make, or a cell
+            size not in `CELL_SIZES`.
 
     Example:
         >>> items = np.full((4, 28, 28), 255, "uint8")
@@ -113,6 +153,7 @@ def compose_pairs(items, labels, num_pairs=None, seed=0):
         ((2, 64, 64, 1), [3, 5])
     """
     items, labels = _check_items(items, labels)
+    _check_cell_size(cell_size)
     indices = pair_indices(labels, seed)
     if num_pairs is not None:
         check_positive_int("num_pairs", num_pairs)
@@ -125,39 +166,42 @@ def compose_pairs(items, labels, num_pairs=None, seed=0):
     # A stream of its own, so that the shifts of the first pairs do not
     # depend on how many pairs are kept.
     shifts = np.random.default_rng([seed, 1]).integers(
-        0, MAX_SHIFT + 1, (len(indices), 2, 2)
+        0, max_shift(cell_size) + 1, (len(indices), 2, 2)
     )
-    canvases = np.zeros((len(indices), CANVAS_SIZE, CANVAS_SIZE), "uint8")
-    for slot, cell in enumerate(PAIR_CELLS):
-        _place(items[indices[:, slot]], canvases, cell, shifts[:, slot])
+    canvases = np.zeros((len(indices), 2 * cell_size, 2 * cell_size), "uint8")
+    for slot, cell in enumerate(pair_cells(cell_size)):
+        chosen = _scaled(items[indices[:, slot]], cell_size)
+        _place(chosen, canvases, cell, shifts[:, slot])
     return canvases[..., None], labels[indices[:, 0]].astype("int32"), indices
 
 
-def item_cells(items, seed=0):
-    """Single items in 32x32 cells, shifted as in `compose_pairs`: what a
-    classifier of the pairs' cells trains on.
+def item_cells(items, seed=0, cell_size=CELL_SIZE):
+    """Single items in cells, shifted and scaled as in `compose_pairs`: what
+    a classifier of the pairs' cells trains on.
 
     Args:
         items: uint8 `(N, 28, 28)`.
         seed: seed of the shifts.
+        cell_size: as in `compose_pairs`.
 
     Returns:
-        uint8 `(N, 32, 32, 1)`.
+        uint8 `(N, cell_size, cell_size, 1)`.
 
     Example:
         >>> item_cells(np.zeros((3, 28, 28), "uint8")).shape
         (3, 32, 32, 1)
     """
     items, _ = _check_items(items, np.zeros(len(np.asarray(items))))
+    _check_cell_size(cell_size)
     shifts = np.random.default_rng([seed, 2]).integers(
-        0, MAX_SHIFT + 1, (len(items), 2)
+        0, max_shift(cell_size) + 1, (len(items), 2)
     )
-    cells = np.zeros((len(items), CELL_SIZE, CELL_SIZE), "uint8")
-    _place(items, cells, (0, 0), shifts)
+    cells = np.zeros((len(items), cell_size, cell_size), "uint8")
+    _place(_scaled(items, cell_size), cells, (0, 0), shifts)
     return cells[..., None]
 
 
-def load_fashion_pairs(num_pairs=None, seed=0):
+def load_fashion_pairs(num_pairs=None, seed=0, cell_size=CELL_SIZE):
     """The fashion pairs of the Fashion-MNIST training split: 30,000 canvases
     (3,000 per class), each of the 60,000 items used once (Debian package
     `dataset-fashion-mnist`).
@@ -166,25 +210,28 @@ def load_fashion_pairs(num_pairs=None, seed=0):
         num_pairs: keep this many (default: all 30,000).
         seed: seed of the pairing and the shifts (default 0, the set that
             `keras-attention gan --data fashion-pairs` trains on).
+        cell_size: as in `compose_pairs` (default 32: 64x64 canvases).
 
     Returns:
         `compose_pairs`' `(canvases, pair_labels, indices)`; the indices point
         into `load_fashion_mnist("train")`.
     """
     items, labels = load_fashion_mnist("train")
-    return compose_pairs(items, labels, num_pairs, seed)
+    return compose_pairs(items, labels, num_pairs, seed, cell_size)
 
 
-def load_item_cells(seed=0):
+def load_item_cells(seed=0, cell_size=CELL_SIZE):
     """The 10,000 items of the Fashion-MNIST test split (none of them in a
-    training pair) in shifted 32x32 cells, with their classes: the training
-    set of the classifier that reads the pairs' cells.
+    training pair) in shifted cells, with their classes: the training set of
+    the classifier that reads the pairs' cells.
 
     Args:
         seed: seed of the shifts.
+        cell_size: as in `compose_pairs`.
 
     Returns:
-        `(cells, labels)`: uint8 `(10000, 32, 32, 1)` and int32 `(10000,)`.
+        `(cells, labels)`: uint8 `(10000, cell_size, cell_size, 1)` and int32
+        `(10000,)`.
     """
     items, labels = load_fashion_mnist("test")
-    return item_cells(items, seed), labels.astype("int32")
+    return item_cells(items, seed, cell_size), labels.astype("int32")

@@ -14,6 +14,8 @@ from keras_attention.data.fashion_pairs import (
     compose_pairs,
     item_cells,
     load_fashion_pairs,
+    load_item_cells,
+    pair_cells,
     pair_indices,
 )
 from keras_attention.data.labelled_images import (
@@ -39,11 +41,11 @@ def _items(num_items=50, num_classes=4, seed=0):
     return images, labels
 
 
-def _where(cell):
+def _where(cell, side=ITEM_SIZE):
     """The value and the (top, left) of the one square in a cell."""
     rows, cols = np.nonzero(cell)
-    assert len(rows) == ITEM_SIZE * ITEM_SIZE
-    assert rows.max() - rows.min() == cols.max() - cols.min() == ITEM_SIZE - 1
+    assert len(rows) == side * side
+    assert rows.max() - rows.min() == cols.max() - cols.min() == side - 1
     return int(cell[rows[0], cols[0]]), (int(rows.min()), int(cols.min()))
 
 
@@ -71,6 +73,27 @@ def test_pairs_hold_two_items_of_one_class_in_opposite_cells():
         assert canvas[:CELL_SIZE, CELL_SIZE:].max() == 0
         assert canvas[CELL_SIZE:, :CELL_SIZE].max() == 0
     assert len(shifts) > 5  # the items are shifted, not all centred
+
+
+def test_half_size_pairs_hold_items_averaged_down_in_16x16_cells():
+    items, labels = _items()
+    # Every 2x2 block of item i holds i + 5 once and i + 1 three times: its
+    # mean is i + 2.
+    items[:, ::2, ::2] += 4
+    canvases, _, indices = compose_pairs(items, labels, seed=3, cell_size=16)
+    assert canvases.shape == (len(indices), 32, 32, 1)
+    shifts = set()
+    for canvas, pair in zip(canvases[..., 0], indices, strict=True):
+        for (top, left), index in zip(pair_cells(16), pair, strict=True):
+            value, (dy, dx) = _where(canvas[top : top + 16, left : left + 16], 14)
+            assert value == index + 2
+            assert 0 <= dy <= 2 and 0 <= dx <= 2
+            shifts.add((dy, dx))
+        assert canvas[:16, 16:].max() == 0 and canvas[16:, :16].max() == 0
+    assert len(shifts) > 5
+    cells = item_cells(items[:10], seed=0, cell_size=16)
+    assert cells.shape == (10, 16, 16, 1)
+    assert [_where(cell, 14)[0] for cell in cells[..., 0]] == list(range(2, 12))
 
 
 def test_pairs_are_determined_by_the_seed():
@@ -101,6 +124,10 @@ def test_bad_items_and_sizes_are_refused():
         compose_pairs(items, labels[:-1])
     with pytest.raises(ValueError, match="`num_pairs` must be at most"):
         compose_pairs(items, labels, num_pairs=1000)
+    with pytest.raises(ValueError, match=r"one of \(16, 32\); received 8"):
+        compose_pairs(items, labels, cell_size=8)
+    with pytest.raises(ValueError, match=r"one of \(16, 32\); received 24"):
+        item_cells(items, cell_size=24)
 
 
 def test_item_cells_shift_single_items_like_the_pairs():
@@ -133,3 +160,21 @@ def test_fashion_pairs_come_from_the_training_split():
     # Every pixel of the first item lies in the top-left cell.
     assert canvases[0, :CELL_SIZE, :CELL_SIZE].sum() == items[indices[0, 0]].sum()
     assert canvases[0, CELL_SIZE:, CELL_SIZE:].sum() == items[indices[0, 1]].sum()
+
+
+@needs_fashion_mnist
+def test_half_size_fashion_pairs_are_the_same_pairs_averaged_down():
+    full, labels, indices = load_fashion_pairs(num_pairs=50)
+    half, half_labels, half_indices = load_fashion_pairs(num_pairs=50, cell_size=16)
+    assert half.shape == (50, 32, 32, 1)
+    np.testing.assert_array_equal(half_indices, indices)
+    np.testing.assert_array_equal(half_labels, labels)
+    # Averaging keeps an item's ink: each cell's sum is a quarter of the
+    # full-size item's, up to the rounding of 196 means.
+    items, _ = load_fashion_mnist("train")
+    for slot, (top, left) in enumerate(pair_cells(16)):
+        ink = half[:, top : top + 16, left : left + 16].sum(axis=(1, 2, 3))
+        expected = items[indices[:, slot]].sum(axis=(1, 2)) / 4
+        assert np.all(np.abs(ink - expected) <= 98)
+    cells, cell_labels = load_item_cells(cell_size=16)
+    assert cells.shape == (10000, 16, 16, 1) and len(cell_labels) == 10000

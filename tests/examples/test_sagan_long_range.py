@@ -141,3 +141,13 @@ def test_a_run_cut_off_resumes_from_its_checkpoint(study, tmp_path):
     )
     # Both optimizers went on from step 2: a run trained afresh would be at 2.
     assert _optimizer_iterations(checkpoint) == [4, 4]
+
+
+def test_attention_works_at_half_the_canvas_side_unless_told(study, tmp_path):
+    assert study.parse_args(["--out", str(tmp_path)]).attention_resolution == 32
+    half = study.parse_args(["--out", str(tmp_path), "--cell-size", "16"])
+    assert (half.cell_size, half.attention_resolution) == (16, 16)
+    told = ["--cell-size", "16", "--attention-resolution", "8"]
+    assert study.parse_args(told).attention_resolution == 8
+    with pytest.raises(SystemExit):
+        study.parse_args(["--cell-size", "8"])
