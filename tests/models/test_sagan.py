@@ -174,6 +174,28 @@ def test_trains_in_mixed_precision_under_xla(digits, policy):
     assert np.all(np.isfinite(gan.sample(4, seed=0)))
 
 
+def test_mixed_precision_makes_the_images_and_logits_in_float32():
+    """Under a mixed policy the blocks compute in half precision, but the
+    generator's last convolution and tanh, and the discriminator's logit,
+    compute in float32 (PyTorch's CPU backend cannot train a half-precision
+    convolution to one channel)."""
+    keras.config.set_dtype_policy("mixed_float16")
+    gan = SAGAN(**TINY, num_classes=10, seed=0)
+    convolutions = {
+        wrapper.layer.name: wrapper.layer.compute_dtype
+        for wrapper in spectral_layers(gan.generator)
+    }
+    assert convolutions.pop("output_conv") == "float32"
+    assert set(convolutions.values()) == {"float16"}
+    assert gan.generator.get_layer("images").compute_dtype == "float32"
+    logit = [w.layer for w in spectral_layers(gan.discriminator)]
+    assert [layer.compute_dtype for layer in logit if layer.name == "logit"] == [
+        "float32"
+    ]
+    images = gan.sample(2, labels=np.array([1, 2]), seed=0)
+    assert images.dtype == np.float32 and np.all(np.isfinite(images))
+
+
 def test_bad_configs_and_inputs_are_refused(digits):
     _, real = digits
     with pytest.raises(ValueError, match="power of 2"):
