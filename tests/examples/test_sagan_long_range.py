@@ -151,3 +151,63 @@ def test_attention_works_at_half_the_canvas_side_unless_told(study, tmp_path):
     assert study.parse_args(told).attention_resolution == 8
     with pytest.raises(SystemExit):
         study.parse_args(["--cell-size", "8"])
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class _Generator:
+    """What `Measure` asks of the GAN: samples and its weights."""
+
+    stop_training = False
+
+    def sample(self, count, seed):
+        return np.zeros((count, 4, 4, 1), "float32")
+
+    def save_weights(self, path):
+        with open(path, "w") as f:
+            f.write("weights")
+
+
+def test_measurements_leave_compilation_out_and_stop_before_the_deadline(
+    study, tmp_path, monkeypatch
+):
+    """A run's seconds start at the end of its first step (XLA compiles
+    there), and a deadline stops it after the last measurement whose next
+    interval would not fit."""
+    clock = _Clock()
+    monkeypatch.setattr(study.time, "time", clock)
+    args = _tiny_args(study, tmp_path, steps=8)
+    record = {"variant": "attention", "seed": 0, "evaluations": []}
+    measure = study.Measure(
+        args,
+        record,
+        quality=lambda images: {"fid": 1.0, "inception_score": 1.0},
+        agreement=lambda images: {"agreement": 0.5, "chance": 0.1},
+        path=study.run_path(args, "attention", 0),
+        deadline=125.0,
+    )
+    generator = _Generator()
+    measure.set_model(generator)
+    logs = {"d_loss": 1.0, "g_loss": 0.0}
+    # The first step ends at 100 s (it compiled), step 2 at 110 s, step 3 at
+    # 115 s.
+    for clock.now in (100.0, 110.0, 115.0):
+        measure.on_train_batch_end(0, logs)
+    assert [e["seconds"] for e in record["evaluations"]] == [10.0]
+    assert not generator.stop_training
+    # Step 4 at 130 s: its 20 s interval again would end past the deadline.
+    clock.now = 130.0
+    measure.on_train_batch_end(0, logs)
+    assert [e["seconds"] for e in record["evaluations"]] == [10.0, 30.0]
+    assert generator.stop_training
+    assert record["checkpoint"] == study.checkpoint_name("attention", 0, 4)
+    assert sorted(os.listdir(tmp_path)) == [
+        "attention-seed0-step4.weights.h5",
+        "attention-seed0.json",
+    ]
