@@ -61,7 +61,10 @@ from keras_attention.models import SAGAN
 from keras_attention.utils.files import write_text, written_whole
 
 VARIANTS = ("attention", "no-attention")
-FIGURES = ("fid", "long_range_agreement")
+# `agreement_above_chance` is the agreement less the chance agreement of
+# the run's own class frequencies: a generator that draws few classes agrees
+# by chance more often, which the bare agreement rewards.
+FIGURES = ("fid", "long_range_agreement", "agreement_above_chance")
 # As `keras-attention gan`: the FID classifier's and the item classifier's
 # epochs.
 CLASSIFIER_EPOCHS = 3
@@ -398,6 +401,16 @@ def t_interval(values):
     }
 
 
+def figure_value(evaluation, figure):
+    """One of `FIGURES` from a run's measurement at one step."""
+    if figure == "agreement_above_chance":
+        return (
+            evaluation["long_range_agreement"]
+            - evaluation["long_range_agreement_chance"]
+        )
+    return evaluation[figure]
+
+
 def summarize(runs, seeds):
     """Per step count that every run reached: each figure's values per seed,
     mean, standard deviation and 95% interval per variant, and the paired
@@ -413,9 +426,9 @@ def summarize(runs, seeds):
         for (variant, seed), run in runs.items():
             found = next(e for e in run["evaluations"] if e["step"] == step)
             for figure in FIGURES:
-                at_step.setdefault(variant, {}).setdefault(figure, {})[seed] = found[
-                    figure
-                ]
+                at_step.setdefault(variant, {}).setdefault(figure, {})[seed] = (
+                    figure_value(found, figure)
+                )
         entry = {}
         for variant, figures in at_step.items():
             entry[variant] = {
@@ -443,10 +456,14 @@ def summarize(runs, seeds):
 def plot(args, runs, seeds, real):
     from keras_attention.viz import plot_curves, plot_image_grid
 
-    for figure, name in (("fid", "FID"), ("long_range_agreement", "agreement")):
+    for figure, name in zip(
+        FIGURES, ("FID", "agreement", "agreement above chance"), strict=True
+    ):
         plot_curves(
             {
-                f"{variant}, seed {seed}": [e[figure] for e in run["evaluations"]]
+                f"{variant}, seed {seed}": [
+                    figure_value(e, figure) for e in run["evaluations"]
+                ]
                 for (variant, seed), run in runs.items()
             },
             path=os.path.join(args.out, f"{figure}.png"),
@@ -480,9 +497,12 @@ def main(argv=None):
     log(f"backend {keras.backend.backend()}; loading the fashion pairs")
     canvases, labels, _ = load_fashion_pairs(args.num_pairs, cell_size=args.cell_size)
     quality, agreement, held_out, info = measures(args, canvases, labels)
+    real_agreement = agreement(held_out)
     real = {
         "fid": quality(held_out)["fid"],
-        "long_range_agreement": agreement(held_out)["agreement"],
+        "long_range_agreement": real_agreement["agreement"],
+        "agreement_above_chance": real_agreement["agreement"]
+        - real_agreement["chance"],
     }
     log(
         f"real canvases: FID {real['fid']:.3f}, agreement "
@@ -547,10 +567,12 @@ def main(argv=None):
         for variant in args.variants:
             figures = comparison["by_step"][last][variant]
             log(
-                f"step {last}, {variant}: FID {figures['fid']['mean']:.2f} "
-                f"{np.round(figures['fid']['interval'], 2).tolist()}, agreement "
-                f"{figures['long_range_agreement']['mean']:.3f} "
-                f"{np.round(figures['long_range_agreement']['interval'], 3).tolist()}"
+                f"step {last}, {variant}: "
+                + ", ".join(
+                    f"{figure} {figures[figure]['mean']:.3f} "
+                    f"{np.round(figures[figure]['interval'], 3).tolist()}"
+                    for figure in FIGURES
+                )
             )
 
 

@@ -211,3 +211,40 @@ def test_measurements_leave_compilation_out_and_stop_before_the_deadline(
         "attention-seed0-step4.weights.h5",
         "attention-seed0.json",
     ]
+
+
+def _run(steps, fid, agreement, chance):
+    return {
+        "evaluations": [
+            {
+                "step": step,
+                "fid": fid + step,
+                "long_range_agreement": agreement,
+                "long_range_agreement_chance": chance,
+            }
+            for step in steps
+        ]
+    }
+
+
+def test_the_summary_pairs_seeds_at_the_steps_every_run_reached(study):
+    seeds = [0, 1, 2]
+    runs = {("attention", s): _run([2, 4], 10 + s, 0.5, 0.1 + 0.1 * s) for s in seeds}
+    runs.update(
+        {("no-attention", s): _run([2, 4, 6], 20 + 2 * s, 0.3, 0.1) for s in seeds}
+    )
+    summary = study.summarize(runs, seeds)
+    assert list(summary) == ["2", "4"]
+    attention = summary["4"]["attention"]
+    assert attention["fid"]["values"] == [14, 15, 16]
+    assert attention["fid"]["mean"] == pytest.approx(15.0)
+    low, high = attention["fid"]["interval"]
+    assert low < 15.0 < high
+    np.testing.assert_allclose(
+        attention["agreement_above_chance"]["values"], [0.4, 0.3, 0.2]
+    )
+    difference = summary["4"]["attention_minus_no_attention"]
+    # Per seed: (14, 15, 16) - (24, 26, 28).
+    assert difference["fid"]["mean"] == pytest.approx(-11.0)
+    assert difference["long_range_agreement"]["mean"] == pytest.approx(0.2)
+    assert difference["agreement_above_chance"]["mean"] == pytest.approx(0.1)
