@@ -15,7 +15,7 @@ items averaged down to 14x14), about a quarter of the compute: the size a
 
 The two classifiers it measures with are trained first and cached under
 `--out`: one of the canvases' pair class (the space FID is measured in) and
-one of single items in a 32x32 cell (it names each cell's class, see
+one of single items in a cell (it names each cell's class, see
 `keras_attention.evaluation.long_range`). Then each (variant, seed) trains in
 a process of its own, `--parallel` at a time (they share the accelerator),
 and writes `<variant>-seed<k>.json` with its figures every `--eval-every`
@@ -498,12 +498,12 @@ def main(argv=None):
     canvases, labels, _ = load_fashion_pairs(args.num_pairs, cell_size=args.cell_size)
     quality, agreement, held_out, info = measures(args, canvases, labels)
     real_agreement = agreement(held_out)
-    real = {
+    measured = {
         "fid": quality(held_out)["fid"],
         "long_range_agreement": real_agreement["agreement"],
-        "agreement_above_chance": real_agreement["agreement"]
-        - real_agreement["chance"],
+        "long_range_agreement_chance": real_agreement["chance"],
     }
+    real = {figure: figure_value(measured, figure) for figure in FIGURES}
     log(
         f"real canvases: FID {real['fid']:.3f}, agreement "
         f"{real['long_range_agreement']:.3f}"

@@ -188,10 +188,9 @@ def test_mixed_precision_makes_the_images_and_logits_in_float32():
     assert convolutions.pop("output_conv") == "float32"
     assert set(convolutions.values()) == {"float16"}
     assert gan.generator.get_layer("images").compute_dtype == "float32"
-    logit = [w.layer for w in spectral_layers(gan.discriminator)]
-    assert [layer.compute_dtype for layer in logit if layer.name == "logit"] == [
-        "float32"
-    ]
+    discriminator_layers = [w.layer for w in spectral_layers(gan.discriminator)]
+    logits = [layer for layer in discriminator_layers if layer.name == "logit"]
+    assert [layer.compute_dtype for layer in logits] == ["float32"]
     images = gan.sample(2, labels=np.array([1, 2]), seed=0)
     assert images.dtype == np.float32 and np.all(np.isfinite(images))
 
