@@ -16,11 +16,25 @@ os.environ.setdefault(
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
+from keras_attention.data.packages import installed  # noqa: E402
 from keras_attention.utils.backend import variable_gradients  # noqa: E402
 
 # Tests that share a module-scoped fixture which trains a model are marked
 # `xdist_group(<fixture name>)`: CI's slow tier (`--dist loadgroup`) runs each
 # group on one worker, so that the model is trained once, not once per worker.
+
+
+def pytest_collection_modifyitems(items):
+    """`@pytest.mark.needs_package(*names)`: the test reads the data of these
+    Debian packages, and skips, naming them, where one is missing or hidden
+    by KERAS_ATTENTION_HIDE_PACKAGES (a skip mark is read before any fixture
+    is set up, so a module fixture that loads the data is not reached)."""
+    for item in items:
+        for marker in item.iter_markers("needs_package"):
+            missing = [name for name in marker.args if not installed(name)]
+            if missing:
+                reason = f"needs `apt-get install {' '.join(missing)}`"
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(autouse=True)

@@ -7,6 +7,7 @@ import subprocess
 
 from keras_attention._checks import check_positive_int
 from keras_attention.data.files import DataFormatError
+from keras_attention.data.packages import require_package
 
 BIBLE_PACKAGE = "bible-kjv"
 BIBLE_PROGRAM = "bible"
@@ -30,6 +31,8 @@ def read_verses(program=BIBLE_PROGRAM):
         FileNotFoundError: if `program` is not installed.
         DataFormatError: if its output is not the 31,102 verses.
     """
+    if program == BIBLE_PROGRAM:
+        require_package(BIBLE_PACKAGE, "The King James Bible")
     path = shutil.which(program)
     if path is None:
         raise FileNotFoundError(

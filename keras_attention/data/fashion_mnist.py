@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from keras_attention.data.files import DataFormatError
+from keras_attention.data.packages import require_package
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
@@ -91,6 +92,8 @@ def load_fashion_mnist(split="train", directory=FASHION_MNIST_DIR):
     """
     if split not in _FILES:
         raise ValueError(f"`split` must be one of {tuple(_FILES)}; received {split!r}.")
+    if directory == FASHION_MNIST_DIR:
+        require_package(FASHION_MNIST_PACKAGE, "Fashion-MNIST")
     if not os.path.isdir(directory):
         raise FileNotFoundError(
             f"Fashion-MNIST folder not found: '{directory}'. Install it with "

@@ -15,6 +15,7 @@ import subprocess
 from collections import namedtuple
 
 from keras_attention.data.files import DataFormatError
+from keras_attention.data.packages import PackageMissingError, require_package
 
 LOCALE_DIR = "/usr/share/locale"
 # The Debian packages whose catalogs make the corpus, in the order that
@@ -207,6 +208,7 @@ def package_catalogs(package, language="de", locale_dir=LOCALE_DIR):
             `apt-get install` command), or installs no catalog for
             `language`.
     """
+    require_package(package, "The messages corpus")
     try:
         listing = subprocess.run(
             ["dpkg-query", "--listfiles", package],
@@ -276,6 +278,8 @@ def messages_by_package(
     for package in packages:
         try:
             catalogs[package] = package_catalogs(package, language)
+        except PackageMissingError:
+            raise  # hidden on purpose: no install command to gather
         except FileNotFoundError:
             missing.append(package)
     if missing:

@@ -1,13 +1,9 @@
-import shutil
-
 import pytest
 
-from keras_attention.data.bible import load_bible_texts, read_verses
+from keras_attention.data.bible import BIBLE_PACKAGE, load_bible_texts, read_verses
 from keras_attention.data.files import DataFormatError
 
-installed = pytest.mark.skipif(
-    shutil.which("bible") is None, reason="needs `apt-get install bible-kjv`"
-)
+installed = pytest.mark.needs_package(BIBLE_PACKAGE)
 
 
 @installed

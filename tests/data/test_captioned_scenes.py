@@ -1,5 +1,4 @@
 import gzip
-import os
 
 import numpy as np
 import pytest
@@ -12,7 +11,6 @@ from keras_attention.data.captioned_scenes import (
 )
 from keras_attention.data.fashion_mnist import (
     FASHION_MNIST_CLASSES,
-    FASHION_MNIST_DIR,
     load_fashion_mnist,
     read_idx,
 )
@@ -69,9 +67,8 @@ def test_read_idx_rejects_broken_gzip(tmp_path):
         read_idx(path)
 
 
+@pytest.mark.needs_package("dataset-fashion-mnist")
 def test_fashion_mnist_from_the_debian_package():
-    if not os.path.isdir(FASHION_MNIST_DIR):
-        pytest.skip("`apt-get install dataset-fashion-mnist` to test Fashion-MNIST")
     images, labels = load_fashion_mnist("test")
     assert images.shape == (10000, 28, 28) and labels.shape == (10000,)
     assert np.bincount(labels).tolist() == [1000] * 10

@@ -50,11 +50,6 @@ def reviews():
 
 @pytest.fixture(scope="module")
 def fortunes():
-    if not os.path.isdir(FORTUNES_DIR):
-        pytest.skip(
-            f"{FORTUNES_DIR} is absent: `apt-get install fortunes` to test the "
-            "fortune categories"
-        )
     return load_fortunes()
 
 
@@ -379,6 +374,7 @@ def test_load_fortunes_missing_directory(tmp_path):
     assert "apt-get install fortunes" in str(info.value)
 
 
+@pytest.mark.needs_package("fortunes")
 def test_load_fortunes(fortunes):
     assert fortunes.class_names == FORTUNE_CATEGORIES
     for split in (fortunes.train, fortunes.valid, fortunes.test):
@@ -401,6 +397,7 @@ def test_load_fortunes(fortunes):
     assert classification.FORTUNES_PACKAGE == "fortunes"
 
 
+@pytest.mark.needs_package("fortunes")
 def test_load_classification_data_fortunes(fortunes):
     assert load_classification_data("fortunes") == fortunes
 

@@ -1,10 +1,8 @@
-import os
-
 import numpy as np
 import pytest
 
 from keras_attention import names
-from keras_attention.data.fashion_mnist import FASHION_MNIST_DIR, load_fashion_mnist
+from keras_attention.data.fashion_mnist import load_fashion_mnist
 from keras_attention.data.fashion_pairs import (
     CANVAS_SIZE,
     CELL_SIZE,
@@ -24,10 +22,7 @@ from keras_attention.data.labelled_images import (
     load_image_set,
 )
 
-needs_fashion_mnist = pytest.mark.skipif(
-    not os.path.isdir(FASHION_MNIST_DIR),
-    reason="`apt-get install dataset-fashion-mnist` to test the fashion pairs",
-)
+needs_fashion_mnist = pytest.mark.needs_package("dataset-fashion-mnist")
 
 
 def _items(num_items=50, num_classes=4, seed=0):

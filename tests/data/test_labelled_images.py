@@ -1,11 +1,8 @@
-import os
-
 import numpy as np
 import pytest
 from PIL import Image
 
 from keras_attention.data import DataFormatError
-from keras_attention.data.fashion_mnist import FASHION_MNIST_DIR
 from keras_attention.data.labelled_images import (
     load_digits_images,
     load_fashion_mnist_images,
@@ -20,9 +17,8 @@ def save_image(path, value, size=(12, 10)):
     Image.fromarray(np.full(size, value, "uint8")).save(path)
 
 
+@pytest.mark.needs_package("dataset-fashion-mnist")
 def test_fashion_mnist_is_padded_to_32_pixels():
-    if not os.path.isdir(FASHION_MNIST_DIR):
-        pytest.skip("`apt-get install dataset-fashion-mnist` to test Fashion-MNIST")
     data = load_fashion_mnist_images()
     assert data.images.shape == (60000, 32, 32, 1) and data.images.dtype == np.uint8
     assert data.num_classes == 10 and data.labels.max() == 9

@@ -1,10 +1,8 @@
-import os
 import re
 
 import numpy as np
 import pytest
 
-from keras_attention.data.classification import FORTUNES_DIR
 from keras_attention.data.files import DataFormatError
 from keras_attention.data.language_modeling import (
     character_tokenizer,
@@ -21,14 +19,10 @@ from keras_attention.data.tokenization import END_ID
 
 @pytest.fixture(scope="module")
 def fortune_splits():
-    if not os.path.isdir(FORTUNES_DIR):
-        pytest.skip(
-            f"{FORTUNES_DIR} is absent: `apt-get install fortunes` to test the "
-            "language-model corpus"
-        )
     return load_language_model_texts("fortunes")
 
 
+@pytest.mark.needs_package("fortunes")
 def test_the_fortunes_are_split_by_whole_documents(fortune_splits):
     sizes = {name: len(texts) for name, texts in fortune_splits.items()}
     assert sizes["train"] > 13000 and sizes["valid"] == sizes["test"] > 700

@@ -151,6 +151,7 @@ def test_malformed_catalog_names_the_file_and_the_format(tmp_path, damage, expec
 # Packages
 
 
+@pytest.mark.needs_package("coreutils")
 def test_an_installed_package_gives_its_catalog():
     # coreutils is Essential on Debian: always installed.
     paths = package_catalogs("coreutils")
@@ -161,6 +162,7 @@ def test_an_installed_package_gives_its_catalog():
     assert ("write error", "Schreibfehler") not in pairs  # shorter than 4 words
 
 
+@pytest.mark.needs_package("coreutils")
 def test_a_missing_package_names_the_apt_package():
     with pytest.raises(FileNotFoundError, match="apt-get install no-such-package-x"):
         package_catalogs("no-such-package-x")
@@ -169,6 +171,7 @@ def test_a_missing_package_names_the_apt_package():
     assert "`apt-get install no-such-package-x no-such-y`" in str(info.value)
 
 
+@pytest.mark.needs_package("coreutils")
 def test_a_package_without_the_language_is_reported():
     with pytest.raises(FileNotFoundError, match="no message catalog.*'xx'"):
         package_catalogs("coreutils", language="xx")

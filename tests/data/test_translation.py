@@ -1,11 +1,9 @@
-import os
 import re
 
 import pytest
 
 from keras_attention.data import translation
 from keras_attention.data.translation import (
-    DING_PATH,
     DataFormatError,
     load_ding,
     load_translation_pairs,
@@ -24,11 +22,6 @@ def _write(tmp_path, content, name="pairs.tsv"):
 
 @pytest.fixture(scope="module")
 def ding_pairs():
-    if not os.path.exists(DING_PATH):
-        pytest.skip(
-            f"{DING_PATH} is absent: `apt-get install trans-de-en` to test the "
-            "Ding dictionary"
-        )
     return load_ding()
 
 
@@ -183,6 +176,7 @@ def test_load_ding_small_file(tmp_path):
         load_ding(path, max_words=2)
 
 
+@pytest.mark.needs_package("trans-de-en")
 def test_load_ding(ding_pairs):
     assert len(ding_pairs) >= 10000
     sources = [source for source, _ in ding_pairs]
@@ -195,6 +189,7 @@ def test_load_ding(ding_pairs):
             assert text == text.strip(), pair
 
 
+@pytest.mark.needs_package("trans-de-en")
 def test_load_ding_splits(ding_pairs):
     splits = split_pairs(ding_pairs)
     assert len(splits["test"]) == len(splits["valid"]) == 1000

@@ -10,7 +10,6 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attention.data.fashion_mnist import FASHION_MNIST_DIR
 from keras_attention.evaluation import feature_classifier
 
 SCRIPT = os.path.join(
@@ -109,10 +108,7 @@ def _optimizer_iterations(path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not os.path.isdir(FASHION_MNIST_DIR),
-    reason="`apt-get install dataset-fashion-mnist` to run the study",
-)
+@pytest.mark.needs_package("dataset-fashion-mnist")
 def test_a_run_cut_off_resumes_from_its_checkpoint(study, tmp_path):
     if keras.backend.backend() != "tensorflow":
         pytest.skip("one backend is enough for the script's bookkeeping")

@@ -193,13 +193,11 @@ def test_no_attention_model_has_no_attention_weights():
 
 
 @pytest.mark.slow
+@pytest.mark.needs_package("dataset-fashion-mnist")
 def test_a_tiny_model_overfits_a_handful_of_scenes():
     """The model learns: eight real scenes, one caption each, memorized well
     enough that greedy decoding reproduces most captions word for word."""
-    import os
-
     from keras_attention.data import (
-        FASHION_MNIST_DIR,
         compose_scenes,
         encode_captions,
         load_fashion_mnist,
@@ -207,8 +205,6 @@ def test_a_tiny_model_overfits_a_handful_of_scenes():
     )
     from keras_attention.tasks.caption import words_of
 
-    if not os.path.isdir(FASHION_MNIST_DIR):
-        pytest.skip("`apt-get install dataset-fashion-mnist` to train on scenes")
     images, labels = load_fashion_mnist("test")
     scenes = compose_scenes(images[:500], labels[:500], 8, max_items=2, seed=0)
     captions = [c[0] for c in scenes.captions]

@@ -1,5 +1,4 @@
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +9,6 @@ import pytest
 from PIL import Image
 
 from keras_attention import cli
-from keras_attention.data.fashion_mnist import FASHION_MNIST_DIR
 from keras_attention.data.fashion_pairs import load_item_cells
 from keras_attention.evaluation.image_quality import train_feature_classifier
 from keras_attention.models import sample_images
@@ -165,9 +163,8 @@ def test_folder_without_classes_trains_unmeasured_and_refuses_conditional(tmp_pa
     assert "fid" not in metrics and metrics["train_images"] == 40
 
 
+@pytest.mark.needs_package("dataset-fashion-mnist")
 def test_long_range_set_reports_the_agreement_of_its_two_items(tmp_path):
-    if not os.path.isdir(FASHION_MNIST_DIR):
-        pytest.skip("`apt-get install dataset-fashion-mnist` for the fashion pairs")
     # A quick classifier of single items, cached where the run looks for it
     # (the run's own trains 5 epochs on 10,000 items).
     out = tmp_path / "run"

@@ -76,14 +76,11 @@ def test_lm_pack_trains_on_packed_rows_and_reports_them(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_package("fortunes")
 def test_the_packing_benchmark_writes_its_figures(tmp_path):
     import importlib.util
     import os
 
-    from keras_attention.data.classification import FORTUNES_DIR
-
-    if not os.path.isdir(FORTUNES_DIR):
-        pytest.skip(f"{FORTUNES_DIR} is absent: `apt-get install fortunes`")
     path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
     spec = importlib.util.spec_from_file_location(
         "packing_benchmark", os.path.join(path, "packing.py")

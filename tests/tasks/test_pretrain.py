@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 from keras_attention import cli
+from keras_attention.data.bible import BIBLE_PACKAGE
+from keras_attention.data.messages import MESSAGE_PACKAGES
 from keras_attention.models import TransformerClassifier, TransformerTextEncoder
 from keras_attention.tasks.pretrain import (
     MaskedLanguageModel,
@@ -275,7 +277,13 @@ def test_bad_arguments_are_refused_in_one_line(
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("name", ["bible", "messages"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("bible", marks=pytest.mark.needs_package(BIBLE_PACKAGE)),
+        pytest.param("messages", marks=pytest.mark.needs_package(*MESSAGE_PACKAGES)),
+    ],
+)
 def test_built_in_extra_texts_are_passages_of_at_most_120_words(name):
     from keras_attention.data.messages import messages_by_package
 

@@ -1,0 +1,67 @@
+"""The Debian packages the built-in corpora are read from.
+
+`trans-de-en`, `fortunes`, `dataset-fashion-mnist`, `bible-kjv` and the
+packages of `messages.MESSAGE_PACKAGES` install the data that the built-in
+sets read. A loader reading one of them calls `require_package(package, what)`
+first, so that one variable can take them away: `KERAS_ATTENTION_HIDE_PACKAGES`
+(a comma-separated list of package names, or `all`) makes every loader behave
+as on a machine without those packages. CI runs the fast tier with `all`, so
+that a test which needs a package without saying so fails there instead of
+on a user's fresh machine; the tests say so with the `needs_package` marker,
+which skips unless `installed(package)`.
+"""
+
+import functools
+import os
+import subprocess
+
+HIDE_VARIABLE = "KERAS_ATTENTION_HIDE_PACKAGES"
+
+
+class PackageMissingError(FileNotFoundError):
+    """A built-in data set's Debian package is not installed, or is hidden by
+    `KERAS_ATTENTION_HIDE_PACKAGES`."""
+
+
+def hidden(package):
+    """Whether `KERAS_ATTENTION_HIDE_PACKAGES` hides `package`."""
+    names = {name.strip() for name in os.environ.get(HIDE_VARIABLE, "").split(",")} - {
+        ""
+    }
+    return "all" in names or package in names
+
+
+def require_package(package, what):
+    """Raises `PackageMissingError` if `package`, which holds `what`, is
+    hidden by `KERAS_ATTENTION_HIDE_PACKAGES`. The loaders call it before
+    they read a package's files; where the files themselves are missing they
+    say so with the path they looked at."""
+    if hidden(package):
+        raise PackageMissingError(
+            f"{what} is read from the Debian package {package!r}, which "
+            f"{HIDE_VARIABLE}={os.environ[HIDE_VARIABLE]!r} hides: unset it "
+            f"(or `apt-get install {package}` if it is not installed)."
+        )
+
+
+def installed(package):
+    """Whether the Debian package `package` is installed and not hidden.
+
+    Returns:
+        `False` on a machine without `dpkg-query` (not Debian-based).
+    """
+    return not hidden(package) and _dpkg_installed(package)
+
+
+@functools.cache
+def _dpkg_installed(package):
+    try:
+        result = subprocess.run(
+            ["dpkg-query", "--show", "--showformat=${db:Status-Status}", package],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError:
+        return False
+    return result.returncode == 0 and result.stdout.strip() == "installed"
