@@ -283,7 +283,9 @@ class Translation(runner.Task):
         metrics = evaluate(net, test_pairs, self.settings["length_buckets"])
         if beam_width > 1:
             phase(f"translating again with beam search (width {beam_width})")
-            beam = evaluate(net, test_pairs, (), beam_width=beam_width)
+            beam = evaluate(
+                net, test_pairs, self.settings["length_buckets"], beam_width=beam_width
+            )
             metrics.update(
                 {f"beam{beam_width}_{k}": v for k, v in beam.items() if k != "samples"}
             )

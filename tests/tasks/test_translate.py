@@ -63,6 +63,9 @@ def test_translate_writes_metrics_plots_and_model(trained_dir):
         assert key in metrics
     assert 0 <= metrics["exact_match"] <= 1 and 0 <= metrics["bleu"] <= 100
     assert metrics["epochs"] == 1 and metrics["test_pairs"] == 2000
+    # Beam search is scored by length like greedy decoding; no section is empty.
+    assert list(metrics["beam2_by_length"]) == list(metrics["by_length"])
+    assert all(value != {} and value != [] for value in metrics.values())
     assert_keras_archive(trained_dir / "model.keras", "Transformer")
     assert_picture(trained_dir / "attention_0.png")
     assert_picture(trained_dir / "score_by_length.png")
