@@ -15,6 +15,8 @@ checkpoints and more metrics (BLEU-4 72; see docs/tutorials/captioning.md).
     python examples/caption_scenes.py
 """
 
+import os
+
 import keras
 import numpy as np
 
@@ -27,11 +29,18 @@ from keras_attention.data import (
 )
 from keras_attention.tasks.caption import caption_images, plot_overlay
 
+# KERAS_ATTENTION_TINY_EXAMPLES=1 runs the same code on a few examples and
+# steps: CI's check that the example still runs (its figures then mean nothing).
+TINY = os.environ.get("KERAS_ATTENTION_TINY_EXAMPLES") == "1"
+
 keras.utils.set_random_seed(0)
 
 # 1. Data: training and validation scenes from Fashion-MNIST's training
 #    images, test scenes from its test images.
-splits = scene_splits(num_train=8000, num_valid=500, num_test=500)
+if TINY:
+    splits = scene_splits(num_train=64, num_valid=32, num_test=4)
+else:
+    splits = scene_splits(num_train=8000, num_valid=500, num_test=500)
 print(splits["train"].captions[0])
 
 # 2. A word vocabulary learned from the training captions; every caption
@@ -60,7 +69,7 @@ model.compile(
 model.fit(
     dataset(splits["train"], shuffle=True, drop_remainder=True),
     validation_data=dataset(splits["valid"]),
-    epochs=6,
+    epochs=1 if TINY else 6,
 )
 
 # 4. Caption the test scenes (beam search) and count exact captions.

@@ -12,6 +12,8 @@ more metrics.
     python examples/classify_reviews.py
 """
 
+import os
+
 import keras
 import numpy as np
 
@@ -24,15 +26,21 @@ from keras_attention.data import (
 )
 from keras_attention.tasks.classify import explain
 
+# KERAS_ATTENTION_TINY_EXAMPLES=1 runs the same code on a few examples and
+# steps: CI's check that the example still runs (its figures then mean nothing).
+TINY = os.environ.get("KERAS_ATTENTION_TINY_EXAMPLES") == "1"
+# A TINY run reads the first LIMIT texts of each split.
+LIMIT = 64 if TINY else None
+
 keras.utils.set_random_seed(0)
 
 # 1. Data: 3,600 training, 400 validation and the 1,000 test reviews.
 splits = load_reviews()
-print(splits.class_names, splits.train.texts[0][:100])
+print(splits.class_names, splits.train.texts[:LIMIT][0][:100])
 
 # 2. A lowercase WordPiece vocabulary learned from the training reviews; each
 #    review becomes up to 12 sentences of up to 40 word pieces.
-tokenizer = train_word_piece(splits.train.texts, 8000, lowercase=True)
+tokenizer = train_word_piece(splits.train.texts[:LIMIT], 8000, lowercase=True)
 
 
 def encode(texts):
@@ -41,13 +49,13 @@ def encode(texts):
 
 # Batches cut to 4, 8 or 12 sentences: short reviews skip the empty ones.
 train = classification_dataset(
-    encode(splits.train.texts),
-    splits.train.labels,
+    encode(splits.train.texts[:LIMIT]),
+    splits.train.labels[:LIMIT],
     32,
     shuffle=True,
     bucket_boundaries=(4, 8),
 )
-valid = (encode(splits.valid.texts), splits.valid.labels)
+valid = (encode(splits.valid.texts[:LIMIT]), splits.valid.labels[:LIMIT])
 
 # 3. The model: tokenizer and class names are saved inside model.keras.
 model = keras_attention.models.HierarchicalAttentionNetwork(
@@ -69,16 +77,16 @@ model.compile(
 model.fit(
     train,
     validation_data=valid,
-    epochs=10,
+    epochs=1 if TINY else 10,
     callbacks=[keras.callbacks.EarlyStopping(patience=3, restore_best_weights=True)],
 )
 
 # 4. Test accuracy on the 1,000 held-out reviews.
-probabilities = model.predict(encode(splits.test.texts))
-accuracy = np.mean(np.argmax(probabilities, -1) == splits.test.labels)
+probabilities = model.predict(encode(splits.test.texts[:LIMIT]))
+accuracy = np.mean(np.argmax(probabilities, -1) == splits.test.labels[:LIMIT])
 print(f"test accuracy: {accuracy:.3f}")
 
 # 5. Why? Sentence weights (red) and word weights (blue), as HTML and PNG.
-for path in explain(model, splits.test.texts[:3], ".", prefix="review"):
+for path in explain(model, splits.test.texts[:LIMIT][:3], ".", prefix="review"):
     print("wrote", path)
 model.save("reviews_han.keras")

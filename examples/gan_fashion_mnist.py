@@ -11,6 +11,8 @@ steps; `keras-attention gan` adds per-epoch FID, checkpoints and the ablation
     python examples/gan_fashion_mnist.py
 """
 
+import os
+
 import numpy as np
 
 import keras_attention
@@ -21,6 +23,11 @@ from keras_attention.evaluation.image_quality import (
 )
 from keras_attention.tasks.gan import image_dataset, plot_attention_maps
 from keras_attention.viz import plot_image_grid
+
+# KERAS_ATTENTION_TINY_EXAMPLES=1 runs the same code on a few examples and
+# steps: CI's check that the example still runs (its figures then mean nothing).
+TINY = os.environ.get("KERAS_ATTENTION_TINY_EXAMPLES") == "1"
+STEPS, EPOCHS, MEASURED = (2, 1, 64) if TINY else (400, 2, 5000)
 
 # 1. Data: uint8 images (60000, 32, 32, 1) and their classes; the pipeline
 #    scales them to [-1, 1], the range of the generator's tanh.
@@ -33,15 +40,19 @@ gan = keras_attention.models.SAGAN(
     image_shape=(32, 32, 1), generator_width=16, discriminator_width=16, seed=0
 )
 gan.compile(jit_compile=True)
-gan.fit(dataset, steps_per_epoch=400, epochs=2)
+gan.fit(dataset, steps_per_epoch=STEPS, epochs=EPOCHS)
 
 # 3. Measure: FID and an Inception-style score in the feature space of a small
 #    classifier trained on the real images (not ImageNet's Inception network).
 classifier, accuracy = train_feature_classifier(
-    data.images, data.labels, 10, "runs/example_gan/classifier.keras", epochs=2
+    data.images[: 512 if TINY else None],
+    data.labels[: 512 if TINY else None],
+    10,
+    "runs/example_gan/classifier.keras",
+    epochs=EPOCHS,
 )
-quality = ImageQuality(classifier, data.images[:5000])
-scores = quality(gan.sample(5000, seed=1))
+quality = ImageQuality(classifier, data.images[:MEASURED])
+scores = quality(gan.sample(MEASURED, seed=1))
 print(
     f"classifier accuracy {accuracy:.3f}; FID {scores['fid']:.1f}, "
     f"Inception-style score {scores['inception_score']:.2f}"

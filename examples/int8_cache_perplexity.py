@@ -13,6 +13,7 @@ cores with `KERAS_BACKEND=jax`.
 """
 
 import argparse
+import os
 import time
 
 import keras
@@ -21,6 +22,10 @@ from keras import ops
 
 from keras_attention.data import load_language_model_texts
 from keras_attention.models import GPT
+
+# KERAS_ATTENTION_TINY_EXAMPLES=1 runs the same code on a few examples and
+# steps: CI's check that the example still runs (its figures then mean nothing).
+TINY = os.environ.get("KERAS_ATTENTION_TINY_EXAMPLES") == "1"
 
 LENGTH = 128
 BATCH = 32
@@ -62,7 +67,7 @@ def mean_nll(model, inputs, targets, cached):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--steps", type=int, default=2 if TINY else 400)
     args = parser.parse_args()
     keras.utils.set_random_seed(0)
     texts = load_language_model_texts("fortunes")
@@ -87,7 +92,7 @@ def main():
     int8 = GPT(VOCABULARY, cache_dtype="int8", **SIZES)
     int8.set_weights(model.get_weights())
 
-    windows = (len(test) - 1) // LENGTH
+    windows = min((len(test) - 1) // LENGTH, 8) if TINY else (len(test) - 1) // LENGTH
     inputs = test[: windows * LENGTH].reshape(windows, LENGTH)
     targets = test[1 : windows * LENGTH + 1].reshape(windows, LENGTH)
     full = mean_nll(model, inputs, targets, cached=False)

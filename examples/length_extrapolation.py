@@ -34,6 +34,10 @@ from keras_attention.data import (  # noqa: E402
 )
 from keras_attention.tasks.lm import build_model, perplexity  # noqa: E402
 
+# KERAS_ATTENTION_TINY_EXAMPLES=1 runs the same code on a few examples and
+# steps: CI's check that the example still runs (its figures then mean nothing).
+TINY = os.environ.get("KERAS_ATTENTION_TINY_EXAMPLES") == "1"
+
 TRAIN_LENGTH = 64
 EVAL_FACTORS = (1, 2, 4)
 # Each encoding's positions: added to the token embeddings
@@ -50,7 +54,7 @@ SIZES = {"hidden_dim": 128, "num_heads": 4, "num_layers": 4, "intermediate_dim":
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", default="runs/length_extrapolation")
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=2 if TINY else 1500)
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -58,7 +62,7 @@ def main(argv=None):
     tokenizer = character_tokenizer()
     texts = load_language_model_texts("fortunes")
     train_ids = token_stream(texts["train"], tokenizer)
-    test_ids = token_stream(texts["test"], tokenizer)
+    test_ids = token_stream(texts["test"][: 20 if TINY else None], tokenizer)
     print(f"{len(train_ids):,} training and {len(test_ids):,} test characters")
 
     results = {}

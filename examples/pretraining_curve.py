@@ -46,10 +46,17 @@ import os
 from keras_attention.tasks.classify import learning_curve
 from keras_attention.tasks.pretrain import run_pretrain
 
+# KERAS_ATTENTION_TINY_EXAMPLES=1 runs the same code on a few texts and one
+# epoch, without the extra texts: CI's check that the example still runs (its
+# figures then mean nothing).
+TINY = os.environ.get("KERAS_ATTENTION_TINY_EXAMPLES") == "1"
+# A TINY run's pretraining and fine-tuning: one epoch, 64 texts.
+TINY_RUN = {"epochs": 1, "num_train": 64} if TINY else {"epochs": 100}
+
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--out", default="runs/pretraining-curve")
-parser.add_argument("--sizes", default="100,300,1000,3600")
-parser.add_argument("--seeds", type=int, default=5)
+parser.add_argument("--sizes", default="8" if TINY else "100,300,1000,3600")
+parser.add_argument("--seeds", type=int, default=1 if TINY else 5)
 parser.add_argument("--pretrain-minutes", type=float, default=35.0)
 parser.add_argument(
     "--continue-minutes",
@@ -75,7 +82,7 @@ args = parser.parse_args()
 # The encoder's sizes, which the Transformer from scratch shares.
 SIZES = {"hidden_dim": 128, "num_heads": 4, "num_layers": 2, "intermediate_dim": 256}
 
-EXTRA_TEXTS = ["fortunes", "bible", "messages"]
+EXTRA_TEXTS = [] if TINY else ["fortunes", "bible", "messages"]
 chosen = args.arms.split(",")
 pretrain_dir = os.path.join(args.out, "pretrain")
 arms = {
@@ -113,8 +120,8 @@ if set(chosen) - {"scratch", "bilstm"}:
         pretrain_dir,
         data="reviews",
         extra_texts=EXTRA_TEXTS,
-        epochs=100,
         time_budget_minutes=args.pretrain_minutes,
+        **TINY_RUN,
         **SIZES,
     )
 for name in [name for name in continuations if name in chosen]:
@@ -123,7 +130,7 @@ for name in [name for name in continuations if name in chosen]:
         data="reviews",
         extra_texts=continuations[name],
         continue_from=os.path.join(pretrain_dir, "model.keras"),
-        epochs=100,
+        **TINY_RUN,
         time_budget_minutes=args.continue_minutes,
     )
 learning_curve(
@@ -131,4 +138,5 @@ learning_curve(
     arms={name: {**arms[name], "monitor": args.monitor} for name in chosen},
     sizes=[int(size) for size in args.sizes.split(",")],
     seeds=range(args.seeds),
+    **({"epochs": 1} if TINY else {}),
 )

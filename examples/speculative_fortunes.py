@@ -20,6 +20,7 @@ proposals kept, and the speed-up; the outputs are checked to be equal.
 
 import argparse
 import json
+import os
 import platform
 
 import keras
@@ -29,8 +30,12 @@ from keras_attention.data import load_language_model_texts
 from keras_attention.data.tokenization import END_ID
 from keras_attention.tasks import lm
 
+# KERAS_ATTENTION_TINY_EXAMPLES=1 runs the same code on a few examples and
+# steps: CI's check that the example still runs (its figures then mean nothing).
+TINY = os.environ.get("KERAS_ATTENTION_TINY_EXAMPLES") == "1"
+
 PROMPT = 32
-NEW_TOKENS = 128
+NEW_TOKENS = 8 if TINY else 128
 # Rotary positions (they learn faster than `lm`'s learned table in a few
 # hundred steps) and windows of 128 characters: small enough to train both
 # on 2 CPU cores in minutes.
@@ -55,7 +60,8 @@ def train(out, epochs):
     paths = {}
     for name, sizes in (("target", TARGET_SIZES), ("draft", DRAFT_SIZES)):
         folder = f"{out}/{name}"
-        lm.run_lm(folder, epochs=epochs[name], verbose=0, **sizes)
+        tiny = {"steps_per_epoch": 2, "num_train": 64} if TINY else {}
+        lm.run_lm(folder, epochs=epochs[name], verbose=0, **tiny, **sizes)
         paths[name] = f"{folder}/model.keras"
     return paths
 
@@ -79,11 +85,13 @@ def main():
     parser.add_argument("--out", default="runs/speculative")
     parser.add_argument("--target", help="a trained target's model.keras")
     parser.add_argument("--draft", help="a trained draft's model.keras")
-    parser.add_argument("--target-epochs", type=int, default=4)
-    parser.add_argument("--draft-epochs", type=int, default=4)
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--k", default="2,4,6", help="proposals per round")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--target-epochs", type=int, default=1 if TINY else 4)
+    parser.add_argument("--draft-epochs", type=int, default=1 if TINY else 4)
+    parser.add_argument("--prompts", type=int, default=2 if TINY else 8)
+    parser.add_argument(
+        "--k", default="2" if TINY else "2,4,6", help="proposals per round"
+    )
+    parser.add_argument("--repeats", type=int, default=1 if TINY else 3)
     args = parser.parse_args()
 
     paths = {"target": args.target, "draft": args.draft}

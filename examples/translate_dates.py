@@ -10,6 +10,8 @@ checkpoints and more metrics.
     python examples/translate_dates.py
 """
 
+import os
+
 import keras
 import numpy as np
 import sacrebleu
@@ -18,10 +20,17 @@ import keras_attention
 from keras_attention.data import date_splits, train_word_piece, translation_dataset
 from keras_attention.tasks.translate import plot_translation_attention, translate_texts
 
+# KERAS_ATTENTION_TINY_EXAMPLES=1 runs the same code on a few examples and
+# steps: CI's check that the example still runs (its figures then mean nothing).
+TINY = os.environ.get("KERAS_ATTENTION_TINY_EXAMPLES") == "1"
+
 keras.utils.set_random_seed(0)
 
 # 1. Data: 20,000 training pairs; validation and test dates never seen in training.
-splits = date_splits(num_train=20000, num_valid=1000, num_test=2000)
+if TINY:
+    splits = date_splits(num_train=256, num_valid=64, num_test=16)
+else:
+    splits = date_splits(num_train=20000, num_valid=1000, num_test=2000)
 print(splits["train"][:3])
 
 # 2. Subword vocabularies learned from the training split.
@@ -61,7 +70,7 @@ model.compile(
     weighted_metrics=["accuracy"],
     jit_compile=True,
 )
-model.fit(train, validation_data=valid, epochs=8)
+model.fit(train, validation_data=valid, epochs=1 if TINY else 8)
 
 # 5. Greedy decoding (XLA-compiled, with the decoder's key/value cache).
 sources = [s for s, _ in splits["test"]]

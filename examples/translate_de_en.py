@@ -11,6 +11,7 @@ plot.
     python examples/translate_de_en.py
 """
 
+import os
 import time
 
 import keras
@@ -26,11 +27,17 @@ from keras_attention.data import (
 from keras_attention.tasks.resumable import TimeBudget
 from keras_attention.tasks.translate import translate_texts
 
+# KERAS_ATTENTION_TINY_EXAMPLES=1 runs the same code on a few examples and
+# steps: CI's check that the example still runs (its figures then mean nothing).
+TINY = os.environ.get("KERAS_ATTENTION_TINY_EXAMPLES") == "1"
+
 keras.utils.set_random_seed(0)
 MINUTES = 12
 
 # 1. ~16k sentence pairs; a fixed, seeded split with a 1,000-pair test set.
 splits = split_pairs(load_ding(), num_test=1000, num_valid=1000)
+if TINY:
+    splits = {name: pairs[:128] for name, pairs in splits.items()}
 print(len(splits["train"]), "training pairs, e.g.", splits["train"][0])
 
 # 2. WordPiece vocabularies (keras-hub) learned from the training split only.
@@ -73,7 +80,10 @@ for name, model in models.items():
     )
     started = time.perf_counter()
     model.fit(
-        train, validation_data=valid, epochs=100, callbacks=[TimeBudget(MINUTES * 60)]
+        train,
+        validation_data=valid,
+        epochs=1 if TINY else 100,
+        callbacks=[TimeBudget(MINUTES * 60)],
     )
     print(f"{name}: trained {time.perf_counter() - started:.0f} s")
 
