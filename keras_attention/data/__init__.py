@@ -66,6 +66,13 @@ _MODULES = {
         "packed_dataset",
         "padding_fraction",
     ),
+    "packages": (
+        "HIDE_VARIABLE",
+        "PackageMissingError",
+        "hidden",
+        "installed",
+        "require_package",
+    ),
     "pipeline": (
         "caption_dataset",
         "classification_dataset",

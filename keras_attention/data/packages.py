@@ -24,7 +24,19 @@ class PackageMissingError(FileNotFoundError):
 
 
 def hidden(package):
-    """Whether `KERAS_ATTENTION_HIDE_PACKAGES` hides `package`."""
+    """Whether `KERAS_ATTENTION_HIDE_PACKAGES` hides `package`.
+
+    Args:
+        package: a Debian package name, such as `"fortunes"`.
+
+    Example:
+
+    >>> import os
+    >>> os.environ[HIDE_VARIABLE] = "fortunes,trans-de-en"
+    >>> hidden("fortunes"), hidden("bible-kjv")
+    (True, False)
+    >>> del os.environ[HIDE_VARIABLE]
+    """
     names = {name.strip() for name in os.environ.get(HIDE_VARIABLE, "").split(",")} - {
         ""
     }
@@ -32,10 +44,20 @@ def hidden(package):
 
 
 def require_package(package, what):
-    """Raises `PackageMissingError` if `package`, which holds `what`, is
-    hidden by `KERAS_ATTENTION_HIDE_PACKAGES`. The loaders call it before
-    they read a package's files; where the files themselves are missing they
-    say so with the path they looked at."""
+    """Raises `PackageMissingError` if `package` is hidden by
+    `KERAS_ATTENTION_HIDE_PACKAGES`.
+
+    The loaders call it before they read a package's files; where the files
+    themselves are missing they say so with the path they looked at.
+
+    Args:
+        package: the Debian package name.
+        what: what the package holds, for the message (`"Fashion-MNIST"`).
+
+    Raises:
+        PackageMissingError: naming the package, the variable and the
+            `apt-get install` line.
+    """
     if hidden(package):
         raise PackageMissingError(
             f"{what} is read from the Debian package {package!r}, which "
@@ -46,6 +68,9 @@ def require_package(package, what):
 
 def installed(package):
     """Whether the Debian package `package` is installed and not hidden.
+
+    Args:
+        package: the Debian package name.
 
     Returns:
         `False` on a machine without `dpkg-query` (not Debian-based).

@@ -134,7 +134,7 @@ def WhereBatchEndsRun():
 
 
 def subcommands(out, reviews_csv, captions_folder, corpus):
-    from keras_attention.tasks import caption, classify, distribute, lm, pretrain
+    from keras_attention.tasks import caption, classify, distribute, gan, lm, pretrain
 
     strategy = distribute.make_strategy("data-parallel")
     tiny = {"epochs": 1, "verbose": 0, "strategy": strategy}
@@ -169,6 +169,18 @@ def subcommands(out, reviews_csv, captions_folder, corpus):
     )
     pretrain.run_pretrain(
         os.path.join(out, "pretrain"), num_train=200, batch_size=16, **tiny
+    )
+    # SAGAN's own step: one program over the global batch, whose batch-norm
+    # statistics need no cross-replica synchronization.
+    gan.run_gan(
+        os.path.join(out, "gan"),
+        data="digits",
+        steps_per_epoch=2,
+        batch_size=32,
+        width=8,
+        fid_samples=50,
+        ema_decay=0.9,
+        **tiny,
     )
 
 

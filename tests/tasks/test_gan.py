@@ -1,6 +1,4 @@
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import keras
@@ -14,7 +12,6 @@ from keras_attention.evaluation.image_quality import train_feature_classifier
 from keras_attention.models import sample_images
 from keras_attention.tasks.gan import ablation, item_classifier_path, run_gan
 from tests.tasks.callbacks import Record, StopAt
-from tests.tasks.processes import jax_env
 
 # Every test here trains or starts processes: the slow tier.
 pytestmark = pytest.mark.slow
@@ -215,47 +212,3 @@ def test_long_range_set_reports_the_agreement_of_its_two_items(tmp_path):
     assert np.isfinite(metrics["fid"])
     generator = keras.saving.load_model(out / "model.keras", safe_mode=True)
     assert generator.output_shape == (None, 64, 64, 1)
-
-
-def test_gan_trains_on_jax_data_parallel(tmp_path):
-    """SAGAN's own step on the JAX backend, end to end (the data pipeline is
-    still tf.data), data-parallel over two virtual CPU devices: one program
-    over the global batch, whose batch-norm statistics need no cross-replica
-    synchronization. (The one-device run is this path without the
-    distribution; tests/models/test_sagan.py trains SAGAN on JAX.)"""
-    out = tmp_path / "run"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "keras_attention.cli",
-            "gan",
-            "--data",
-            "digits",
-            "--epochs",
-            "1",
-            "--steps-per-epoch",
-            "2",
-            "--batch-size",
-            "32",
-            "--width",
-            "8",
-            "--fid-samples",
-            "50",
-            "--ema",
-            "0.9",
-            "--strategy",
-            "data-parallel",
-            "--out",
-            str(out),
-        ],
-        env=jax_env(2),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["backend"] == "jax" and metrics["steps"] == 2
-    assert metrics["nan_free"] and np.isfinite(metrics["fid"])

@@ -201,10 +201,11 @@ def test_two_processes_train_like_one_device(tmp_path):
 
 @pytest.mark.slow
 def test_every_subcommand_on_pairs_trains_data_parallel(tmp_path):
-    """classify, caption, lm and pretrain (translate: above) train over two
-    virtual devices on JAX and write their metrics (lm on a file of 600
+    """classify, caption, lm, pretrain and gan (translate: above) train over
+    two virtual devices on JAX and write their metrics (lm on a file of 600
     sayings: its perplexity then reads 30 test documents, not the 757 of
-    the fortunes)."""
+    the fortunes; gan with SAGAN's own train step, the data pipeline still
+    tf.data)."""
     reviews = write_csv(tmp_path / "reviews.csv", keyword_reviews(120))
     captions = write_shapes_folder(tmp_path / "shapes", 48)
     corpus = write_corpus(tmp_path / "sayings.txt")
@@ -214,10 +215,13 @@ def test_every_subcommand_on_pairs_trains_data_parallel(tmp_path):
         "caption": "final_valid_token_accuracy",
         "lm": "final_valid_loss",
         "pretrain": "mlm_loss",
+        "gan": "fid",
     }
     for task, figure in figures.items():
         metrics = json.loads((tmp_path / task / "metrics.json").read_text())
         assert metrics["epochs"] == 1 and np.isfinite(metrics[figure]), task
+    gan = json.loads((tmp_path / "gan" / "metrics.json").read_text())
+    assert gan["backend"] == "jax" and gan["steps"] == 2 and gan["nan_free"]
 
 
 def test_keras_distributions_need_the_jax_backend():
