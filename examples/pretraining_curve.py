@@ -68,7 +68,7 @@ parser.add_argument(
 )
 parser.add_argument(
     "--arms",
-    default="pretrained,scratch,bilstm",
+    default="pretrained" if TINY else "pretrained,scratch,bilstm",
     help="which to run: pretrained, scratch, bilstm and, with "
     "--continue-minutes, continued and longer",
 )
