@@ -36,7 +36,7 @@ keras.utils.set_random_seed(0)
 
 # 1. Data: 3,600 training, 400 validation and the 1,000 test reviews.
 splits = load_reviews()
-print(splits.class_names, splits.train.texts[:LIMIT][0][:100])
+print(splits.class_names, splits.train.texts[0][:100])
 
 # 2. A lowercase WordPiece vocabulary learned from the training reviews; each
 #    review becomes up to 12 sentences of up to 40 word pieces.
@@ -87,6 +87,6 @@ accuracy = np.mean(np.argmax(probabilities, -1) == splits.test.labels[:LIMIT])
 print(f"test accuracy: {accuracy:.3f}")
 
 # 5. Why? Sentence weights (red) and word weights (blue), as HTML and PNG.
-for path in explain(model, splits.test.texts[:LIMIT][:3], ".", prefix="review"):
+for path in explain(model, splits.test.texts[:3], ".", prefix="review"):
     print("wrote", path)
 model.save("reviews_han.keras")
