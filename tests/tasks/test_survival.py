@@ -17,6 +17,8 @@ from tests.tasks.processes import cli_process, kill_during_epoch, run_cli, signa
 from tests.tasks.processes import stop as stop_process
 
 pytestmark = pytest.mark.slow
+# The runs below train on the Debian fortunes.
+needs_fortunes = pytest.mark.needs_package("fortunes")
 
 # A bag-of-embeddings classifier: a few seconds per epoch of 249 batches here.
 CLASSIFY = [
@@ -52,6 +54,7 @@ def with_epochs(epochs):
     return [*CLASSIFY[:-1], str(epochs)]
 
 
+@needs_fortunes
 def test_a_second_run_is_refused_and_sigterm_saves_the_batch_in_progress(tmp_path):
     out = tmp_path / "run"
     # Long enough to be training still when the second run starts.
@@ -100,6 +103,7 @@ def test_a_second_run_is_refused_and_sigterm_saves_the_batch_in_progress(tmp_pat
     assert (out / "metrics.json").exists()
 
 
+@needs_fortunes
 def test_sigterm_before_training_ends_with_143_in_one_line(tmp_path):
     status, output = signal_when(
         [*CLASSIFY, "--out", tmp_path / "run"],
@@ -113,6 +117,7 @@ def test_sigterm_before_training_ends_with_143_in_one_line(tmp_path):
     )
 
 
+@needs_fortunes
 def test_damaged_checkpoints_name_restart_which_starts_afresh(tmp_path):
     out = tmp_path / "run"
     status, _ = kill_during_epoch([*CLASSIFY, "--out", out], epoch=2)
@@ -160,6 +165,7 @@ def small_disk(tmp_path):
             subprocess.run(["umount", str(path)], check=False)
 
 
+@needs_fortunes
 def test_a_full_disk_is_one_line_before_training(small_disk):
     out = small_disk / "run"
     process = finished_run([*CLASSIFY, "--out", out])

@@ -233,6 +233,7 @@ def _tiny_messages(seed=0):
     return {"train": pairs[40:], "valid": pairs[20:40], "test": pairs[:20]}
 
 
+@pytest.mark.needs_package("coreutils")
 def test_messages_run_reports_a_missing_package(monkeypatch, tmp_path, capsys):
     from keras_attention.data import messages
 
