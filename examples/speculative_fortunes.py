@@ -87,7 +87,8 @@ def main():
     parser.add_argument("--draft", help="a trained draft's model.keras")
     parser.add_argument("--target-epochs", type=int, default=1 if TINY else 4)
     parser.add_argument("--draft-epochs", type=int, default=1 if TINY else 4)
-    parser.add_argument("--prompts", type=int, default=2 if TINY else 8)
+    # One prompt when TINY: batch 1 and "all" then share their compiled programs.
+    parser.add_argument("--prompts", type=int, default=1 if TINY else 8)
     parser.add_argument(
         "--k", default="2" if TINY else "2,4,6", help="proposals per round"
     )

@@ -20,7 +20,7 @@ SCRIPTS = {
         ["dates_attention.png", "dates_transformer.keras"],
         (),
     ),
-    "translate_de_en.py": (["RNN + Bahdanau, beam 4: BLEU"], [], ("trans-de-en",)),
+    "translate_de_en.py": (["Transformer, beam 4: BLEU"], [], ("trans-de-en",)),
     "caption_scenes.py": (
         ["exact captions"],
         ["caption_attention.png"],
