@@ -37,9 +37,7 @@ def hidden(package):
     (True, False)
     >>> del os.environ[HIDE_VARIABLE]
     """
-    names = {name.strip() for name in os.environ.get(HIDE_VARIABLE, "").split(",")} - {
-        ""
-    }
+    names = {name.strip() for name in os.environ.get(HIDE_VARIABLE, "").split(",")}
     return "all" in names or package in names
 
 
