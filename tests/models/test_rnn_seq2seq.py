@@ -48,7 +48,9 @@ def test_bahdanau_model_learns_to_reverse():
     + [("luong-general", "lstm"), ("location", "lstm"), ("none", "lstm")],
 )
 def test_every_variant_trains_under_xla_and_decodes(attention, cell):
-    inputs, target, weight = reversal_pairs(70)
+    # Two full batches: one compiled train step (the dynamic batch size of a
+    # last, smaller batch is test_bahdanau_model_learns_to_reverse's).
+    inputs, target, weight = reversal_pairs(64)
     model = compiled(tiny(attention, decoder_cell=cell))
     history = model.fit(
         inputs, target, sample_weight=weight, epochs=2, batch_size=32, verbose=0

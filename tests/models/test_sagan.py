@@ -93,7 +93,9 @@ def test_class_conditional_generator_learns_to_draw_the_asked_digit(digits, tmp_
     # Both learning rates 4e-4: on 1,797 images the TTUR default (1e-4 for the
     # generator) needs several times more steps.
     gan.compile(generator_optimizer=keras.optimizers.Adam(4e-4, beta_1=0.0, beta_2=0.9))
-    gan.fit(real, data.labels, batch_size=64, epochs=50, verbose=0)
+    # Measured: the classifier read the asked digit in 0.69 of the samples
+    # after 30 epochs, 0.93 after 40, 0.965 after 50.
+    gan.fit(real, data.labels, batch_size=64, epochs=40, verbose=0)
     labels = np.repeat(np.arange(10), 20)
     images = gan.sample(200, labels=labels, seed=3)
     predicted = classifier.predict(images, verbose=0).argmax(-1)

@@ -4,8 +4,9 @@ starts): `python -m tests.tasks.strategy_runs mirrored OUT` trains the same
 models on one device and mirrored over two logical CPU devices and writes
 their loss curves to `OUT/curves.json`; `python -m tests.tasks.strategy_runs
 tasks OUT REVIEWS_CSV CAPTIONS_FOLDER` trains `translate`, `classify` and
-`caption` under `MultiWorkerMirroredStrategy` where `TF_CONFIG` is set, on
-one device otherwise."""
+`caption` (Keras' train step) and the class-conditional `gan` (its own
+two-optimizer step) under `MultiWorkerMirroredStrategy` where `TF_CONFIG` is
+set, on one device otherwise."""
 
 import json
 import os
@@ -18,8 +19,8 @@ TRANSLATE = {
     "jit_compile": False,
     "data": "dates",
     "model": "rnn-bahdanau",
-    "epochs": 3,
-    "num_train": 640,
+    "epochs": 2,
+    "num_train": 320,
     "batch_size": 32,
     "beam_width": 1,
     "verbose": 0,
@@ -110,8 +111,9 @@ def _train_sagan(strategy):
 
 
 # Tiny runs of the three subcommands that train on (inputs, targets) pairs,
-# without dropout (its masks differ between one and several workers) and
-# without XLA (a strategy turns it off), two epochs of a global batch of 32.
+# without dropout (its masks differ between one and several workers), and of
+# the class-conditional GAN on (images, labels); without XLA (a strategy turns
+# it off), two epochs of a global batch of 32.
 TASKS = {
     "translate": {
         "data": "dates",
@@ -133,11 +135,18 @@ TASKS = {
         "intermediate_dim": 64,
     },
     "caption": {"beam_width": 1},
+    "gan": {
+        "data": "digits",
+        "conditional": True,
+        "width": 8,
+        "num_train": 512,
+        "fid_samples": 300,
+    },
 }
 
 
 def tasks(out, reviews_csv, captions_folder):
-    from keras_attention.tasks import caption, classify, translate
+    from keras_attention.tasks import caption, classify, gan, translate
     from keras_attention.tasks.distribute import make_strategy
 
     _few_held_out_pairs()
@@ -146,12 +155,15 @@ def tasks(out, reviews_csv, captions_folder):
         "translate": translate.run_translate,
         "classify": classify.run_classify,
         "caption": caption.run_caption,
+        "gan": gan.run_gan,
     }
     # One strategy for the three runs: a multi-worker one can be made once.
     strategy = make_strategy("multi-worker" if "TF_CONFIG" in os.environ else "default")
     for name, options in TASKS.items():
         if name in data:
             options = {**options, "data": data[name]}
+        if name != "gan":  # SAGAN has no dropout
+            options = {**options, "dropout": 0.0}
         run[name](
             os.path.join(out, name),
             strategy=strategy,
@@ -159,7 +171,6 @@ def tasks(out, reviews_csv, captions_folder):
             batch_size=32,
             jit_compile=False,
             verbose=0,
-            dropout=0.0,
             **options,
         )
 

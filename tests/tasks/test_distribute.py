@@ -11,7 +11,7 @@ import pytest
 from keras_attention.tasks import distribute
 from keras_attention.tasks.resumable import read_epoch_log
 from keras_attention.tasks.translate import run_translate
-from tests.tasks.processes import cli_process, stop
+from tests.tasks.processes import stop
 from tests.tasks.test_caption import write_shapes_folder
 from tests.tasks.test_classify import keyword_reviews, write_csv
 
@@ -82,10 +82,10 @@ def test_mirrored_over_two_devices_follows_the_one_device_loss_curve(tmp_path):
         np.testing.assert_allclose(two, one, rtol=1e-5, err_msg=model)
     # Keras' step clips gradients (`clipnorm=1.0`) on each replica's share
     # before summing them, where one device clips the sum: the translation
-    # curves differ by under 1% (measured 3.649 vs 3.642 after one epoch,
-    # 2.359 vs 2.347 after three).
+    # curves differ by under 1% (measured 3.649 vs 3.642 after one epoch of
+    # 640 pairs, 2.359 vs 2.347 after three).
     one, two = curves["translate/default"], curves["translate/mirrored"]
-    assert len(one) == len(two) == 3
+    assert len(one) == len(two) == 2
     np.testing.assert_allclose(two, one, rtol=0.02)
 
 
@@ -99,65 +99,13 @@ def free_ports(count):
     return ports
 
 
-def test_two_workers_on_localhost_train_one_model(tmp_path):
-    """MultiWorkerMirroredStrategy with two worker processes on this machine
-    (the class-conditional SAGAN, its own two-optimizer step on (images,
-    labels) batches): both finish, the chief writes OUT and the other
-    OUT/worker-1, and they end with the same weights."""
-    cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
-    args = [
-        "gan",
-        "--conditional",
-        "--strategy",
-        "multi-worker",
-        "--data",
-        "digits",
-        "--width",
-        "8",
-        "--batch-size",
-        "64",
-        "--num-train",
-        "512",
-        "--fid-samples",
-        "300",
-        "--epochs",
-        "2",
-        "--out",
-        tmp_path,
-    ]
-    workers = [
-        cli_process(
-            args,
-            env={
-                "TF_CONFIG": json.dumps(
-                    {"cluster": cluster, "task": {"type": "worker", "index": i}}
-                )
-            },
-        )
-        for i in range(2)
-    ]
-    try:
-        outputs = [worker.communicate(timeout=900)[0].decode() for worker in workers]
-    finally:
-        for worker in workers:
-            stop(worker)
-    for worker, output in zip(workers, outputs, strict=True):
-        assert worker.returncode == 0, output[-3000:]
-        assert "CollectiveAllReduceStrategy over 2 replicas" in output
-    chief = keras.saving.load_model(tmp_path / "gan.keras")
-    other = keras.saving.load_model(tmp_path / "worker-1" / "gan.keras")
-    for a, b in zip(chief.weights, other.weights, strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    for folder in (tmp_path, tmp_path / "worker-1"):
-        metrics = json.loads((folder / "metrics.json").read_text())
-        assert metrics["epochs"] == 2 and metrics["nan_free"]
-
-
 def test_two_workers_train_every_task_on_pairs_like_one_worker(tmp_path):
     """translate, classify and caption (Keras' own train step, batches of
-    (inputs, targets)) under MultiWorkerMirroredStrategy over two worker
+    (inputs, targets)) and the class-conditional SAGAN (its own two-optimizer
+    step on (images, labels)) under MultiWorkerMirroredStrategy over two worker
     processes on this machine, against one process at the same global batch:
-    both workers end with the same weights, and the loss curves agree."""
+    both workers end with the same weights, and the loss curves of Keras'
+    step agree."""
     reviews = write_csv(tmp_path / "reviews.csv", keyword_reviews(200))
     captions = write_shapes_folder(tmp_path / "shapes", 64)
     cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
@@ -215,3 +163,11 @@ def test_two_workers_train_every_task_on_pairs_like_one_worker(tmp_path):
         np.testing.assert_allclose(
             curves["two"], curves["one"], rtol=0.03, err_msg=task
         )
+    # The GAN: each worker writes its generator and both networks.
+    chief = keras.saving.load_model(runs["worker-0"] / "gan" / "gan.keras")
+    other = keras.saving.load_model(runs["worker-1"] / "gan" / "worker-1" / "gan.keras")
+    for a, b in zip(chief.weights, other.weights, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for folder in (runs["worker-0"] / "gan", runs["worker-1"] / "gan" / "worker-1"):
+        metrics = json.loads((folder / "metrics.json").read_text())
+        assert metrics["epochs"] == 2 and metrics["nan_free"]
