@@ -388,7 +388,9 @@ def _beam_loop(
         logits, state = step(previous, state, index)
         log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
         vocab = ops.shape(log_probs)[-1]
-        only_padding = ops.where(ops.arange(vocab) == PAD_ID, 0.0, NEG_INF)
+        only_padding = ops.where(
+            ops.arange(vocab, dtype="int32") == PAD_ID, 0.0, NEG_INF
+        )
         log_probs = ops.where(finished[:, None], only_padding[None, :], log_probs)
         candidates = ops.reshape(scores[:, None] + log_probs, (batch_size, k * vocab))
         top_scores, top_indices = ops.top_k(candidates, k)
@@ -659,7 +661,7 @@ class GenerationMixin:
         batch_size = ops.shape(prefix_ids)[0]
         tokens = _initial_tokens(batch_size, max_length, self.start_token_id)
         tokens = ops.slice_update(tokens, [0, 1], ops.cast(prefix_ids, "int32"))
-        given = ops.less(ops.arange(max_length + 1), width + 1)[None, :]
+        given = ops.less(ops.arange(max_length + 1, dtype="int32"), width + 1)[None, :]
         given = ops.broadcast_to(given, ops.shape(tokens))
         cache = prefill(self, tokens[:, :width], cache)
         tokens = greedy_fill(

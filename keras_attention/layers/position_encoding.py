@@ -91,7 +91,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
             segment_ids, positions, start_index, inputs.shape[-2]
         )
         if positions is None:
-            positions = ops.arange(length) + start_index
+            positions = ops.arange(length, dtype="int32") + start_index
         positions = ops.cast(positions, "float32")
         encoding = sinusoidal_encoding(positions, depth, self.max_wavelength)
         return ops.broadcast_to(ops.cast(encoding, self.compute_dtype), shape)
@@ -107,13 +107,13 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
 def sinusoidal_encoding(positions, depth, max_wavelength=10000):
     """The sinusoidal encoding `(..., depth)` of float32 `positions` `(...)`."""
-    pair_index = ops.cast(ops.arange(depth) // 2, "float32")
+    pair_index = ops.cast(ops.arange(depth, dtype="int32") // 2, "float32")
     frequencies = ops.power(
         ops.cast(max_wavelength, "float32"),
         -2.0 * pair_index / ops.cast(depth, "float32"),
     )
     angles = positions[..., None] * frequencies
-    is_cos = ops.cast(ops.arange(depth) % 2, "bool")
+    is_cos = ops.cast(ops.arange(depth, dtype="int32") % 2, "bool")
     return ops.where(is_cos, ops.cos(angles), ops.sin(angles))
 
 

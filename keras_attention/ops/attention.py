@@ -326,10 +326,12 @@ class _ScoreRules(NamedTuple):
 
     def _grids(self, query, key):
         batch, query_length, heads = ops.shape(query)[:3]
-        query_positions = ops.arange(query_length) + ops.cast(
+        query_positions = ops.arange(query_length, dtype="int32") + ops.cast(
             self.query_offset, "int32"
         )
-        return index_grids(batch, heads, query_positions, ops.arange(ops.shape(key)[1]))
+        return index_grids(
+            batch, heads, query_positions, ops.arange(ops.shape(key)[1], dtype="int32")
+        )
 
 
 def _common_dtype(query, key, value):
@@ -441,7 +443,7 @@ def _window_reach(query_length, key_length, window, query_offset=0):
         and query_offset - window + 1 <= 0
     ):
         return None
-    positions = ops.arange(key_length)
+    positions = ops.arange(key_length, dtype="int32")
     first = ops.cast(query_offset, "int32") - window + 1
     last = ops.cast(query_offset, "int32") + query_length + window - 1
     return ops.logical_and(

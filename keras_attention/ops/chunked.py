@@ -116,10 +116,12 @@ def chunked_attention(
     def query_positions(first_row, count):
         """Absolute positions of `count` query rows from `first_row`; the
         padding rows of the last block repeat the last query's."""
-        return query_offset + ops.minimum(first_row + ops.arange(count), q_len - 1)
+        return query_offset + ops.minimum(
+            first_row + ops.arange(count, dtype="int32"), q_len - 1
+        )
 
     def key_positions(first_col, count):
-        return ops.minimum(first_col + ops.arange(count), key_len - 1)
+        return ops.minimum(first_col + ops.arange(count, dtype="int32"), key_len - 1)
 
     grid = _TileGrid(
         chunk_size,
@@ -459,7 +461,9 @@ def _mask_mod_blocks(mask_mod, grid):
     `(B, N, chunk_size, S)` at most, never `(T, S)`."""
     chunk_size, num_key_blocks = grid.chunk_size, grid.num_key_blocks
     padded_keys = num_key_blocks * chunk_size
-    real_key = ops.less(ops.arange(padded_keys), grid.key_len)[None, None, None, :]
+    real_key = ops.less(ops.arange(padded_keys, dtype="int32"), grid.key_len)[
+        None, None, None, :
+    ]
     key_pos = grid.key_positions(0, padded_keys)
     batch, heads, static_batch, static_heads = grid.heads_of
 

@@ -37,7 +37,7 @@ def length_mask(lengths, max_length):
     """
     lengths = ops.convert_to_tensor(lengths)
     check_rank("lengths", static_shape(lengths), 1)
-    positions = ops.arange(max_length)
+    positions = ops.arange(max_length, dtype="int32")
     return ops.less(positions[None, :], ops.cast(lengths, positions.dtype)[:, None])
 
 
@@ -62,8 +62,8 @@ def causal_mask(query_length, key_length=None, offset=0):
     check_length("key_length", key_length, allow_none=True)
     if key_length is None:
         key_length = query_length
-    rows = ops.arange(query_length)[:, None] + ops.cast(offset, "int32")
-    cols = ops.arange(key_length)[None, :]
+    rows = ops.arange(query_length, dtype="int32")[:, None] + ops.cast(offset, "int32")
+    cols = ops.arange(key_length, dtype="int32")[None, :]
     return ops.greater_equal(rows, cols)
 
 
@@ -84,8 +84,8 @@ def sliding_window_mask(query_length, key_length, window, offset=0):
     """
     check_length("query_length", query_length)
     check_length("key_length", key_length)
-    rows = ops.arange(query_length)[:, None] + ops.cast(offset, "int32")
-    cols = ops.arange(key_length)[None, :]
+    rows = ops.arange(query_length, dtype="int32")[:, None] + ops.cast(offset, "int32")
+    cols = ops.arange(key_length, dtype="int32")[None, :]
     return ops.less(ops.abs(rows - cols), window)
 
 
@@ -136,7 +136,7 @@ def attended_keys(mask, query_length, key_length, is_causal=False, query_offset=
             # the last query are seen by none. This keeps the chunked path
             # from materializing a (T, S) mask.
             reach = ops.less(
-                ops.arange(key_length),
+                ops.arange(key_length, dtype="int32"),
                 query_length + ops.cast(query_offset, "int32"),
             )[None]
             mask = merge_masks(mask, reach)

@@ -72,8 +72,10 @@ def alibi_bias(slopes, query_length, key_length=None, offset=0):
         offset: absolute position of the first query (cached decoding).
     """
     key_length = query_length if key_length is None else key_length
-    rows = ops.arange(query_length)[:, None] + ops.cast(offset, "int32")
-    distance = ops.cast(ops.abs(rows - ops.arange(key_length)[None, :]), "float32")
+    rows = ops.arange(query_length, dtype="int32")[:, None] + ops.cast(offset, "int32")
+    distance = ops.cast(
+        ops.abs(rows - ops.arange(key_length, dtype="int32")[None, :]), "float32"
+    )
     slopes = ops.cast(ops.convert_to_tensor(slopes), "float32")
     return -slopes[:, None, None] * distance[None]
 
@@ -106,8 +108,8 @@ def relative_position_buckets(
     check_positive_int("max_distance", max_distance)
     check_num_buckets(num_buckets, bidirectional)
     key_length = query_length if key_length is None else key_length
-    rows = ops.arange(query_length)[:, None] + ops.cast(offset, "int32")
-    relative = ops.arange(key_length)[None, :] - rows
+    rows = ops.arange(query_length, dtype="int32")[:, None] + ops.cast(offset, "int32")
+    relative = ops.arange(key_length, dtype="int32")[None, :] - rows
     return bucket_of_offset(relative, num_buckets, max_distance, bidirectional)
 
 
@@ -119,7 +121,7 @@ def bucket_of_offset(relative, num_buckets=32, max_distance=128, bidirectional=T
     buckets = ops.zeros_like(relative)
     if bidirectional:
         num_buckets //= 2
-        buckets = ops.where(relative > 0, num_buckets, 0)
+        buckets = ops.cast(ops.where(relative > 0, num_buckets, 0), "int32")
         distance = ops.abs(relative)
     else:
         distance = ops.maximum(-relative, 0)
@@ -131,7 +133,11 @@ def bucket_of_offset(relative, num_buckets=32, max_distance=128, bidirectional=T
     )
     far = exact + ops.cast(spread * (num_buckets - exact), "int32")
     far = ops.minimum(far, num_buckets - 1)
-    return buckets + ops.where(distance < exact, distance, far)
+    # int32 whatever floatx is (here and for `buckets` above): under
+    # set_floatx("bfloat16") Python ints alone take int16 (TensorFlow), and
+    # Keras' JAX ops turn `int32 op int` into float32; the values are small
+    # integers, exact in either.
+    return ops.cast(buckets + ops.where(distance < exact, distance, far), "int32")
 
 
 def check_num_buckets(num_buckets, bidirectional):

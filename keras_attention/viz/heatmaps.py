@@ -69,7 +69,7 @@ def plot_position_encoding(length=50, depth=128, max_wavelength=10000, path=None
 
     from keras_attention.layers.position_encoding import sinusoidal_encoding
 
-    positions = ops.cast(ops.arange(length), "float32")
+    positions = ops.cast(ops.arange(length, dtype="int32"), "float32")
     encoding = ops.convert_to_numpy(
         sinusoidal_encoding(positions, depth, max_wavelength)
     )

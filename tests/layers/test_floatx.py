@@ -1,0 +1,74 @@
+"""Under `keras.config.set_floatx("bfloat16")` or `("float16")` Keras gives
+Python ints and `ops.arange` the float's width (int16), so every index the
+attention computes (positions, offsets, buckets, masks) must be int32 of its
+own: each layer and model here runs as Keras' own layers do."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attention import layers
+from tests.models.model_cases import tiny_gpt, tiny_transformer
+
+rng = np.random.default_rng(0)
+X = rng.normal(size=(2, 6, 16)).astype("float32")
+SEGMENTS = np.array([[0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 1, 1]], "int32")
+
+
+def segments():
+    # A tensor, not the NumPy array: Keras 3.15's JAX `convert_to_tensor`
+    # turns an int NumPy array into float32 under floatx bfloat16 (it casts
+    # to `standardize_dtype(None)`), and the layer then refuses float ids.
+    return keras.ops.convert_to_tensor(SEGMENTS, "int32")
+
+
+@pytest.fixture(params=["bfloat16", "float16"])
+def floatx(request):
+    before = keras.config.floatx()
+    keras.config.set_floatx(request.param)
+    # What set_floatx alone gives a user: the default policy follows floatx
+    # (conftest leaves a float32 global policy behind, which would not).
+    keras.config.set_dtype_policy(request.param)
+    yield request.param
+    keras.config.set_floatx(before)
+
+
+def mha(**options):
+    return layers.MultiHeadAttention(num_heads=2, key_dim=8, **options)
+
+
+CASES = {
+    "causal": lambda: mha()(X, X, use_causal_mask=True),
+    "chunked": lambda: mha(chunk_size=4)(X, X, use_causal_mask=True),
+    "sliding_window": lambda: mha(sliding_window=2)(X, X, use_causal_mask=True),
+    "segment_ids": lambda: mha()(X, X, segment_ids=segments()),
+    "alibi": lambda: mha(attention_positions="alibi")(X, X, use_causal_mask=True),
+    "rotary": lambda: mha(attention_positions="rotary")(X, X, use_causal_mask=True),
+    "relative": lambda: mha(attention_positions="relative")(X, X, use_causal_mask=True),
+    "grouped_query": lambda: layers.GroupedQueryAttention(
+        head_dim=8, num_query_heads=4, num_key_value_heads=2
+    )(X, X, use_causal_mask=True),
+    "decoder_block": lambda: layers.TransformerDecoderBlock(32, 2)(X),
+    "token_and_position": lambda: layers.TokenAndPositionEmbedding(20, 8, 16)(
+        np.ones((2, 6), "int32")
+    ),
+    "sinusoidal": lambda: layers.SinusoidalPositionEncoding()(X),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_layers_run_under_a_16_bit_floatx(floatx, case):
+    out = CASES[case]()
+    assert keras.backend.standardize_dtype(out.dtype) == floatx
+    assert np.all(
+        np.isfinite(keras.ops.convert_to_numpy(keras.ops.cast(out, "float32")))
+    )
+
+
+def test_models_generate_under_a_16_bit_floatx(floatx):
+    ids = np.array([[5, 6, 7, 0], [8, 9, 0, 0]], "int32")
+    tokens = keras.ops.convert_to_numpy(tiny_gpt().generate(ids, max_length=8))
+    assert tokens.shape == (2, 8) and tokens[:, 0].tolist() == [5, 8]
+    for beam_width in (1, 2):
+        tokens = tiny_transformer().generate(ids, max_length=5, beam_width=beam_width)
+        assert keras.ops.convert_to_numpy(tokens).shape == (2, 5)
