@@ -62,8 +62,7 @@ class Dropout(keras.layers.Dropout):
 
     def __init__(self, rate, noise_shape=None, seed=None, **kwargs):
         keras_internals.require("draw_seed")
-        if noise_shape is not None:  # a tuple in the config on every release
-            noise_shape = tuple(noise_shape)
+        noise_shape = _checked_noise_shape(noise_shape)
         super().__init__(rate, noise_shape=noise_shape, seed=seed, **kwargs)
 
     def call(self, inputs, training=False):
@@ -75,3 +74,25 @@ class Dropout(keras.layers.Dropout):
                 seed=self.seed_generator,
             )
         return inputs
+
+
+def _checked_noise_shape(noise_shape):
+    """`noise_shape` as a tuple (in the config on every release), refused
+    with Keras' own messages, which the older releases do not check."""
+    if noise_shape is None:
+        return None
+    problem = None
+    if isinstance(noise_shape, str) or not hasattr(noise_shape, "__iter__"):
+        problem = "Expected a tuple or list of integers."
+    else:
+        noise_shape = tuple(noise_shape)
+        if not all(d is None or isinstance(d, int) for d in noise_shape):
+            problem = "Expected all elements to be integers or None."
+        elif not all(d is None or d > 0 for d in noise_shape):
+            problem = "Expected all dimensions to be positive integers or None."
+    if problem:
+        raise ValueError(
+            f"Invalid value received for argument `noise_shape`. {problem} "
+            f"Received: noise_shape={noise_shape}"
+        )
+    return noise_shape

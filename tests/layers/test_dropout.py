@@ -134,3 +134,21 @@ def test_fresh_mask_each_step_of_a_compiled_fit():
     x, y = np.ones((1, 256), "float32"), np.zeros((1, 1), "float32")
     losses = [float(model.train_on_batch(x, y)) for _ in range(4)]
     assert len(set(losses)) == 4
+
+
+@pytest.mark.parametrize(
+    "noise_shape, message",
+    [
+        ("Invalid", "Expected a tuple or list of integers"),
+        (3, "Expected a tuple or list of integers"),
+        ((20, 1.5, 10), "Expected all elements to be integers or None"),
+        ((20, -1, 10), "Expected all dimensions to be positive integers or None"),
+    ],
+)
+def test_a_bad_noise_shape_is_refused_with_keras_message(noise_shape, message):
+    with pytest.raises(ValueError, match=f"`noise_shape`. {message}"):
+        Dropout(0.5, noise_shape=noise_shape)
+
+
+def test_a_noise_shape_list_becomes_a_tuple():
+    assert Dropout(0.5, noise_shape=[20, 1, None]).noise_shape == (20, 1, None)
