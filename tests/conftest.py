@@ -19,9 +19,12 @@ import pytest  # noqa: E402
 from keras_attention.data.packages import installed  # noqa: E402
 from keras_attention.utils.backend import variable_gradients  # noqa: E402
 
-# Tests that share a module-scoped fixture which trains a model are marked
+# Tests that share a fixture which trains a model are marked
 # `xdist_group(<fixture name>)`: CI's slow tier (`--dist loadgroup`) runs each
-# group on one worker, so that the model is trained once, not once per worker.
+# group on one worker, so that the model is trained once, not once per worker
+# (tests/test_xdist_groups.py checks that it does). Those fixtures are
+# session-scoped: a worker may run other modules' tests between two of a
+# group's, and a module-scoped fixture would be torn down and trained again.
 
 
 def pytest_collection_modifyitems(items):

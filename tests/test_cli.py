@@ -269,7 +269,7 @@ def test_the_output_check_leaves_no_trace(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def saved_transformer(tmp_path_factory):
     path = tmp_path_factory.mktemp("saved") / "model.keras"
     tiny_transformer().save(path)
@@ -507,8 +507,9 @@ def test_an_interrupted_training_says_how_to_resume(tmp_path, monkeypatch, capsy
     )
 
 
-@pytest.mark.slow
-def test_a_refused_batch_size_leaves_nothing_and_a_sane_run_finishes(tmp_path, capsys):
+def test_a_refused_batch_size_leaves_nothing(tmp_path, capsys):
+    """Refused before any work: not even the output folder is made, so the
+    same command with a sane batch size starts as in a fresh folder."""
     out = tmp_path / "run"
     small = ["translate", "--num-train", "600", "--beam", "1", "--out", str(out)]
     status, line = _error([*small, "--batch-size", "100000"], capsys)
@@ -518,7 +519,3 @@ def test_a_refused_batch_size_leaves_nothing_and_a_sane_run_finishes(tmp_path, c
         "training split (600 pairs): no full batch to train on",
     )
     assert not out.exists()
-    assert cli.main([*small, "--batch-size", "32", "--epochs", "1"]) == 0
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["epochs"] == 1 and metrics["train_pairs"] > 500
-    assert (out / "history.json").exists() and (out / "model.keras").exists()

@@ -122,7 +122,7 @@ def test_concept_figures_come_from_the_build_script(tmp_path):
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def built_site(tmp_path_factory):
     """The site as `mkdocs build --strict` writes it: (return code, log, folder)."""
     out = tmp_path_factory.mktemp("site")

@@ -898,12 +898,15 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     def from_keras(cls, keras_layer, **kwargs):
         """A new layer with the config and weights of a Keras
         `MultiHeadAttention` (or, for `GroupedQueryAttention`, a Keras
-        `GroupQueryAttention`)."""
+        `GroupQueryAttention`), its dtype policy and trainability included."""
         config = keras_layer.get_config()
-        for name in ("name", "trainable", "dtype"):
-            config.pop(name, None)
+        config.pop("name", None)
+        # The policy object itself: its config is a dict on some releases.
+        config["dtype"] = keras_layer.dtype_policy
         config.update(kwargs)
-        return cls(**config).load_keras_weights(keras_layer)
+        layer = cls(**config).load_keras_weights(keras_layer)
+        layer.trainable = keras_layer.trainable
+        return layer
 
     def get_config(self):
         config = super().get_config()

@@ -4,7 +4,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from keras import ops
+from keras import backend, ops
 
 from keras_attention.layers import (
     GroupedQueryAttention,
@@ -62,6 +62,18 @@ def test_from_keras_with_causal_mask_and_separate_key():
     want = theirs(x, VALUE, key=key, use_causal_mask=True)
     got = MultiHeadAttention.from_keras(theirs)(x, VALUE, key=key, use_causal_mask=True)
     np.testing.assert_allclose(np_(got), np_(want), atol=1e-5)
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "float16"])
+def test_from_keras_keeps_the_dtype_policy_and_trainability(policy):
+    theirs = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8, dtype=policy)
+    theirs.trainable = False
+    want = theirs(QUERY, VALUE)
+    ours = MultiHeadAttention.from_keras(theirs)
+    assert ours.dtype_policy.name == policy and not ours.trainable
+    got = ours(QUERY, VALUE)
+    assert backend.standardize_dtype(got.dtype) == backend.standardize_dtype(want.dtype)
+    np.testing.assert_allclose(np_(got), np_(want), atol=2e-2)
 
 
 def test_load_rejects_mismatched_config():

@@ -50,7 +50,7 @@ def trained(name, epochs=12):
     return model
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def trained_han():
     keras.utils.set_random_seed(0)
     return trained("han")

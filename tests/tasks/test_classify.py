@@ -47,13 +47,13 @@ def write_csv(path, rows, header=("text", "label")):
     return str(path)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reviews_csv(tmp_path_factory):
     folder = tmp_path_factory.mktemp("data")
     return write_csv(folder / "reviews.csv", keyword_reviews(600))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def han_dir(reviews_csv, tmp_path_factory):
     out = tmp_path_factory.mktemp("han")
     cli.main(

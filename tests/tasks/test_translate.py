@@ -41,7 +41,7 @@ RESUMED_RUN = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def resumed_run(tmp_path_factory):
     """The folder of that run and the output of its three processes."""
     out = tmp_path_factory.mktemp("dates")
