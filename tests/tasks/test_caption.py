@@ -18,6 +18,7 @@ from keras_attention.tasks.caption import (
     run_caption,
     words_of,
 )
+from keras_attention.tasks.resumable import read_epoch_log
 from tests.tasks.callbacks import StopAt
 from tests.tasks.outputs import assert_keras_archive, assert_picture, vocabulary_lines
 
@@ -101,8 +102,8 @@ def test_interrupted_training_resumes(caption_run):
     out, printed = caption_run
     assert "resuming after epoch 1" in printed and "Epoch 1/2" not in printed
     assert "Epoch 2/2" in printed
-    rows = (out / "checkpoints" / "epochs.csv").read_text().splitlines()
-    assert [row.split(",")[0] for row in rows[1:]] == ["0", "1"]
+    logged = read_epoch_log(out / "checkpoints" / "epochs.csv")
+    assert [row["epoch"] for row in logged] == [0, 1]
 
 
 @pytest.mark.slow

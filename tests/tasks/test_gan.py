@@ -11,6 +11,7 @@ from keras_attention.data.fashion_pairs import load_item_cells
 from keras_attention.evaluation.image_quality import train_feature_classifier
 from keras_attention.models import sample_images
 from keras_attention.tasks.gan import ablation, item_classifier_path, run_gan
+from keras_attention.tasks.resumable import read_epoch_log
 from tests.tasks.callbacks import Record, StopAt
 
 # Every test here trains or starts processes: the slow tier.
@@ -49,8 +50,8 @@ def gan_dir(gan_run):
 def test_interrupted_training_resumes(gan_run):
     out, resumed_epochs = gan_run
     assert resumed_epochs == [1]
-    rows = (out / "checkpoints" / "epochs.csv").read_text().splitlines()
-    assert [row.split(",")[0] for row in rows[1:]] == ["0", "1"]
+    logged = read_epoch_log(out / "checkpoints" / "epochs.csv")
+    assert [row["epoch"] for row in logged] == [0, 1]
 
 
 @pytest.mark.xdist_group("gan_dir")
