@@ -203,7 +203,10 @@ def copy_task(num_examples, length=6, seed=0):
 
 @pytest.mark.slow
 def test_gpt_learns_to_copy_with_attention():
-    inputs, targets, weights, length = copy_task(3000)
+    # Measured: every held-out copy right after these 5 epochs (100 steps of
+    # 64) with seeds 1, 2 and 3, and after 3 epochs with seed 0.
+    keras.utils.set_random_seed(0)
+    inputs, targets, weights, length = copy_task(1280)
     model = GPT(
         LM_VOCABULARY,
         max_length=16,
@@ -214,12 +217,12 @@ def test_gpt_learns_to_copy_with_attention():
         dropout=0.0,
     )
     model.compile(
-        keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(3e-3, 800)),
+        keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(3e-3, 100)),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=True,
     )
     model.fit(
-        inputs, targets, sample_weight=weights, epochs=17, batch_size=64, verbose=0
+        inputs, targets, sample_weight=weights, epochs=5, batch_size=64, verbose=0
     )
     test_inputs, test_targets, _, _ = copy_task(200, seed=1)
     prompts = test_inputs[:, : length + 1]
