@@ -134,13 +134,13 @@ TASKS = {
         "num_layers": 1,
         "intermediate_dim": 64,
     },
-    "caption": {"beam_width": 1},
+    "caption": {"beam_width": 1, "encoder_filters": (4, 8), "units": 16},
     "gan": {
         "data": "digits",
         "conditional": True,
         "width": 8,
         "num_train": 512,
-        "fid_samples": 300,
+        "fid_samples": 50,
     },
 }
 

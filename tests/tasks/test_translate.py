@@ -21,9 +21,11 @@ TINY = {"num_train": 600, "batch_size": 32, "beam_width": 2, "verbose": 0}
 
 
 # The run the slow tests share: the Transformer learns the dates in 4 epochs
-# (about 0.9 exact match), and is stopped twice on the way. SIGTERM in the
-# middle of the second epoch (a preemption), the same command again, SIGKILL in
-# the middle of the third (a crash), the same command again to the end.
+# (about 0.9 exact match), and is stopped by SIGTERM in the middle of the
+# second (a preemption); the same command again trains it to the end. (A
+# crash, SIGKILL, resumes from the last finished epoch: tests/tasks/
+# test_survival.py kills a run so, and test_resumable.py resumes from such a
+# checkpoint.)
 RESUMED_RUN = [
     "translate",
     "--data",
@@ -43,22 +45,18 @@ RESUMED_RUN = [
 
 @pytest.fixture(scope="session")
 def resumed_run(tmp_path_factory):
-    """The folder of that run and the output of its three processes."""
+    """The folder of that run and the output of its two processes."""
     out = tmp_path_factory.mktemp("dates")
     args = [*RESUMED_RUN, "--out", out]
     stopped = kill_during_epoch(args, epoch=1, signal_number=signal.SIGTERM)
     epochs_after_stop = [row["epoch"] for row in read_epoch_log(_epoch_log(out))]
-    killed = kill_during_epoch(args, epoch=2)
-    epochs_after_kill = [row["epoch"] for row in read_epoch_log(_epoch_log(out))]
-    model_after_kill = (out / "model.keras").exists()
+    model_after_stop = (out / "model.keras").exists()
     finished = run_cli(args)
     return {
         "out": out,
         "stopped": stopped,
         "epochs_after_stop": epochs_after_stop,
-        "killed": killed,
-        "epochs_after_kill": epochs_after_kill,
-        "model_after_kill": model_after_kill,
+        "model_after_stop": model_after_stop,
         "finished": finished,
     }
 
@@ -69,7 +67,7 @@ def _epoch_log(out):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("resumed_run")
-def test_a_run_stopped_and_killed_mid_epoch_ends_trained_like_an_uninterrupted_one(
+def test_a_run_stopped_mid_epoch_ends_trained_like_an_uninterrupted_one(
     resumed_run,
 ):
     """No finished batch of the stopped epoch and no finished epoch is redone,
@@ -88,21 +86,18 @@ def test_a_run_stopped_and_killed_mid_epoch_ends_trained_like_an_uninterrupted_o
         out / "checkpoints" / f"state-e0001-b{int(batch):06d}.weights.h5"
     )
     assert resumed_run["epochs_after_stop"] == [0]
-    status, output = resumed_run["killed"]
-    assert status == -signal.SIGKILL
+    assert not resumed_run["model_after_stop"]
+    output = resumed_run["finished"]
     assert f"resuming in epoch 2, after batch {batch} of {steps}" in output
     assert "Epoch 1/4" not in output
-    assert resumed_run["epochs_after_kill"] == [0, 1]
-    assert not resumed_run["model_after_kill"]
-    output = resumed_run["finished"]
-    assert "resuming after epoch 2" in output and "Epoch 2/4" not in output
     assert [row["epoch"] for row in read_epoch_log(_epoch_log(out))] == [0, 1, 2, 3]
     resumed = json.loads((out / "metrics.json").read_text())
     assert resumed["epochs"] == 4
     # Measured: the same command never interrupted reached exact match 0.925
-    # (token accuracy 0.987), the resumed run 0.9245 (0.989). A resume that
-    # lost the earlier epochs' weights ends far below: the same model trained
-    # for 2 epochs reached exact match 0.639 (token accuracy 0.926).
+    # (token accuracy 0.987), the run stopped twice (SIGTERM, then SIGKILL)
+    # and resumed 0.9245 (0.989). A resume that lost the earlier epochs'
+    # weights ends far below: the same model trained for 2 epochs reached
+    # exact match 0.639 (token accuracy 0.926).
     assert resumed["final_valid_token_accuracy"] > 0.97
     assert resumed["exact_match"] > 0.85
 
