@@ -239,10 +239,12 @@ def test_messages_model_keeps_placeholders_as_slot_tokens(monkeypatch, tmp_path)
         tmp_path,
         data="messages-de",
         model="rnn-bahdanau",
-        epochs=2,
+        epochs=1,
         batch_size=32,
         beam_width=1,
         verbose=0,
+        embedding_dim=16,
+        units=32,
     )
     assert 0 <= metrics["placeholder_accuracy"] <= 1
     assert 0 <= metrics["placeholder_accuracy_when_present"] <= 1
