@@ -1,7 +1,4 @@
-import atexit
 import os
-import shutil
-import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -15,24 +12,6 @@ os.environ.setdefault(
     "XLA_FLAGS",
     "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true",
 )
-
-# TensorFlow keeps the XLA programs it compiles in a folder for the whole
-# test session (workers and the processes tests start inherit it): a program
-# compiled again, by another test, worker or process, is read instead (one
-# process of the translation command 61 -> 48 s once another had compiled
-# it; the fast model tests 116 -> 106 s from an empty folder). The controller
-# makes the folder before xdist starts its workers, and removes it at exit.
-if "PYTEST_XDIST_WORKER" not in os.environ and "persistent_cache" not in (
-    os.environ.get("TF_XLA_FLAGS", "")
-):
-    _xla_cache = tempfile.mkdtemp(prefix="keras-attention-tests-xla-")
-    atexit.register(shutil.rmtree, _xla_cache, ignore_errors=True)
-    os.environ["TF_XLA_FLAGS"] = " ".join(
-        [
-            os.environ.get("TF_XLA_FLAGS", ""),
-            f"--tf_xla_persistent_cache_directory={_xla_cache}",
-        ]
-    ).strip()
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
