@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from keras_attention.utils.backend import value_and_grad
 
 # Examples per property; `HYPOTHESIS_EXAMPLES=500 pytest ...` searches harder.
-NUM_EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "40"))
+NUM_EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "25"))
 EXAMPLES = settings(
     max_examples=NUM_EXAMPLES,
     deadline=None,
