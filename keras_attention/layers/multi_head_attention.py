@@ -6,13 +6,21 @@ from keras import constraints, initializers, ops, regularizers, tree
 
 from keras_attention._checks import (
     check_attention_shapes,
-    check_cache_shape,
     check_positive_int,
     check_rate,
     static_shape,
 )
 from keras_attention.layers.attention_plan import plan_attention
 from keras_attention.layers.dropout import Dropout
+from keras_attention.layers.key_value_cache import (
+    cache_slots,
+    check_cache,
+    check_cache_dtype,
+    empty_cache,
+    read_cache,
+    stored_keys_values,
+    write_cache,
+)
 from keras_attention.layers.positions import ATTENTION_POSITIONS, positions_from_alias
 from keras_attention.ops.attention import (
     apply_attention_weights,
@@ -155,7 +163,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             `2^(-alibi_bias_max)` (keras-hub's name and default, 8).
         cache_dtype: the storage of the decoding cache that `initial_cache`
             makes: None (the compute dtype, one tensor) or `"int8"`, a
-            quantized cache (see `QUANTIZED_CACHE_DTYPES`): the pair
+            quantized cache (`keras_attention.layers.key_value_cache`): the pair
             `(values, scales)`, int8 values `(B, 2, S, num_key_value_heads,
             key_dim)` and one scale per row of `key_dim` values (symmetric,
             `scale = max|x| / 127`), stored in 2 bytes as an int16 code of
@@ -490,7 +498,9 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             value_mask = key_mask = None
         query_length = ops.shape(query)[1]
         key_length = (
-            ops.shape(key)[1] if cache is None else ops.shape(_stored(cache))[2]
+            ops.shape(key)[1]
+            if cache is None
+            else ops.shape(stored_keys_values(cache))[2]
         )
         plan = plan_attention(
             num_attention_axes=len(self._attention_axes),
@@ -547,7 +557,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 projected_value = self._value_dense(value)
             else:
                 cache = self._update_cache(cache, cache_update_index, key, value)
-                keys_values = self._read_cache(cache)
+                keys_values = read_cache(cache, self.compute_dtype)
                 projected_key, projected_value = keys_values[:, 0], keys_values[:, 1]
 
         # 3. Attention.
@@ -689,20 +699,9 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     def _update_cache(self, cache, cache_update_index, key, value):
         """`cache` after writing the projected `key` and `value` at
         `cache_update_index` (unchanged without an index)."""
-        quantized = is_quantized_cache(cache)
-        check_cache_shape(
-            static_shape(_stored(cache)),
-            self._num_key_value_heads,
-            self.key_dim,
-            self.value_dim,
-        )
-        if quantized:
-            _check_quantized_cache(cache)
+        check_cache(cache, self._num_key_value_heads, self.key_dim, self.value_dim)
         if cache_update_index is None:
             return cache
-        # One in-place write of the new positions into the stacked cache:
-        # updating the key and value halves apart and stacking them again
-        # would copy the whole buffer at every decoding step.
         new_entries = ops.stack(
             (
                 self._project_key(key, start_index=cache_update_index),
@@ -710,23 +709,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             ),
             axis=1,
         )
-        if quantized:
-            values, scales = cache
-            new_values, new_scales = quantize_rows(new_entries)
-            return (
-                ops.slice_update(values, (0, 0, cache_update_index, 0, 0), new_values),
-                ops.slice_update(scales, (0, 0, cache_update_index, 0), new_scales),
-            )
-        return ops.slice_update(
-            cache, (0, 0, cache_update_index, 0, 0), ops.cast(new_entries, cache.dtype)
-        )
-
-    def _read_cache(self, cache):
-        """The keys and values `(B, 2, S, N_kv, key_dim)` of a cache, a
-        quantized one dequantized to the compute dtype."""
-        if is_quantized_cache(cache):
-            return dequantize_rows(*cache, self.compute_dtype)
-        return cache
+        return write_cache(cache, cache_update_index, new_entries)
 
     def _compute_attention(
         self,
@@ -854,13 +837,9 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         (default: the layer's `cache_dtype`, else its compute dtype); with
         `"int8"` the quantized pair `(values, scales)` (see `cache_dtype`)."""
         dtype = dtype or self._cache_dtype or self.compute_dtype
-        shape = (batch_size, 2, max_length, self._num_key_value_heads, self.key_dim)
-        if dtype in QUANTIZED_CACHE_DTYPES:
-            return (
-                ops.zeros(shape, dtype=dtype),
-                ops.zeros(shape[:-1], dtype=QUANTIZED_CACHE_SCALE_DTYPE),
-            )
-        return ops.zeros(shape, dtype=dtype)
+        return empty_cache(
+            batch_size, max_length, self._num_key_value_heads, self.key_dim, dtype
+        )
 
     def compute_key_value_cache(self, value, key=None):
         """Keys and values of a fixed sequence (e.g. the encoder output) as a
@@ -924,117 +903,6 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             }
         )
         return config
-
-
-# -- the quantized cache ---------------------------------------------------------
-
-# The storage a `cache_dtype` may name besides None (the compute dtype).
-QUANTIZED_CACHE_DTYPES = ("int8",)
-# One scale per row of key_dim values, in 2 bytes: an int16 code of
-# log2(scale) in steps of 1/1024 octave, every scale from 2^-32 to 2^32
-# within 0.034% (float16 keeps 0.05%). A float32 scale would take 4 bytes
-# (0.31x of a float32 cache at key_dim=16 instead of 0.28x); a float16 one
-# would be cast by Keras with the other float inputs of a layer call, to
-# bfloat16 (0.4%) under a mixed_bfloat16 policy. Integers are left alone.
-QUANTIZED_CACHE_SCALE_DTYPE = "int16"
-_SCALE_STEPS_PER_OCTAVE = 1024.0
-_ZERO_SCALE = -32768  # the code of a row of zeros (scale 0)
-_LARGEST_CODE = 32767
-_INT8_MAX = 127.0
-
-
-def check_cache_dtype(cache_dtype):
-    """Raises a ValueError unless `cache_dtype` is None or one of
-    `QUANTIZED_CACHE_DTYPES`."""
-    if cache_dtype is None or (
-        isinstance(cache_dtype, str) and cache_dtype in QUANTIZED_CACHE_DTYPES
-    ):
-        return cache_dtype
-    choices = ", ".join(map(repr, QUANTIZED_CACHE_DTYPES))
-    raise ValueError(
-        f"Unknown `cache_dtype`: {cache_dtype!r}. Expected None (a cache in "
-        f"the compute dtype) or {choices} (keys and values quantized per row)."
-    )
-
-
-def is_quantized_cache(cache):
-    """Whether `cache` is a quantized cache `(values, scales)`."""
-    return isinstance(cache, (tuple, list))
-
-
-def _stored(cache):
-    """The tensor holding a cache's keys and values (the int8 values of a
-    quantized one)."""
-    return cache[0] if is_quantized_cache(cache) else cache
-
-
-def cache_slots(cache):
-    """The number of positions `S` a cache `(B, 2, S, ...)` holds (static,
-    or None)."""
-    return _stored(cache).shape[2]
-
-
-def _check_quantized_cache(cache):
-    if len(cache) != 2:
-        raise ValueError(
-            "A quantized cache is the pair (values, scales); received a "
-            f"sequence of {len(cache)}."
-        )
-    values, scales = cache
-    values_dtype = keras.backend.standardize_dtype(values.dtype)
-    scales_dtype = keras.backend.standardize_dtype(scales.dtype)
-    values_shape, scales_shape = static_shape(values), static_shape(scales)
-    if (
-        values_dtype not in QUANTIZED_CACHE_DTYPES
-        or scales_dtype != QUANTIZED_CACHE_SCALE_DTYPE
-        or len(scales_shape) != 4
-        or any(
-            a is not None and b is not None and a != b
-            for a, b in zip(values_shape[:-1], scales_shape, strict=True)
-        )
-    ):
-        raise ValueError(
-            "A quantized cache is (values, scales): int8 values (batch, 2, "
-            "max_length, num_key_value_heads, key_dim) and int16 scale codes "
-            "(batch, 2, max_length, num_key_value_heads); received values "
-            f"{values_dtype} {values_shape} and scales {scales_dtype} "
-            f"{scales_shape}."
-        )
-
-
-def quantize_rows(x):
-    """Symmetric int8 quantization of the last axis of `x`: `(values,
-    scales)`, int8 `round(x / scale)` and the int16 code of `scale =
-    max|x| / 127` per row (`QUANTIZED_CACHE_SCALE_DTYPE`; a row of zeros
-    gets the code of scale 0)."""
-    x = ops.cast(x, "float32")
-    scale = ops.max(ops.abs(x), axis=-1) / _INT8_MAX
-    nonzero = scale > 0
-    log_scale = ops.log2(ops.where(nonzero, scale, ops.ones_like(scale)))
-    codes = ops.clip(
-        ops.round(log_scale * _SCALE_STEPS_PER_OCTAVE), -_LARGEST_CODE, _LARGEST_CODE
-    )
-    codes = ops.where(nonzero, codes, float(_ZERO_SCALE))
-    codes = ops.cast(codes, QUANTIZED_CACHE_SCALE_DTYPE)
-    # Rounded with the scale as it is read back, so each value is the
-    # nearest step of that scale.
-    stored = decode_scales(codes)
-    safe = ops.where(stored > 0, stored, ops.ones_like(stored))
-    values = ops.clip(ops.round(x / safe[..., None]), -_INT8_MAX, _INT8_MAX)
-    return ops.cast(values, "int8"), codes
-
-
-def decode_scales(codes):
-    """The float32 scales of int16 `codes` (`quantize_rows`)."""
-    codes = ops.cast(codes, "float32")
-    scales = ops.exp(codes * (math.log(2.0) / _SCALE_STEPS_PER_OCTAVE))
-    return ops.where(codes == _ZERO_SCALE, 0.0, scales)
-
-
-def dequantize_rows(values, codes, dtype="float32"):
-    """`values * scale` per row (`quantize_rows` undone), in `dtype`."""
-    scales = decode_scales(codes)[..., None]
-    return ops.cast(ops.cast(values, "float32") * scales, dtype)
 
 
 def _check_size_argument(name, value):

@@ -3,10 +3,7 @@ from operator import attrgetter
 import keras
 from keras import ops
 
-from keras_attention.layers.multi_head_attention import (
-    cache_slots,
-    check_cache_dtype,
-)
+from keras_attention.layers.key_value_cache import cache_slots, check_cache_dtype
 from keras_attention.layers.transformer_block_base import (
     TransformerBlockBase,
     as_tuple,

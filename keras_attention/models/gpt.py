@@ -3,7 +3,7 @@ from keras import ops
 
 from keras_attention._checks import check_rate
 from keras_attention.layers.dropout import Dropout
-from keras_attention.layers.multi_head_attention import check_cache_dtype
+from keras_attention.layers.key_value_cache import check_cache_dtype
 from keras_attention.layers.positions import (
     ATTENTION_POSITIONS,
     INPUT_POSITIONS,

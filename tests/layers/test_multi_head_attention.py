@@ -12,7 +12,6 @@ from keras_attention.layers import (
     RotaryEmbedding,
     TokenAndPositionEmbedding,
 )
-from keras_attention.layers import multi_head_attention as mha_module
 from keras_attention.ops import alibi_slopes
 from tests import numpy_reference as ref
 from tests.keras_versions import requires_keras_3_15_files, skip_unless_keras_accepts
@@ -876,20 +875,6 @@ def test_an_int8_cache_decodes_close_to_the_float_cache(make):
     config = layer.get_config()
     assert config["cache_dtype"] == "int8"
     assert type(layer).from_config(config).cache_dtype == "int8"
-
-
-def test_int8_rows_are_within_half_a_step_of_the_values():
-    # Rows of three magnitudes: the scale follows each row.
-    x = rng.normal(size=(3, 5, 16)) * np.array([1e-3, 1.0, 1e3])[:, None, None]
-    x = x.astype("float32")
-    x[0, 0] = 0.0  # a row of zeros keeps zeros
-    values, codes = mha_module.quantize_rows(x)
-    back = np_(mha_module.dequantize_rows(values, codes))
-    half_step = np.abs(x).max(-1, keepdims=True) / 254
-    assert np.all(np.abs(back - x) <= half_step * 1.001 + 1e-12)
-    assert np.all(back[0, 0] == 0.0)
-    scales = np_(mha_module.decode_scales(codes))
-    np.testing.assert_allclose(scales, np.abs(x).max(-1) / 127, rtol=4e-4, atol=1e-30)
 
 
 @pytest.mark.parametrize("cache_dtype", ["int4", "float32", 8, "INT8"])
