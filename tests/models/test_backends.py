@@ -1,7 +1,8 @@
 """The reference models on JAX and PyTorch: each trains a step, saves to
 `.keras`, loads back in safe mode with the same predictions and (the
 translators and the captioner) generates with its cache, greedy and beam (the
-language models: greedy and top-p).
+language models: greedy and top-p); SAGAN learns, averages its generator,
+repeats itself from a seed and trains in mixed precision.
 The other model tests run on TensorFlow, CI's default backend."""
 
 import os
@@ -82,6 +83,11 @@ for model in (
         )
         assert tokens.shape == (8, 8) and (tokens[:, :2] == ids[:, :2]).all()
     print(type(model).__name__, "ok")
+# SAGAN, its own two-optimizer step, on the 8x8 digits in [-1, 1].
+from keras_attention.data.labelled_images import load_digits_images
+from tests.models.sagan_checks import check_training_on_this_backend
+digits = load_digits_images().images[:512].astype("float32") / 127.5 - 1.0
+check_training_on_this_backend(digits)
 """
 
 MODELS = [
@@ -93,6 +99,8 @@ MODELS = [
     "GPT",
     "LSTMLanguageModel",
 ]
+# tests/models/sagan_checks.py's check_training_on_this_backend.
+SAGAN_CHECKS = ["learns", "averages", "reproducible", "mixed_precision"]
 
 
 @pytest.mark.slow
@@ -107,4 +115,6 @@ def test_models_train_save_load_and_generate(backend):
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    assert result.stdout.split() == [word for m in MODELS for word in (m, "ok")]
+    models = [word for model in MODELS for word in (model, "ok")]
+    sagan = [word for check in SAGAN_CHECKS for word in (check, "ok")]
+    assert result.stdout.split() == models + sagan
