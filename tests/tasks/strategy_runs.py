@@ -1,12 +1,12 @@
 """Training runs under `tf.distribute` strategies, each in a fresh process
 (logical devices and multi-worker collectives are set up when TensorFlow
-starts): `python -m tests.tasks.strategy_runs mirrored OUT` trains the same
-models on one device and mirrored over two logical CPU devices and writes
-their loss curves to `OUT/curves.json`; `python -m tests.tasks.strategy_runs
-tasks OUT REVIEWS_CSV CAPTIONS_FOLDER` trains `translate`, `classify` and
-`caption` (Keras' train step) and the class-conditional `gan` (its own
-two-optimizer step) under `MultiWorkerMirroredStrategy` where `TF_CONFIG` is
-set, on one device otherwise."""
+starts): `python -m tests.tasks.strategy_runs mirrored OUT CAPTIONS_FOLDER`
+trains the same models on one device and mirrored over two logical CPU
+devices and writes their loss curves to `OUT/curves.json`; `python -m
+tests.tasks.strategy_runs tasks OUT` trains `translate` (Keras' train step)
+and the class-conditional `gan` (its own two-optimizer step) under
+`MultiWorkerMirroredStrategy` where `TF_CONFIG` is set, on one device
+otherwise."""
 
 import json
 import os
@@ -53,13 +53,28 @@ def _few_held_out_pairs():
     translate.load_translation_pairs = load_few
 
 
-def mirrored(out):
+# The captioner's run: Keras' train step with a model loss (the doubly
+# stochastic penalty), which Keras scales per replica like the others.
+CAPTION = {
+    "epochs": 2,
+    "batch_size": 32,
+    "beam_width": 1,
+    "encoder_filters": (4, 8),
+    "units": 16,
+    "dropout": 0.0,
+    "jit_compile": False,
+    "verbose": 0,
+}
+
+
+def mirrored(out, captions_folder):
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2
     )
+    from keras_attention.tasks.caption import run_caption
     from keras_attention.tasks.distribute import make_strategy
     from keras_attention.tasks.resumable import read_epoch_log
     from keras_attention.tasks.translate import run_translate
@@ -69,11 +84,20 @@ def mirrored(out):
     # number their collective ops alike.
     strategies = {"default": None, "mirrored": make_strategy("mirrored")}
     curves = {"replicas": strategies["mirrored"].num_replicas_in_sync}
+    runs = {
+        "translate": lambda folder, strategy: run_translate(
+            folder, strategy=strategy, **TRANSLATE
+        ),
+        "caption": lambda folder, strategy: run_caption(
+            folder, data=captions_folder, strategy=strategy, **CAPTION
+        ),
+    }
     for name, strategy in strategies.items():
-        folder = os.path.join(out, f"translate-{name}")
-        run_translate(folder, strategy=strategy, **TRANSLATE)
-        rows = read_epoch_log(os.path.join(folder, "checkpoints", "epochs.csv"))
-        curves[f"translate/{name}"] = [row["loss"] for row in rows]
+        for task, run in runs.items():
+            folder = os.path.join(out, f"{task}-{name}")
+            run(folder, strategy)
+            rows = read_epoch_log(os.path.join(folder, "checkpoints", "epochs.csv"))
+            curves[f"{task}/{name}"] = [row["loss"] for row in rows]
         history = _train_sagan(strategy or tf.distribute.get_strategy())
         for key in ("d_loss", "g_loss"):
             curves[f"sagan-{key}/{name}"] = history[key]
@@ -110,10 +134,12 @@ def _train_sagan(strategy):
     return gan.fit(dataset, epochs=3, verbose=0).history
 
 
-# Tiny runs of the three subcommands that train on (inputs, targets) pairs,
-# without dropout (its masks differ between one and several workers), and of
-# the class-conditional GAN on (images, labels); without XLA (a strategy turns
-# it off), two epochs of a global batch of 32.
+# Tiny runs of a subcommand that trains on (inputs, targets) pairs with Keras'
+# train step, without dropout (its masks differ between one and several
+# workers), and of the class-conditional GAN on (images, labels) with its own;
+# without XLA (a strategy turns it off), two epochs of a global batch of 32.
+# The other subcommands go through the same runner (tasks/runner.py: the
+# strategy's scope, its datasets, a folder per worker).
 TASKS = {
     "translate": {
         "data": "dates",
@@ -126,15 +152,6 @@ TASKS = {
         "num_decoder_layers": 1,
         "intermediate_dim": 64,
     },
-    "classify": {
-        "model": "transformer",
-        "num_explanations": 0,
-        "hidden_dim": 32,
-        "num_heads": 2,
-        "num_layers": 1,
-        "intermediate_dim": 64,
-    },
-    "caption": {"beam_width": 1, "encoder_filters": (4, 8), "units": 16},
     "gan": {
         "data": "digits",
         "conditional": True,
@@ -145,23 +162,15 @@ TASKS = {
 }
 
 
-def tasks(out, reviews_csv, captions_folder):
-    from keras_attention.tasks import caption, classify, gan, translate
+def tasks(out):
+    from keras_attention.tasks import gan, translate
     from keras_attention.tasks.distribute import make_strategy
 
     _few_held_out_pairs()
-    data = {"classify": reviews_csv, "caption": captions_folder}
-    run = {
-        "translate": translate.run_translate,
-        "classify": classify.run_classify,
-        "caption": caption.run_caption,
-        "gan": gan.run_gan,
-    }
-    # One strategy for the three runs: a multi-worker one can be made once.
+    run = {"translate": translate.run_translate, "gan": gan.run_gan}
+    # One strategy for both runs: a multi-worker one can be made once.
     strategy = make_strategy("multi-worker" if "TF_CONFIG" in os.environ else "default")
     for name, options in TASKS.items():
-        if name in data:
-            options = {**options, "data": data[name]}
         if name != "gan":  # SAGAN has no dropout
             options = {**options, "dropout": 0.0}
         run[name](
