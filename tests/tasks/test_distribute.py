@@ -86,12 +86,10 @@ def test_mirrored_over_two_devices_follows_the_one_device_loss_curve(tmp_path):
     # before summing them, where one device clips the sum: the translation
     # curves differ by under 1% (measured 3.649 vs 3.642 after one epoch of
     # 640 pairs, 2.359 vs 2.347 after three).
-    one, two = curves["translate/default"], curves["translate/mirrored"]
-    assert len(one) == len(two) == 2
-    np.testing.assert_allclose(two, one, rtol=0.02)
-    one, two = curves["caption/default"], curves["caption/mirrored"]
-    assert len(one) == len(two) == 2
-    np.testing.assert_allclose(two, one, rtol=0.02)
+    for task in ("translate", "caption"):
+        one, two = curves[f"{task}/default"], curves[f"{task}/mirrored"]
+        assert len(one) == len(two) == 2, task
+        np.testing.assert_allclose(two, one, rtol=0.02, err_msg=task)
 
 
 def free_ports(count):
