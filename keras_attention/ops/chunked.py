@@ -439,10 +439,19 @@ def _visible_blocks(grid, is_causal, sliding_window, tile_mask, mask_mod):
     return visible
 
 
+def _any_over_leading_axes(x, count):
+    """`ops.any` over the first `count` axes, one axis at a time: Keras
+    before 3.12 reduces a tuple of axes one after the other on PyTorch, each
+    index then naming an axis of the already reduced tensor."""
+    for _ in range(count):
+        x = ops.any(x, axis=0)
+    return x
+
+
 def _mask_blocks(tile_mask, grid):
     """Bool `(query blocks, key blocks)` (or broadcastable): True where the
     padded dense mask attends somewhere in the block."""
-    mask = ops.any(tile_mask, axis=(0, 1))  # (rows or 1, cols or 1)
+    mask = _any_over_leading_axes(tile_mask, 2)  # (rows or 1, cols or 1)
     if mask.shape[0] != 1:
         mask = ops.any(
             ops.reshape(mask, (grid.num_query_blocks, grid.chunk_size, -1)), axis=1
@@ -473,7 +482,7 @@ def _mask_mod_blocks(mask_mod, grid):
         )
         expected = (static_batch, static_heads, chunk_size, None)
         seen = ops.logical_and(evaluate_mask_mod(mask_mod, grids, expected), real_key)
-        seen = ops.any(seen, axis=(0, 1, 2))
+        seen = _any_over_leading_axes(seen, 3)
         seen = ops.any(ops.reshape(seen, (num_key_blocks, chunk_size)), axis=1)
         return ops.slice_update(blocks, (i, 0), ops.cast(seen, "int32")[None])
 
