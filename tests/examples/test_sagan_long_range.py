@@ -26,10 +26,15 @@ def study():
 
 
 def _tiny_args(study, out, steps):
+    # 32x32 canvases (`--cell-size 16`, the study's CPU size): the resume test
+    # below trains the GAN twice, and at 64x64 each training compiled and ran
+    # for about 50 s on the 2-core machine.
     return study.parse_args(
         [
             "--out",
             str(out),
+            "--cell-size",
+            "16",
             "--steps",
             str(steps),
             "--eval-every",
@@ -81,11 +86,15 @@ def test_a_damaged_record_is_named_in_one_line(study, tmp_path):
         study.read_run(args, "no-attention", 1)
 
 
-def _cache_untrained_classifiers(out):
+def _cache_untrained_classifiers(args):
     """The measures' classifiers, cached as the study caches them, so that
     the test trains only the GAN (the figures need not mean anything)."""
-    for name, shape in (("classifier", (64, 64, 1)), ("classifier_items", (32, 32, 1))):
-        path = os.path.join(out, f"{name}.keras")
+    cell = args.cell_size
+    for name, shape in (
+        ("classifier", (2 * cell, 2 * cell, 1)),
+        ("classifier_items", (cell, cell, 1)),
+    ):
+        path = os.path.join(args.out, f"{name}.keras")
         feature_classifier(shape, 10).save(path)
         with open(f"{path}.json", "w") as f:
             json.dump({"held_out_accuracy": 0.0}, f)
@@ -112,10 +121,9 @@ def _optimizer_iterations(path):
 def test_a_run_cut_off_resumes_from_its_checkpoint(study, tmp_path):
     if keras.backend.backend() != "tensorflow":
         pytest.skip("one backend is enough for the script's bookkeeping")
-    _cache_untrained_classifiers(tmp_path)
     variant, seed = "attention", 0
-
     first = _tiny_args(study, tmp_path, steps=2)
+    _cache_untrained_classifiers(first)
     study.train_one(first, variant, seed, deadline=0)
     record = study.read_run(first, variant, seed)
     assert [e["step"] for e in record["evaluations"]] == [2]
