@@ -114,15 +114,29 @@ def test_rerun_of_a_finished_run_evaluates_without_training(gan_dir):
     assert again["fid"] == pytest.approx(before["fid"], rel=1e-4)
 
 
-def test_conditional_gan_draws_a_row_per_class(tmp_path):
-    metrics = run_gan(str(tmp_path), epochs=1, conditional=True, **TINY)
+@pytest.fixture(scope="session")
+def conditional_ablation(tmp_path_factory):
+    """The ablation of a class-conditional GAN, 1 epoch per variant: its
+    folder and results. One run shows both the ablation and the conditional
+    GAN (they were two tests of 34 s and 23 s on the 2-core machine, each
+    training its own runs)."""
+    out = tmp_path_factory.mktemp("ablation")
+    results = ablation(str(out), seeds=(0,), epochs=1, conditional=True, **TINY)
+    return out, results
+
+
+@pytest.mark.xdist_group("conditional_ablation")
+def test_conditional_gan_draws_a_row_per_class(conditional_ablation):
+    out, results = conditional_ablation
+    metrics = results["attention"][0]
     assert metrics["conditional"] and np.isfinite(metrics["fid"])
-    grid = Image.open(tmp_path / "samples.png")
+    grid = Image.open(out / "attention-seed0" / "samples.png")
     assert grid.size[1] > grid.size[0]  # ten rows of eight
 
 
-def test_ablation_compares_fid_with_and_without_attention(tmp_path):
-    results = ablation(str(tmp_path), seeds=(0,), epochs=1, **TINY)
+@pytest.mark.xdist_group("conditional_ablation")
+def test_ablation_compares_fid_with_and_without_attention(conditional_ablation):
+    tmp_path, results = conditional_ablation
     summary = json.loads((tmp_path / "comparison.json").read_text())
     assert set(summary) == {"attention", "no-attention"}
     assert summary["no-attention"]["fid"] == [results["no-attention"][0]["fid"]]
