@@ -82,12 +82,16 @@ def test_class_conditional_generator_learns_to_draw_the_asked_digit(digits, tmp_
         num_classes=10,
         seed=0,
     )
-    # Both learning rates 4e-4: on 1,797 images the TTUR default (1e-4 for the
-    # generator) needs several times more steps.
-    gan.compile(generator_optimizer=keras.optimizers.Adam(4e-4, beta_1=0.0, beta_2=0.9))
-    # Measured: the classifier read the asked digit in 0.69 of the samples
-    # after 30 epochs, 0.93 after 40, 0.965 after 50.
-    gan.fit(real, data.labels, batch_size=64, epochs=40, verbose=0)
+    # The generator's learning rate 8e-4 (the discriminator's is 4e-4): on
+    # 1,797 images the TTUR default (1e-4 for the generator) needs several
+    # times more steps.
+    gan.compile(generator_optimizer=keras.optimizers.Adam(8e-4, beta_1=0.0, beta_2=0.9))
+    # Measured: with the generator at 4e-4, the classifier read the asked
+    # digit in 0.69 of the samples after 30 epochs, 0.93 after 40, 0.965
+    # after 50; at 8e-4, 0.83 after 20 epochs, 0.94 after 25 and 0.865 after
+    # 30 with the GAN's seed 0, 0.85 after 20 and 0.94 after 25 with seed 1:
+    # 25 epochs, where 40 were this test's 84 s on the 2-core machine.
+    gan.fit(real, data.labels, batch_size=64, epochs=25, verbose=0)
     labels = np.repeat(np.arange(10), 20)
     images = gan.sample(200, labels=labels, seed=3)
     predicted = classifier.predict(images, verbose=0).argmax(-1)
