@@ -57,12 +57,25 @@ valid, _ = translation_dataset(
 )
 
 # 4. The model: the tokenizers are saved inside model.keras with it.
+# A TINY run: one narrow block each side, whose XLA programs (training,
+# validation, greedy search) compile faster; the same code otherwise
+# (measured on the 2-core machine: the test 48.8 -> 39.8 s of CPU).
+sizes = {}
+if TINY:
+    sizes = {
+        "hidden_dim": 16,
+        "num_heads": 2,
+        "num_encoder_layers": 1,
+        "num_decoder_layers": 1,
+        "intermediate_dim": 32,
+    }
 model = keras_attention.models.Transformer(
     source_vocabulary_size=source_tokenizer.vocabulary_size(),
     target_vocabulary_size=target_tokenizer.vocabulary_size(),
     source_tokenizer=source_tokenizer,
     target_tokenizer=target_tokenizer,
     **lengths,
+    **sizes,
 )
 model.compile(
     optimizer=keras.optimizers.Adam(1e-3, clipnorm=1.0),
