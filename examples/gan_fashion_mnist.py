@@ -28,14 +28,11 @@ from keras_attention.viz import plot_image_grid
 # steps: CI's check that the example still runs (its figures then mean nothing).
 TINY = os.environ.get("KERAS_ATTENTION_TINY_EXAMPLES") == "1"
 STEPS, EPOCHS, MEASURED = (2, 1, 64) if TINY else (400, 2, 5000)
-# The tiny form trains and measures on the first 512 images (its pipeline
-# then shuffles 512 images, not 60,000).
-USED = 512 if TINY else None
 
 # 1. Data: uint8 images (60000, 32, 32, 1) and their classes; the pipeline
 #    scales them to [-1, 1], the range of the generator's tanh.
 data = load_fashion_mnist_images()
-dataset = image_dataset(data.images[:USED], batch_size=64, seed=0, repeat=True)
+dataset = image_dataset(data.images, batch_size=64, seed=0, repeat=True)
 
 # 2. The GAN; compile() sets up the two Adam optimizers (lr 1e-4 for G,
 #    4e-4 for D, beta_1 = 0, beta_2 = 0.9).
@@ -48,8 +45,8 @@ gan.fit(dataset, steps_per_epoch=STEPS, epochs=EPOCHS)
 # 3. Measure: FID and an Inception-style score in the feature space of a small
 #    classifier trained on the real images (not ImageNet's Inception network).
 classifier, accuracy = train_feature_classifier(
-    data.images[:USED],
-    data.labels[:USED],
+    data.images[: 512 if TINY else None],
+    data.labels[: 512 if TINY else None],
     10,
     "runs/example_gan/classifier.keras",
     epochs=EPOCHS,
