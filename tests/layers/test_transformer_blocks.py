@@ -312,7 +312,6 @@ def test_symbolic_call_gives_the_eager_shapes_and_dtype():
     assert tuple(encoded.shape) == (None, None, D)
 
 
-@pytest.mark.slow
 def test_decoder_fits_from_a_dict_of_sequences():
     class Wrapper(keras.Model):
         def __init__(self):
