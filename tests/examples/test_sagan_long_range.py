@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attention.evaluation import feature_classifier
+from tests.evaluation.cached_classifier import cache_untrained_classifier
 
 SCRIPT = os.path.join(
     os.path.dirname(__file__), "..", "..", "examples", "sagan_long_range.py"
@@ -94,10 +94,7 @@ def _cache_untrained_classifiers(args):
         ("classifier", (2 * cell, 2 * cell, 1)),
         ("classifier_items", (cell, cell, 1)),
     ):
-        path = os.path.join(args.out, f"{name}.keras")
-        feature_classifier(shape, 10).save(path)
-        with open(f"{path}.json", "w") as f:
-            json.dump({"held_out_accuracy": 0.0}, f)
+        cache_untrained_classifier(os.path.join(args.out, f"{name}.keras"), shape)
 
 
 def _optimizer_iterations(path):

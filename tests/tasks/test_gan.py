@@ -8,13 +8,11 @@ from PIL import Image
 
 from keras_attention import cli
 from keras_attention.data.fashion_pairs import load_item_cells
-from keras_attention.evaluation.image_quality import (
-    feature_classifier,
-    train_feature_classifier,
-)
+from keras_attention.evaluation.image_quality import train_feature_classifier
 from keras_attention.models import sample_images
 from keras_attention.tasks.gan import ablation, item_classifier_path, run_gan
 from keras_attention.tasks.resumable import read_epoch_log
+from tests.evaluation.cached_classifier import cache_untrained_classifier
 from tests.tasks.callbacks import Record, StopAt
 
 # Every test here trains or starts processes: the slow tier.
@@ -181,9 +179,7 @@ def test_long_range_set_reports_the_agreement_of_its_two_items(tmp_path):
     # 30 s of this test's 100 s on the 2-core machine, and the digits runs
     # above train the FID classifier and measure with it; here the FID need
     # only be computed.
-    out.mkdir()
-    feature_classifier((64, 64, 1), 10).save(out / "classifier.keras")
-    (out / "classifier.keras.json").write_text('{"held_out_accuracy": 0.0}')
+    cache_untrained_classifier(str(out / "classifier.keras"), (64, 64, 1))
     cells, labels = load_item_cells()
     _, accuracy = train_feature_classifier(
         cells[:2000],
