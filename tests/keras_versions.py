@@ -35,3 +35,11 @@ requires_keras_3_15_files = pytest.mark.skipif(
     reason=f"the file was written by Keras 3.15, which Keras {keras.__version__} "
     "cannot read (initializer configs gained `input_axes` in 3.15)",
 )
+
+
+def skip_on_torch_before(version, reason):
+    """Skips a test on the PyTorch backend of Keras releases before
+    `version` (a `(major, minor)` tuple), where Keras itself lacks what the
+    test compares with or runs: `reason`."""
+    if keras.backend.backend() == "torch" and KERAS_VERSION < version:
+        pytest.skip(f"Keras {keras.__version__} on PyTorch: {reason}")

@@ -10,10 +10,11 @@ from keras_attention._checks import (
 from keras_attention.ops.masks import zero_unattended
 from keras_attention.ops.scores import project
 from keras_attention.ops.softmax import masked_softmax
+from keras_attention.utils import keras_internals
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class AttentionPooling(keras.layers.Layer):
+class AttentionPooling(keras_internals.KeepsKerasMasksWhenCast, keras.layers.Layer):
     """Attention with a learned context vector, pooling a sequence to one vector.
 
     The word and sentence attention of the Hierarchical Attention Network:

@@ -16,9 +16,10 @@ from keras_attention.ops.masks import (
 )
 from keras_attention.ops.random import dropout
 from keras_attention.ops.softmax import masked_softmax
+from keras_attention.utils import keras_internals
 
 
-class ScoreAttention(keras.layers.Layer):
+class ScoreAttention(keras_internals.KeepsKerasMasksWhenCast, keras.layers.Layer):
     """Base class of context attention layers defined by a score function.
 
     Computes `c_t = sum_i softmax_i(score(s_t, h_i)) v_i`, where subclasses

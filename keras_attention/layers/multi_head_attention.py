@@ -61,7 +61,9 @@ def check_key_value_heads(num_heads, num_key_value_heads):
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class MultiHeadAttention(keras.layers.MultiHeadAttention):
+class MultiHeadAttention(
+    keras_internals.KeepsKerasMasksWhenCast, keras.layers.MultiHeadAttention
+):
     """Multi-head attention, a drop-in for `keras.layers.MultiHeadAttention`.
 
     `MultiHead(Q, K, V) = Concat(head_1..head_h) W^O` with

@@ -17,7 +17,7 @@ from keras_attention.utils import keras_internals
 from keras_attention.utils.initializers import clone_initializer
 
 
-class TransformerBlockBase(keras.layers.Layer):
+class TransformerBlockBase(keras_internals.KeepsKerasMasksWhenCast, keras.layers.Layer):
     """Residual sub-layers with layer normalization, post-norm (the paper:
     `LayerNorm(x + Dropout(Sublayer(x)))`) or pre-norm with `normalize_first=True`
     (`x + Dropout(Sublayer(LayerNorm(x)))`, which trains deep stacks more

@@ -116,6 +116,11 @@ def set_keras_mask(x, mask):
 def draw_seed(seed):
     """A seed tensor from an int, a `keras.random.SeedGenerator` or None,
     drawn as Keras' own samplers draw it."""
+    if isinstance(seed, int) and keras.backend.backend() == "torch":
+        # Keras' PyTorch seeds are int32: Keras 3.14 reads an int seed's low
+        # 32 bits as a signed int32, as here; before, a seed of 2**31 or more
+        # overflowed.
+        seed = (seed & 0xFFFFFFFF ^ 0x80000000) - 0x80000000
     return _resolve("draw_seed")(seed)
 
 
@@ -144,6 +149,37 @@ def hidden_keras_masks(*tensors):
         for t, mask in zip(tensors, masks, strict=True):
             if mask is not None:
                 set_keras_mask(t, mask)
+
+
+class KeepsKerasMasksWhenCast:
+    """Mixin for a layer that reads the Keras masks of its inputs: it casts
+    each input that carries one to the layer's input dtype itself and
+    attaches the mask again, before Keras' `Layer.__call__` converts the
+    inputs. An input already of that dtype passes Keras' conversion
+    unchanged, its mask with it.
+
+    Keras before 3.14 converts a layer's inputs (under a mixed policy, a
+    cast to float16 or bfloat16) before it reads their Keras masks, and the
+    cast tensor carries none: under `mixed_float16` on PyTorch, Keras 3.11.3
+    to 3.13, the package's attention layers attended to the padding that an
+    `Embedding(mask_zero=True)` upstream had marked. Keras 3.14 keeps the
+    masks itself; this does the same on every release.
+    """
+
+    def __call__(self, *args, **kwargs):
+        args, kwargs = keras.tree.map_structure(
+            self._cast_keeping_keras_mask, (args, kwargs)
+        )
+        return super().__call__(*args, **kwargs)
+
+    def _cast_keeping_keras_mask(self, x):
+        mask = get_keras_mask(x)
+        if mask is None or not keras.ops.is_tensor(x):
+            return x
+        cast = self.dtype_policy.convert_input(x, self.autocast, self.input_dtype)
+        if cast is not x:
+            set_keras_mask(cast, mask)
+        return cast
 
 
 class OptimizerGroup:

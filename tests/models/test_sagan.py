@@ -1,9 +1,6 @@
 import keras
 import numpy as np
 import pytest
-
-# Data from the applications (the `apps` extra), absent on a core install.
-pytest.importorskip("tensorflow")
 from keras import ops
 
 from keras_attention.data.labelled_images import load_digits_images
@@ -26,6 +23,8 @@ from tests.models.sagan_checks import (
 
 @pytest.fixture(scope="module")
 def digits():
+    # scikit-learn's digits come with the `apps` extra, absent on a core install.
+    pytest.importorskip("sklearn")
     data = load_digits_images()
     return data, data.images.astype("float32") / 127.5 - 1.0
 

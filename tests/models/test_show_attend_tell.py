@@ -125,6 +125,7 @@ def test_gate_scales_the_context_into_zero_one():
 
 @pytest.mark.parametrize("attention", [True, False])
 def test_save_and_load_in_safe_mode(tmp_path, attention):
+    pytest.importorskip("keras_hub", reason="the tokenizer is keras-hub's")
     from keras_attention.data import train_word_piece
 
     tokenizer = train_word_piece(["a bag above a shirt"] * 5, 20, lowercase=True)

@@ -2,9 +2,6 @@ import keras
 import numpy as np
 import pytest
 
-# Data from the applications (the `apps` extra), absent on a core install.
-pytest.importorskip("tensorflow")
-
 from keras_attention.data.synthetic import keyword_task
 from keras_attention.models import BiLSTMClassifier, TransformerClassifier
 from tests.layer_test import assert_saved_model_matches

@@ -14,6 +14,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_attention import layers
 from keras_attention.utils import keras_internals
 from keras_attention.utils.backend import value_and_grad
 
@@ -205,6 +206,36 @@ def test_an_assignment_in_a_straight_through_scope_passes_the_gradient_on():
     np.testing.assert_allclose(keras.ops.convert_to_numpy(grad), [5.0, 7.0])
     # The variable itself is untouched.
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(variable), [1.0, 2.0])
+
+
+MASK_READERS = {
+    "multi_head": lambda x: layers.MultiHeadAttention(2, 2, dtype=HALF)(x, x),
+    "score": lambda x: layers.AdditiveAttention(units=3, dtype=HALF)([x, x]),
+    "pooling": lambda x: layers.AttentionPooling(units=3, dtype=HALF)(x),
+    "encoder_block": lambda x: layers.TransformerEncoderBlock(
+        num_heads=2, intermediate_dim=4, dtype=HALF
+    )(x),
+}
+HALF = "mixed_float16"
+
+
+@pytest.mark.parametrize("name", sorted(MASK_READERS))
+def test_layers_read_keras_masks_under_a_mixed_policy(name):
+    """Keras before 3.14 casts a layer's inputs to float16 before reading
+    their Keras masks and dropped them on PyTorch (`KeepsKerasMasksWhenCast`):
+    the padding holds NaN here, which a layer that attends to it spreads."""
+    x = np.random.default_rng(0).normal(size=(2, 3, 4)).astype("float32")
+    x[0, 2:] = np.nan
+    inputs = keras.ops.convert_to_tensor(x)
+    keras_internals.set_keras_mask(
+        inputs, keras.ops.convert_to_tensor(np.array([[1, 1, 0], [1, 1, 1]], bool))
+    )
+    keras.utils.set_random_seed(0)
+    output = keras.ops.convert_to_numpy(
+        keras.ops.cast(MASK_READERS[name](inputs), "float32")
+    )
+    real = output if output.ndim == 2 else output[[0, 0, 1, 1, 1], [0, 1, 0, 1, 2]]
+    assert np.all(np.isfinite(real)), output
 
 
 def test_a_missing_internal_names_keras_the_tested_range_and_what(monkeypatch):
