@@ -39,7 +39,7 @@ FULL = {
 QUICK = {
     "scale": "tiny",
     "repeats": 2,
-    "train_models": ("translate/transformer", "translate/rnn-bahdanau"),
+    "train_models": ("translate/transformer",),
     "dropout_variants": False,
     "generate_models": ("translate/transformer",),
     "layers": ("multi_head",),

@@ -66,9 +66,10 @@ def test_global_batch_must_split_evenly(tmp_path):
 
 def test_mirrored_over_two_devices_follows_the_one_device_loss_curve(tmp_path):
     """The same global batch on one device and split over two logical CPU
-    devices: the translation model and the captioner (Keras' train step; the
-    captioner's model loss scaled per replica) and SAGAN (its own
-    two-optimizer step, cross-replica batch norm) trace the same losses."""
+    devices: the captioner (Keras' train step, its model loss scaled per
+    replica) and SAGAN (its own two-optimizer step, cross-replica batch norm)
+    trace the same losses. (Keras' step without a model loss under a
+    `tf.distribute` strategy: `translate` in the two-worker test below.)"""
     captions = write_shapes_folder(tmp_path / "shapes", 64)
     subprocess.run(
         [sys.executable, "-m", "tests.tasks.strategy_runs", "mirrored"]
@@ -83,13 +84,13 @@ def test_mirrored_over_two_devices_follows_the_one_device_loss_curve(tmp_path):
         one, two = curves[f"{model}/default"], curves[f"{model}/mirrored"]
         np.testing.assert_allclose(two, one, rtol=1e-5, err_msg=model)
     # Keras' step clips gradients (`clipnorm=1.0`) on each replica's share
-    # before summing them, where one device clips the sum: the translation
-    # curves differ by under 1% (measured 3.649 vs 3.642 after one epoch of
-    # 640 pairs, 2.359 vs 2.347 after three).
-    for task in ("translate", "caption"):
-        one, two = curves[f"{task}/default"], curves[f"{task}/mirrored"]
-        assert len(one) == len(two) == 2, task
-        np.testing.assert_allclose(two, one, rtol=0.02, err_msg=task)
+    # before summing them, where one device clips the sum: the curves differ
+    # by under 1% (the translation model's, measured when it ran here too:
+    # 3.649 vs 3.642 after one epoch of 640 pairs, 2.359 vs 2.347 after
+    # three).
+    one, two = curves["caption/default"], curves["caption/mirrored"]
+    assert len(one) == len(two) == 2
+    np.testing.assert_allclose(two, one, rtol=0.02)
 
 
 def free_ports(count):
