@@ -96,6 +96,7 @@ def word_piece_tokenizer(vocabulary, lowercase=False, strip_accents=False):
     """
     tokens = vocabulary
     if isinstance(vocabulary, (str, os.PathLike)):
+        vocabulary = os.fspath(vocabulary)  # keras-hub takes a str path only
         with open(vocabulary, encoding="utf-8") as file:
             tokens = file.read().splitlines()
     slots = [t for t in PLACEHOLDER_TOKENS if t in set(tokens)]

@@ -1,5 +1,7 @@
 """Output folder conventions shared by the end-to-end jobs."""
 
+import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -64,11 +66,50 @@ def cached_word_piece(path, texts, vocabulary_size, lowercase=False, extra_token
     """A WordPiece tokenizer learned from `texts` and saved to `path` (one
     token per line), or loaded from `path` when it exists, so that a resumed
     run tokenizes exactly as the interrupted one did. `extra_tokens` (such as
-    `[MASK]`) are appended to the learned vocabulary."""
+    `[MASK]`) are appended to the learned vocabulary.
+
+    Learning a vocabulary (keras-hub's, through tensorflow-text) takes up to
+    tens of seconds, and the same texts give the same vocabulary: one learned
+    from the same texts with the same settings by an earlier run on this
+    machine is read from `learned_vocabularies_folder()` instead."""
     if not os.path.exists(path):
-        tokenizer = train_word_piece(texts, vocabulary_size, lowercase=lowercase)
-        vocabulary = [*tokenizer.get_vocabulary(), *extra_tokens]
-        write_text(path, "\n".join(vocabulary) + "\n")
-        if not extra_tokens:
-            return tokenizer
+        texts = [str(text) for text in texts]
+        learned = os.path.join(
+            learned_vocabularies_folder(),
+            _vocabulary_key(texts, vocabulary_size, lowercase) + ".txt",
+        )
+        if os.path.exists(learned):
+            with open(learned, encoding="utf-8") as file:
+                vocabulary = file.read().splitlines()
+        else:
+            tokenizer = train_word_piece(texts, vocabulary_size, lowercase=lowercase)
+            vocabulary = tokenizer.get_vocabulary()
+            with contextlib.suppress(OSError):  # a cache: the run goes on without
+                os.makedirs(os.path.dirname(learned), exist_ok=True)
+                write_text(learned, "\n".join(vocabulary) + "\n")
+        write_text(path, "\n".join([*vocabulary, *extra_tokens]) + "\n")
     return word_piece_tokenizer(path, lowercase=lowercase)
+
+
+def learned_vocabularies_folder():
+    """Where `cached_word_piece` keeps the vocabularies it learned:
+    `$KERAS_ATTENTION_CACHE/vocabularies`, by default under
+    `$XDG_CACHE_HOME/keras_attention` (`~/.cache/keras_attention`)."""
+    root = os.environ.get("KERAS_ATTENTION_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+        "keras_attention",
+    )
+    return os.path.join(root, "vocabularies")
+
+
+def _vocabulary_key(texts, vocabulary_size, lowercase):
+    """A name for the vocabulary of `texts` at these settings and this
+    keras-hub release (whose learner could change)."""
+    import keras_hub
+
+    digest = hashlib.sha256(
+        json.dumps([keras_hub.__version__, vocabulary_size, lowercase]).encode()
+    )
+    for text in texts:
+        digest.update(text.encode("utf-8", "surrogatepass") + b"\0")
+    return digest.hexdigest()
