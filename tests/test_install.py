@@ -2,6 +2,7 @@
 applications' TensorFlow, keras-hub or matplotlib, and the library works on JAX,
 generation (greedy and beam search) and the image sets' measures included."""
 
+import os
 import subprocess
 import sys
 import venv
@@ -56,16 +57,27 @@ print("core ok on", keras_attention.ops.__name__, __import__("keras").backend.ba
 """
 
 
-@pytest.mark.slow
-def test_core_install_uses_the_library_without_the_applications(tmp_path):
+def core_install(tmp_path):
+    """The folder of a virtual environment with the core install: the one
+    KERAS_ATTENTION_CORE_ENV names (.ci/keras_matrix's, whose making took
+    as long as this test's checks), else a fresh one made here."""
+    made = os.environ.get("KERAS_ATTENTION_CORE_ENV")
+    if made:
+        return Path(made)
     env_dir = tmp_path / "core"
     venv.create(env_dir, with_pip=True)
-    python = env_dir / "bin" / "python"
     subprocess.run(
-        [python, "-m", "pip", "install", "-q", f"{ROOT}[jax]"],
+        [env_dir / "bin" / "python", "-m", "pip", "install", "-q", f"{ROOT}[jax]"],
         check=True,
         timeout=900,
     )
+    return env_dir
+
+
+@pytest.mark.slow
+def test_core_install_uses_the_library_without_the_applications(tmp_path):
+    env_dir = core_install(tmp_path)
+    python = env_dir / "bin" / "python"
     result = subprocess.run(
         [python, "-c", USE_THE_LIBRARY],
         env={"KERAS_BACKEND": "jax", "PATH": "/usr/bin:/bin"},

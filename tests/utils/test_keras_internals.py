@@ -266,3 +266,16 @@ def test_the_tested_range_is_the_keras_matrix_and_the_declared_floor():
     # One release per minor version, from the floor to the newest.
     minors = [int(release.split(".")[1]) for release in releases]
     assert minors == list(range(minors[0], minors[-1] + 1))
+
+
+def test_an_internal_is_imported_once_so_a_traced_call_never_imports(monkeypatch):
+    """torch.compile breaks the graph at `importlib` (15 breaks in one
+    AdditiveAttention call before): the second look-up is a dict's."""
+    tensor = keras.ops.ones((2,))
+    keras_internals.get_keras_mask(tensor)
+
+    def imports_again(name):
+        raise AssertionError(f"{name} imported again")
+
+    monkeypatch.setattr(keras_internals.importlib, "import_module", imports_again)
+    assert keras_internals.get_keras_mask(tensor) is None
