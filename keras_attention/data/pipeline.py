@@ -185,6 +185,14 @@ def translation_dataset(
     return dataset.prefetch(tf.data.AUTOTUNE), num_kept
 
 
+def buckets_within(bucket_boundaries, width):
+    """The boundaries of `bucket_boundaries` shorter than `width`, the length
+    texts are padded to, or None when none is: a task's default buckets, fit
+    to a model of any length (a model of 64 tokens batches without the
+    buckets of 64 and 128)."""
+    return tuple(b for b in bucket_boundaries if b < width) or None
+
+
 def classification_dataset(
     token_ids,
     labels,

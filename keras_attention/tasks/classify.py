@@ -14,7 +14,11 @@ from keras_attention.data.classification import (
     labelled_sample,
     load_classification_data,
 )
-from keras_attention.data.pipeline import classification_dataset, encode_texts
+from keras_attention.data.pipeline import (
+    buckets_within,
+    classification_dataset,
+    encode_texts,
+)
 from keras_attention.evaluation.attribution import (
     NUM_DELETED_WORDS,
     deletion_check,
@@ -291,9 +295,10 @@ class Classification(runner.Task):
             batch_size,
             shuffle=True,
             seed=context.options.seed,
-            bucket_boundaries=SETTINGS[
-                "sentence_buckets" if hierarchical else "token_buckets"
-            ],
+            bucket_boundaries=buckets_within(
+                SETTINGS["sentence_buckets" if hierarchical else "token_buckets"],
+                token_ids.shape[1],
+            ),
             drop_remainder=True,
         )
         valid_ids = encode_for_model(net, valid.texts)

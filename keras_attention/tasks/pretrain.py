@@ -20,7 +20,11 @@ from keras_attention.data.classification import load_classification_data
 from keras_attention.data.language_modeling import load_fortune_texts, read_documents
 from keras_attention.data.messages import messages_by_package
 from keras_attention.data.packing import PAD_SEGMENT, pack_texts, padding_fraction
-from keras_attention.data.pipeline import classification_dataset, encode_texts
+from keras_attention.data.pipeline import (
+    buckets_within,
+    classification_dataset,
+    encode_texts,
+)
 from keras_attention.data.tokenization import PAD_ID, UNK_ID
 from keras_attention.models import TransformerTextEncoder
 from keras_attention.names import PRETRAIN_EXTRA_TEXTS
@@ -450,8 +454,9 @@ class Pretraining(runner.Task):
                 f"{self.padding_fraction:.1%} of them padding"
             )
         else:
+            buckets = buckets_within(SETTINGS["token_buckets"], max_length)
             self.padding_fraction = bucketed_padding_fraction(
-                self.train_ids, SETTINGS["token_buckets"]
+                self.train_ids, buckets or ()
             )
             self.train_data = masked_dataset(
                 self.train_ids,
@@ -459,7 +464,7 @@ class Pretraining(runner.Task):
                 options.batch_size,
                 shuffle=True,
                 seed=options.seed,
-                bucket_boundaries=SETTINGS["token_buckets"],
+                bucket_boundaries=buckets,
             )
 
     def build(self, context, jit_compile):

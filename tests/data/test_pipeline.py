@@ -3,6 +3,7 @@ import pytest
 
 from keras_attention.data.dates import generate_date_pairs
 from keras_attention.data.pipeline import (
+    buckets_within,
     caption_dataset,
     classification_dataset,
     encode_captions,
@@ -305,3 +306,9 @@ def test_caption_dataset_rejects_mismatched_inputs(caption_tokenizer):
         caption_dataset(np.zeros((3, 8, 8, 1)), ids, 2)
     with pytest.raises(ValueError, match=r"\(N, height, width, channels\)"):
         caption_dataset(np.zeros((2, 8, 8)), ids, 2)
+
+
+def test_buckets_within_keep_the_boundaries_shorter_than_the_padded_length():
+    assert buckets_within((64, 128), 256) == (64, 128)
+    assert buckets_within((64, 128), 128) == (64,)
+    assert buckets_within((64, 128), 48) is None

@@ -14,6 +14,7 @@ from keras_attention.tasks.pretrain import (
     load_extra_texts,
     mask_generator,
     masked_dataset,
+    run_pretrain,
 )
 from keras_attention.tasks.runner import compile_with_adam
 from tests import test_cli
@@ -161,6 +162,29 @@ def test_cli_pretrains_then_classifies_from_the_encoder(tmp_path):
     encoder = keras.saving.load_model(pretrained / "encoder.keras")
     assert classifier.tokenizer.get_vocabulary() == encoder.tokenizer.get_vocabulary()
     assert encoder.tokenizer.get_vocabulary()[-1] == "[MASK]"
+
+
+@pytest.mark.slow
+def test_an_encoder_shorter_than_the_length_buckets_pretrains(tmp_path):
+    """The default buckets (64 and 128 tokens) are kept where they fit: an
+    encoder of 48 tokens pretrains in batches of 48 (before, it refused the
+    buckets; classify from such an encoder: examples/pretraining_curve.py's
+    tiny form, slow tier)."""
+    data = write_csv(tmp_path / "reviews.csv", keyword_reviews(64))
+    pretrained = run_pretrain(
+        tmp_path,
+        data=data,
+        epochs=1,
+        batch_size=16,
+        jit_compile=False,
+        hidden_dim=8,
+        num_heads=2,
+        num_layers=1,
+        intermediate_dim=16,
+        max_length=48,
+    )
+    assert np.isfinite(pretrained["mlm_loss"])
+    assert keras.saving.load_model(tmp_path / "encoder.keras").max_length == 48
 
 
 @pytest.mark.slow
