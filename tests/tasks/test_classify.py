@@ -128,6 +128,9 @@ def test_compare_reports_mean_and_spread_over_seeds(reviews_csv, tmp_path):
         seeds=[0, 1],
         epochs=1,
         num_train=200,
+        # The comparison's bookkeeping; the XLA path of these models trains in
+        # tests/models/test_text_classifiers.py.
+        jit_compile=False,
         verbose=0,
     )
     for name in ("bag", "transformer"):
