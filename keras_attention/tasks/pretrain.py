@@ -454,9 +454,8 @@ class Pretraining(runner.Task):
                 f"{self.padding_fraction:.1%} of them padding"
             )
         else:
-            buckets = buckets_within(SETTINGS["token_buckets"], max_length)
             self.padding_fraction = bucketed_padding_fraction(
-                self.train_ids, buckets or ()
+                self.train_ids, SETTINGS["token_buckets"]
             )
             self.train_data = masked_dataset(
                 self.train_ids,
@@ -464,7 +463,7 @@ class Pretraining(runner.Task):
                 options.batch_size,
                 shuffle=True,
                 seed=options.seed,
-                bucket_boundaries=buckets,
+                bucket_boundaries=buckets_within(SETTINGS["token_buckets"], max_length),
             )
 
     def build(self, context, jit_compile):
