@@ -373,13 +373,13 @@ class Captioning(runner.Task):
             references=test.captions[:NUM_GRID_IMAGES],
         )
         if net.attention:
-            for i in range(min(NUM_OVERLAYS, len(test))):
-                plot_overlay(
-                    net,
-                    test.images[i],
-                    os.path.join(out_dir, f"attention_{i}.png"),
-                    boxes=None if test.boxes is None else test.boxes[i],
-                )
+            count = min(NUM_OVERLAYS, len(test))
+            plot_overlays(
+                net,
+                test.images[:count],
+                [os.path.join(out_dir, f"attention_{i}.png") for i in range(count)],
+                boxes=None if test.boxes is None else test.boxes[:count],
+            )
             if located is not None and len(located["in_box"]):
                 plot_localization(
                     located["in_box"],
@@ -469,26 +469,34 @@ def compare(out_dir, models=tuple(MODELS), data="scenes", beam_width=3, **kwargs
 
 def plot_overlay(model, image, path, boxes=None):
     """Captions one image greedily and draws the attention of every word."""
-    tokens, weights = model.generate(np.asarray(image)[None], return_attention=True)
-    tokens = np.asarray(tokens)[0]
-    weights = np.asarray(weights)[0]
-    words = []
-    for token in tokens:
-        words.append(model.tokenizer.id_to_token(int(token)) if token else "")
-        if int(token) == END_ID or not token:
-            break
-    length = len(words)
-    caption = words_of(model.tokenizer, tokens)
-    plot_caption_attention(
-        image,
-        words,
-        weights[:length],
-        model.grid_shape,
-        path=path,
-        title=caption,
-        boxes=boxes,
-    )
-    return caption
+    return plot_overlays(model, [image], [path], [boxes])[0]
+
+
+def plot_overlays(model, images, paths, boxes=None):
+    """Captions images greedily, in one batch, and draws the attention of
+    every word of each to the matching path; `boxes`, one entry (or None)
+    per image, outlines the named items. Returns the captions."""
+    tokens, weights = model.generate(np.asarray(images), return_attention=True)
+    tokens, weights = np.asarray(tokens), np.asarray(weights)
+    captions = []
+    for i, path in enumerate(paths):
+        words = []
+        for token in tokens[i]:
+            words.append(model.tokenizer.id_to_token(int(token)) if token else "")
+            if int(token) == END_ID or not token:
+                break
+        caption = words_of(model.tokenizer, tokens[i])
+        plot_caption_attention(
+            images[i],
+            words,
+            weights[i, : len(words)],
+            model.grid_shape,
+            path=path,
+            title=caption,
+            boxes=None if boxes is None else boxes[i],
+        )
+        captions.append(caption)
+    return captions
 
 
 def caption_files(model, paths, out_dir=None, beam_width=1):
@@ -525,6 +533,6 @@ def _read_images(model, paths):
 def _write_overlays(model, paths, images, out_dir):
     if out_dir is None or not model.attention:
         return
-    for path, image in zip(paths, images, strict=True):
-        name = os.path.splitext(os.path.basename(path))[0]
-        plot_overlay(model, image, os.path.join(out_dir, f"{name}_attention.png"))
+    names = [os.path.splitext(os.path.basename(path))[0] for path in paths]
+    overlays = [os.path.join(out_dir, f"{name}_attention.png") for name in names]
+    plot_overlays(model, images, overlays)

@@ -511,27 +511,51 @@ def _detokenize(tokenizer, token_ids):
 def _plot_alignments(model, pairs, out_dir, title):
     if getattr(model, "attention", None) == "none":
         return
-    for i, (source, _) in enumerate(pairs):
-        plot_translation_attention(
-            model, source, os.path.join(out_dir, f"attention_{i}.png"), title
-        )
+    alignments = _alignments(model, [source for source, _ in pairs])
+    for i, alignment in enumerate(alignments):
+        path = os.path.join(out_dir, f"attention_{i}.png")
+        _plot_alignment(model, alignment, path, title)
 
 
 def plot_translation_attention(model, source, path=None, title=None):
     """Translates `source` greedily and draws the cross-attention of each
     output token over the source tokens (the alignment figures of Bahdanau et
     al., 2015). Returns the matplotlib figure."""
+    return _plot_alignment(model, _alignments(model, [source])[0], path, title)
+
+
+def _alignments(model, sources):
+    """For each source: its token ids, the ids of its greedy translation and
+    the cross-attention `(target, source)` of the one over the other. All
+    sources go in one batch, their padding masked: one call per sentence
+    compiled anew for each pair of lengths."""
     source_ids = encode_texts(
-        _masked_sources(model.source_tokenizer, [source]),
+        _masked_sources(model.source_tokenizer, sources),
         model.source_tokenizer,
         model.max_source_length,
     )
-    source_tokens = [int(t) for t in source_ids[0] if t]
-    generated = [int(t) for t in _generate(model, source_ids, 1, 0.6)[0] if t]
-    decoder_ids = np.array([[model.start_token_id, *generated[:-1]]], "int32")
-    weights = model.attention_weights(source_ids[:, : len(source_tokens)], decoder_ids)
+    generated = [
+        [int(t) for t in row if t] for row in _generate(model, source_ids, 1, 0.6)
+    ]
+    # Teacher forcing on each translation: the start token, then all of it
+    # but its last token (the start token alone for an empty translation).
+    rows = [max(1, len(tokens)) for tokens in generated]
+    decoder_ids = np.zeros((len(sources), max(rows)), "int32")
+    for row, tokens in zip(decoder_ids, generated, strict=True):
+        row[: max(1, len(tokens))] = [model.start_token_id, *tokens[:-1]]
+    weights = np.asarray(model.attention_weights(source_ids, decoder_ids))
+    alignments = []
+    for i, tokens in enumerate(generated):
+        source_tokens = [int(t) for t in source_ids[i] if t]
+        alignment = weights[i, : rows[i], : len(source_tokens)]
+        alignments.append((source_tokens, tokens, alignment))
+    return alignments
+
+
+def _plot_alignment(model, alignment, path, title):
+    source_tokens, generated, weights = alignment
     return plot_attention(
-        np.asarray(weights)[0],
+        weights,
         source_tokens=[model.source_tokenizer.id_to_token(t) for t in source_tokens],
         target_tokens=[model.target_tokenizer.id_to_token(t) for t in generated],
         path=path,

@@ -25,6 +25,8 @@ import json
 import os
 import sys
 
+from tests.tasks.held_out import score_few_held_out_pairs
+
 # Set by the tests: after this many seconds print where every thread is and
 # exit, so that a run hung in a collective says where.
 if os.environ.get("DISTRIBUTION_RUNS_HANG_SECONDS"):
@@ -57,6 +59,7 @@ def train(strategy, out, model_shards=None):
 
     shards = None if model_shards is None else int(model_shards)
     strategy = distribute.make_strategy(strategy, model_shards=shards)
+    score_few_held_out_pairs()
     run_translate(out, strategy=strategy, **TRANSLATE)
 
 
@@ -104,6 +107,7 @@ def processes(strategy, out):
     # devices here (see `distribute.make_strategy`).
     shards = 2 if strategy == "model-parallel" else None
     strategy = distribute.make_strategy(strategy, model_shards=shards)
+    score_few_held_out_pairs()
     where = WhereBatchEndsRun()
     run_translate(out, strategy=strategy, callbacks=[where], **TRANSLATE)
     print(f"batch ends ran in the training loop only: {where.threads == {True}}")

@@ -13,26 +13,7 @@ import json
 import os
 import sys
 
-# The tests read the loss curves only: the runs score 64 held-out pairs, not
-# the date task's 1000 validation and 2000 test pairs.
-HELD_OUT = 64
-
-
-def _few_held_out_pairs():
-    from keras_attention.tasks import translate
-
-    load = translate.load_translation_pairs
-
-    def load_few(data, seed=0):
-        splits = load(data, seed=seed)
-        return {
-            **splits,
-            "valid": splits["valid"][:HELD_OUT],
-            "test": splits["test"][:HELD_OUT],
-        }
-
-    translate.load_translation_pairs = load_few
-
+from tests.tasks.held_out import score_few_held_out_pairs
 
 # The captioner's run: Keras' train step with a model loss (the doubly
 # stochastic penalty), which Keras scales per replica like the others.
@@ -136,7 +117,7 @@ def tasks(out):
     from keras_attention.tasks import gan, translate
     from keras_attention.tasks.distribute import make_strategy
 
-    _few_held_out_pairs()
+    score_few_held_out_pairs()
     run = {"translate": translate.run_translate, "gan": gan.run_gan}
     # One strategy for both runs: a multi-worker one can be made once.
     workers = "TF_CONFIG" in os.environ

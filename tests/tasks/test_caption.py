@@ -10,6 +10,7 @@ from PIL import Image
 from keras_attention import cli
 from keras_attention.data import FASHION_MNIST_CLASSES, Scenes, train_word_piece
 from keras_attention.data.tokenization import END_ID, START_ID
+from keras_attention.tasks import caption
 from keras_attention.tasks.caption import (
     bleu_scores,
     box_overlap,
@@ -245,3 +246,37 @@ def test_loaded_captioner_is_the_trained_one(caption_dir):
     vocabulary = vocabulary_lines(caption_dir / "vocabulary.txt")
     assert model.tokenizer.get_vocabulary() == vocabulary
     assert model.vocabulary_size == len(vocabulary)
+
+
+def test_overlays_of_a_batch_are_those_of_each_image_alone(tmp_path, monkeypatch):
+    """The report captions its overlay images in one batch: each image's
+    words and attention maps are those it gets captioned alone."""
+    rng = np.random.default_rng(0)
+    scenes = [shape_scene(rng) for _ in range(3)]
+    images = np.stack([image[..., None] / 255.0 for image, _ in scenes])
+    texts = [caption for _, captions in scenes for caption in captions]
+    keras.utils.set_random_seed(0)
+    model = caption.build_model(
+        "attention",
+        24,
+        (24, 24, 1),
+        encoder_filters=(4, 8),
+        units=16,
+        tokenizer=train_word_piece(texts, 24),
+    )
+    drawn = []
+    monkeypatch.setattr(
+        caption,
+        "plot_caption_attention",
+        lambda image, words, weights, grid, path, title, boxes: drawn.append(
+            (path, words, weights, title)
+        ),
+    )
+    paths = [tmp_path / f"{i}.png" for i in range(3)]
+    batched = caption.plot_overlays(model, images, paths)
+    alone = [caption.plot_overlay(model, images[i], paths[i]) for i in range(3)]
+    assert batched == alone
+    for (path, words, weights, title), again in zip(drawn[:3], drawn[3:], strict=True):
+        assert (path, words, title) == (again[0], again[1], again[3])
+        assert weights.shape[0] == len(words)
+        np.testing.assert_allclose(weights, again[2], atol=1e-6)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from keras_attention import cli
+from keras_attention.tasks import translate
 from keras_attention.tasks.common import write_metrics
 from keras_attention.tasks.resumable import TimeBudget, read_epoch_log
 from keras_attention.tasks.translate import (
@@ -260,3 +261,40 @@ def test_messages_model_keeps_placeholders_as_slot_tokens(monkeypatch, tmp_path)
     [translation] = translate_texts(model, ["cannot open file %(path)s for reading"])
     assert "[PH" not in translation
     assert_picture(tmp_path / "attention_0.png")
+
+
+@pytest.mark.parametrize("name", ["transformer", "rnn-bahdanau"])
+def test_the_alignments_of_a_batch_are_those_of_each_sentence_alone(name, tmp_path):
+    """The report draws its alignment figures from one batch of sentences,
+    their padding masked: the same figures as one sentence at a time, with
+    the padding cut off, gives."""
+    pairs = [
+        ("march 3, 1999", "1999-03-03"),
+        ("saturday, 4 july 1987", "1987-07-04"),
+        ("12/01/2005", "2005-12-01"),
+    ]
+    settings = translate.settings_for("dates")
+    source, target = translate._tokenizers(tmp_path, pairs * 4, settings)
+    keras.utils.set_random_seed(0)
+    model = translate.build_model(
+        name,
+        source.vocabulary_size(),
+        target.vocabulary_size(),
+        settings,
+        source_tokenizer=source,
+        target_tokenizer=target,
+    )
+    sentences = [s for s, _ in pairs]
+    batched = translate._alignments(model, sentences)
+    for sentence, (source_ids, target_ids, weights) in zip(
+        sentences, batched, strict=True
+    ):
+        alone = translate._alignments(model, [sentence])[0]
+        assert source_ids == alone[0] and target_ids == alone[1]
+        # Each sentence alone, its padding cut off: what the figures drew
+        # before they were drawn from one batch.
+        rows = max(1, len(target_ids))
+        decoder_ids = np.array([[model.start_token_id, *target_ids[:-1]]])[:, :rows]
+        cut = model.attention_weights(np.array([source_ids]), decoder_ids)
+        np.testing.assert_allclose(weights, np.asarray(cut)[0], atol=1e-6)
+        assert weights.shape == (rows, len(source_ids))
