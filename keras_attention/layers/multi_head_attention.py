@@ -24,9 +24,11 @@ from keras_attention.layers.key_value_cache import (
 from keras_attention.layers.positions import ATTENTION_POSITIONS, positions_from_alias
 from keras_attention.ops.attention import (
     apply_attention_weights,
+    attention_path,
     attention_weights,
     dot_product_attention,
 )
+from keras_attention.ops.fused import KERNELS
 from keras_attention.ops.masks import (
     causal_mask,
     combine_attention_masks,
@@ -317,8 +319,12 @@ class MultiHeadAttention(
         self._output_dims = _output_dims(output_shape)
         self._use_gate = use_gate
         self._sliding_window = sliding_window
+        # False stays False (Keras' `flash_attention or ...` turns it into
+        # the global setting, None by default: the automatic choice).
         self._flash_attention = (
-            flash_attention or keras.config.is_flash_attention_enabled()
+            keras.config.is_flash_attention_enabled()
+            if flash_attention is None
+            else flash_attention
         )
         self._flash_attention_argument = flash_attention
         self._chunk_size = chunk_size
@@ -340,6 +346,19 @@ class MultiHeadAttention(
     @property
     def chunk_size(self):
         return self._chunk_size
+
+    @property
+    def attention_path(self):
+        """How the last call attended: `"torch_sdpa"` or `"jax_cudnn"` (a
+        backend's fused kernel, see `keras_attention.ops.attention_path`),
+        `"chunked"`, `"standard"` (where the weights are needed too) or
+        `"multi_axis"`; None before the first call. In a compiled function,
+        the path of the call that was traced."""
+        return self.__dict__.get("_attention_path")
+
+    def _record_path(self, path):
+        # Past Keras' attribute tracking: a string, set while tracing too.
+        self.__dict__["_attention_path"] = path
 
     @property
     def num_key_value_heads(self):
@@ -755,6 +774,7 @@ class MultiHeadAttention(
         if attention_mask is not None:
             attention_mask = ops.cast(attention_mask, "bool")
         if len(query.shape) != 4:
+            self._record_path("multi_axis")
             return self._compute_multi_axis_attention(
                 query, key, value, attention_mask, training, use_causal_mask
             )
@@ -779,22 +799,35 @@ class MultiHeadAttention(
                 key_length=key.shape[1],
                 query_length=query.shape[1],
             )
+            arguments = {
+                "mask": attention_mask,
+                "is_causal": use_causal_mask,
+                # False: the standard path, as asked (no fused kernel either).
+                "flash_attention": False if self._flash_attention is False else None,
+                "chunk_size": self._chunk_size,
+                "sliding_window": sliding_window,
+                "bias": attention_bias,
+                "alibi_slopes": alibi_slopes,
+                "segment_ids": segment_ids,
+                "score_mod": score_mod,
+            }
+            # A backend's fused kernel, where one serves, before the
+            # chunked path the plan would switch to by itself.
+            path = attention_path(query, value, **arguments)
+            if path not in KERNELS:
+                arguments["chunk_size"] = plan.chunk_size
+                path = attention_path(query, value, **arguments)
+            self._record_path(path)
             output = dot_product_attention(
                 query,
                 key,
                 value,
-                mask=attention_mask,
-                is_causal=use_causal_mask,
                 scale=scale,
-                chunk_size=plan.chunk_size,
-                sliding_window=sliding_window,
-                bias=attention_bias,
-                alibi_slopes=alibi_slopes,
-                segment_ids=segment_ids,
-                score_mod=score_mod,
                 score_mod_inputs=score_mod_inputs,
+                **arguments,
             )
             return output, None
+        self._record_path("standard")
         if segment_ids is not None:
             attention_mask = _merge_document_mask(attention_mask, segment_ids)
             if len(attention_mask.shape) == 3:

@@ -4,6 +4,7 @@ positions inside attention, dropout."""
 from keras_attention.ops import mods
 from keras_attention.ops.attention import (
     apply_attention_weights,
+    attention_path,
     attention_weights,
     dot_product_attention,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "apply_attention_weights",
+    "attention_path",
     "attention_weights",
     "additive_score",
     "additive_score_from_projections",

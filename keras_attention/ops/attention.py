@@ -17,6 +17,7 @@ from keras_attention._checks import (
     static_shape,
 )
 from keras_attention.ops.chunked import DEFAULT_CHUNK_SIZE, chunked_attention
+from keras_attention.ops.fused import KERNELS, fused_attention, fused_kernel
 from keras_attention.ops.masks import (
     attended_keys,
     causal_mask,
@@ -121,9 +122,13 @@ def dot_product_attention(
         is_causal: query `i` only attends to keys `j <= i + query_offset`
             (with `T < S` and no offset, the upper-left alignment of
             `keras.ops`; `query_offset=S - T` aligns to the lower right).
-        flash_attention: True takes the memory-efficient path (with tiles of
-            `chunk_size`, default 256), False the standard one; None (the
-            default) the memory-efficient path when `chunk_size` is set.
+        flash_attention: True takes a memory-efficient path: the backend's
+            fused kernel where one serves the call (PyTorch's
+            `scaled_dot_product_attention`, cuDNN on a GPU with JAX; see
+            `attention_path`), else the chunked path (tiles of `chunk_size`,
+            default 256). False takes the standard path. None (the default)
+            takes the fused kernel where one serves, else the chunked path
+            when `chunk_size` is set, else the standard path.
         attn_logits_soft_cap: if set, scores `s` become
             `cap * tanh(s / cap)` before the softmax (Gemma 2; the tanh of
             JAX's TPU kernels that keras.ops reaches only there).
@@ -199,8 +204,6 @@ def dot_product_attention(
         flash_attention, chunk_size, return_weights, bias, attn_logits_soft_cap
     )
     _check_mods(score_mod, score_mod_inputs, mask_mod)
-    if flash_attention and chunk_size is None:
-        chunk_size = DEFAULT_CHUNK_SIZE
     if scale is None:
         scale = 1.0 / math.sqrt(q_shape[-1])
     query_length, key_length = _length(query, 1), _length(key, 1)
@@ -215,7 +218,7 @@ def dot_product_attention(
             sliding_window_mask(
                 query_length, key_length, sliding_window, offset=query_offset
             )
-            if chunk_size is None
+            if chunk_size is None and not flash_attention
             else _window_reach(query_length, key_length, sliding_window, query_offset),
         )
     attended = _attended_keys(
@@ -223,7 +226,29 @@ def dot_product_attention(
     )
     key = zero_unattended(key, attended)
     value = zero_unattended(value, attended)
-    if chunk_size is not None:
+    path = attention_path(
+        query,
+        value,
+        mask=mask,
+        bias=bias,
+        is_causal=is_causal,
+        query_offset=query_offset,
+        flash_attention=flash_attention,
+        chunk_size=chunk_size,
+        sliding_window=sliding_window,
+        alibi_slopes=alibi_slopes,
+        score_mod=score_mod,
+        mask_mod=mask_mod,
+        attn_logits_soft_cap=attn_logits_soft_cap,
+        return_weights=return_weights,
+        return_lse=return_lse,
+    )
+    if path in KERNELS:
+        return fused_attention(
+            path, query, key, value, mask, scale, is_causal, query_offset
+        )
+    if path == "chunked":
+        chunk_size = chunk_size or DEFAULT_CHUNK_SIZE
         groups = _group_size(q_shape[2], k_shape[2])
         if groups > 1:
             # The tiles slice one head axis; the copies cost O(S * N * H),
@@ -270,6 +295,57 @@ def dot_product_attention(
             _attend_normalizing_last(query, key, value, mask, rules, return_lse)
         )
     return results[0] if len(results) == 1 else tuple(results)
+
+
+def attention_path(
+    query,
+    value,
+    *,
+    mask=None,
+    bias=None,
+    is_causal=False,
+    query_offset=0,
+    flash_attention=None,
+    chunk_size=None,
+    sliding_window=None,
+    alibi_slopes=None,
+    score_mod=None,
+    mask_mod=None,
+    segment_ids=None,
+    attn_logits_soft_cap=None,
+    return_weights=False,
+    return_lse=False,
+):
+    """The computation `dot_product_attention` takes for these arguments
+    (the same names), on this backend and device: a backend's fused kernel
+    (`"torch_sdpa"`, `"jax_cudnn"`: see `keras_attention.ops.fused`) where
+    the call is plain enough and `flash_attention` is not False, else
+    `"chunked"` (`chunk_size` or `flash_attention=True`) or `"standard"`.
+    An explicit `chunk_size` always takes the chunked path."""
+    plain = (
+        chunk_size is None
+        and flash_attention is not False
+        and bias is None
+        and sliding_window is None
+        and alibi_slopes is None
+        and score_mod is None
+        and mask_mod is None
+        and segment_ids is None
+        and attn_logits_soft_cap is None
+        and not return_weights
+        and not return_lse
+    )
+    kernel = fused_kernel(
+        query,
+        value,
+        mask=mask,
+        is_causal=is_causal,
+        query_offset=query_offset,
+        plain=plain,
+    )
+    if kernel is not None:
+        return kernel
+    return "chunked" if flash_attention or chunk_size is not None else "standard"
 
 
 class _ScoreRules(NamedTuple):

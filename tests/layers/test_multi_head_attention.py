@@ -883,3 +883,35 @@ def test_a_bad_cache_dtype_is_refused_by_name(cache_dtype):
         ValueError, match=f"Unknown `cache_dtype`: {cache_dtype!r}.*'int8'"
     ):
         MultiHeadAttention(num_heads=2, key_dim=8, cache_dtype=cache_dtype)
+
+
+def test_the_path_each_call_takes_is_visible():
+    layer = MultiHeadAttention(num_heads=2, key_dim=8)
+    assert layer.attention_path is None
+    layer(QUERY, VALUE, attention_mask=MASK)
+    fused = {"torch": "torch_sdpa"}.get(backend.backend(), "standard")
+    assert layer.attention_path == fused
+    layer(QUERY, VALUE, return_attention_scores=True)
+    assert layer.attention_path == "standard"
+    chunked = MultiHeadAttention(num_heads=2, key_dim=8, chunk_size=4)
+    chunked(QUERY, VALUE)
+    assert chunked.attention_path == "chunked"
+    grid = rng.normal(size=(1, 2, 3, D)).astype("float32")
+    multi_axis = MultiHeadAttention(num_heads=2, key_dim=8, attention_axes=(1, 2))
+    multi_axis(grid, grid)
+    assert multi_axis.attention_path == "multi_axis"
+
+
+def test_flash_attention_false_keeps_the_standard_path_for_long_sequences():
+    """512 x 512 causal scores switch by themselves to a memory-efficient
+    path (a fused kernel where one serves, else the chunked path);
+    `flash_attention=False` forbids it (it once became None, the automatic
+    choice, as `False or None` does in Keras' own layer)."""
+    x = rng.normal(size=(1, 512, 8)).astype("float32")
+    automatic = MultiHeadAttention(num_heads=1, key_dim=4)
+    automatic(x, x, use_causal_mask=True)
+    fused = {"torch": "torch_sdpa"}.get(backend.backend(), "chunked")
+    assert automatic.attention_path == fused
+    standard = MultiHeadAttention(num_heads=1, key_dim=4, flash_attention=False)
+    standard(x, x, use_causal_mask=True)
+    assert standard.attention_path == "standard"
