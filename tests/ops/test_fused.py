@@ -142,3 +142,31 @@ def test_torch_kernel_runs_in_half_precision():
         ops.convert_to_numpy(want),
         atol=5e-3,
     )
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="jax.nn, on JAX")
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_jax_kernel_is_called_with_the_layout_scale_and_mask(monkeypatch, is_causal):
+    """cuDNN needs a GPU: here `jax.nn.dot_product_attention` runs with XLA
+    in its place, to check what the dispatch hands it (grouped heads too)."""
+    import jax
+
+    from keras_attention.ops.fused import fused_attention
+
+    calls = []
+    original = jax.nn.dot_product_attention
+
+    def on_cpu(*args, implementation=None, **kwargs):
+        calls.append(implementation)
+        return original(*args, implementation="xla", **kwargs)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", on_cpu)
+    values = K[:, :, :2]
+    got = fused_attention("jax_cudnn", Q, K[:, :, :2], values, None, 0.3, is_causal, 0)
+    want = dot_product_attention(
+        Q, K[:, :, :2], values, scale=0.3, is_causal=is_causal, flash_attention=False
+    )
+    assert calls == ["cudnn"]
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(got), ops.convert_to_numpy(want), atol=2e-6
+    )
