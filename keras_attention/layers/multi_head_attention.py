@@ -816,7 +816,7 @@ class MultiHeadAttention(
             path = attention_path(query, value, **arguments)
             if path not in KERNELS:
                 arguments["chunk_size"] = plan.chunk_size
-                path = attention_path(query, value, **arguments)
+                path = "standard" if plan.chunk_size is None else "chunked"
             self._record_path(path)
             output = dot_product_attention(
                 query,
