@@ -1,8 +1,9 @@
 """The code base passes `ruff check` and `ruff format --check`."""
 
+import importlib.util
 import pathlib
-import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -11,10 +12,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize("command", [["check"], ["format", "--check"]])
 def test_ruff(command):
-    ruff = shutil.which("ruff")
-    if ruff is None:
+    # The ruff of the environment running the tests (`python -m ruff`), found
+    # where that environment is not activated too.
+    if importlib.util.find_spec("ruff") is None:
         pytest.fail("ruff is not installed; `pip install .[test]` provides it")
     result = subprocess.run(
-        [ruff, *command, str(ROOT)], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "ruff", *command, str(ROOT)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
