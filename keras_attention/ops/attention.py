@@ -321,7 +321,29 @@ def attention_path(
     (`"torch_sdpa"`, `"jax_cudnn"`: see `keras_attention.ops.fused`) where
     the call is plain enough and `flash_attention` is not False, else
     `"chunked"` (`chunk_size` or `flash_attention=True`) or `"standard"`.
-    An explicit `chunk_size` always takes the chunked path."""
+    An explicit `chunk_size` always takes the chunked path.
+
+    Args:
+        query: `(batch, T, num_heads, head_dim)` (its dtype and head size
+            decide whether cuDNN fits).
+        value: `(batch, S, num_kv_heads, value_dim)`.
+        mask, bias, is_causal, query_offset, flash_attention, chunk_size,
+        sliding_window, alibi_slopes, score_mod, mask_mod, segment_ids,
+        attn_logits_soft_cap, return_weights, return_lse: as for
+            `dot_product_attention`.
+
+    Returns:
+        `"torch_sdpa"`, `"jax_cudnn"`, `"chunked"` or `"standard"`.
+
+    Example:
+
+    >>> q = keras.random.normal((1, 8, 2, 4))
+    >>> attention_path(q, q, chunk_size=4)
+    'chunked'
+
+    References:
+        - [Dao et al., 2022. FlashAttention](https://arxiv.org/abs/2205.14135)
+    """
     plain = (
         chunk_size is None
         and flash_attention is not False

@@ -474,8 +474,18 @@ def plot_overlay(model, image, path, boxes=None):
 
 def plot_overlays(model, images, paths, boxes=None):
     """Captions images greedily, in one batch, and draws the attention of
-    every word of each to the matching path; `boxes`, one entry (or None)
-    per image, outlines the named items. Returns the captions."""
+    every word of each (Xu et al., 2015, https://arxiv.org/abs/1502.03044).
+
+    Args:
+        model: a trained `ShowAttendTell` with attention and a `tokenizer`.
+        images: `(N, H, W, C)` in [0, 1].
+        paths: N PNG paths, one per image.
+        boxes: optional, one entry (or None) per image: the named item's
+            box, outlined on its figure.
+
+    Returns:
+        The N captions.
+    """
     tokens, weights = model.generate(np.asarray(images), return_attention=True)
     tokens, weights = np.asarray(tokens), np.asarray(weights)
     captions = []
