@@ -327,10 +327,20 @@ def attention_path(
         query: `(batch, T, num_heads, head_dim)` (its dtype and head size
             decide whether cuDNN fits).
         value: `(batch, S, num_kv_heads, value_dim)`.
-        mask, bias, is_causal, query_offset, flash_attention, chunk_size,
-        sliding_window, alibi_slopes, score_mod, mask_mod, segment_ids,
-        attn_logits_soft_cap, return_weights, return_lse: as for
-            `dot_product_attention`.
+        mask: as for `dot_product_attention`.
+        bias: as for `dot_product_attention`.
+        is_causal: as for `dot_product_attention`.
+        query_offset: as for `dot_product_attention`.
+        flash_attention: as for `dot_product_attention`.
+        chunk_size: as for `dot_product_attention`.
+        sliding_window: as for `dot_product_attention`.
+        alibi_slopes: as for `dot_product_attention`.
+        score_mod: as for `dot_product_attention`.
+        mask_mod: as for `dot_product_attention`.
+        segment_ids: as for `dot_product_attention`.
+        attn_logits_soft_cap: as for `dot_product_attention`.
+        return_weights: as for `dot_product_attention`.
+        return_lse: as for `dot_product_attention`.
 
     Returns:
         `"torch_sdpa"`, `"jax_cudnn"`, `"chunked"` or `"standard"`.
