@@ -1,8 +1,6 @@
 """Multi-head scaled dot-product attention with the layout of `keras.ops`."""
 
 import math
-from collections.abc import Callable
-from typing import Any, NamedTuple
 
 import numpy as np
 from keras import backend, ops
@@ -17,23 +15,18 @@ from keras_attention._checks import (
     static_shape,
 )
 from keras_attention.ops.chunked import DEFAULT_CHUNK_SIZE, chunked_attention
-from keras_attention.ops.fused import KERNELS, fused_attention, fused_kernel
+from keras_attention.ops.fused import fused_attention
 from keras_attention.ops.masks import (
     attended_keys,
-    causal_mask,
     merge_masks,
-    sliding_window_mask,
     zero_unattended,
 )
 from keras_attention.ops.mods import (
-    and_masks,
     document_mask_mod,
-    evaluate_mask_mod,
-    evaluate_score_mod,
-    index_grids,
 )
-from keras_attention.ops.positions import alibi_bias
+from keras_attention.ops.plan import KERNELS, plan_kernel
 from keras_attention.ops.softmax import MASKED_SCORE, masked_softmax
+from keras_attention.ops.spec import build_spec
 
 
 def _check_inputs(query, key, value, mask):
@@ -204,51 +197,49 @@ def dot_product_attention(
         flash_attention, chunk_size, return_weights, bias, attn_logits_soft_cap
     )
     _check_mods(score_mod, score_mod_inputs, mask_mod)
-    if scale is None:
-        scale = 1.0 / math.sqrt(q_shape[-1])
-    query_length, key_length = _length(query, 1), _length(key, 1)
-    if alibi_slopes is not None:
-        alibi_slopes = _check_slopes(alibi_slopes, q_shape[2])
-    if segment_ids is not None:
-        documents = _document_mask_mod(segment_ids, q_shape, k_shape)
-        mask_mod = documents if mask_mod is None else and_masks(mask_mod, documents)
-    if sliding_window is not None:
-        mask = merge_masks(
-            mask,
-            sliding_window_mask(
-                query_length, key_length, sliding_window, offset=query_offset
-            )
-            if chunk_size is None and not flash_attention
-            else _window_reach(query_length, key_length, sliding_window, query_offset),
-        )
-    attended = _attended_keys(
-        mask, is_causal, query_length, key_length, k_shape[2], query_offset
-    )
-    key = zero_unattended(key, attended)
-    value = zero_unattended(value, attended)
-    path = attention_path(
-        query,
-        value,
+    spec = _spec(
+        q_shape,
+        k_shape,
+        scale=scale,
+        query_offset=query_offset,
         mask=mask,
         bias=bias,
         is_causal=is_causal,
-        query_offset=query_offset,
-        flash_attention=flash_attention,
-        chunk_size=chunk_size,
         sliding_window=sliding_window,
+        segment_ids=segment_ids,
+        mask_mod=mask_mod,
         alibi_slopes=alibi_slopes,
         score_mod=score_mod,
-        mask_mod=mask_mod,
-        attn_logits_soft_cap=attn_logits_soft_cap,
+        score_mod_inputs=score_mod_inputs,
+        soft_cap=attn_logits_soft_cap,
+    )
+    path = plan_kernel(
+        spec,
+        query,
+        value,
+        flash_attention=flash_attention,
+        chunk_size=chunk_size,
         return_weights=return_weights,
         return_lse=return_lse,
     )
+    # Keys and values no query may see are zeroed before any path reads them.
+    query_length, key_length = _length(query, 1), _length(key, 1)
+    reach = None
+    if sliding_window is not None:
+        reach = _window_reach(query_length, key_length, sliding_window, query_offset)
+    attended = _attended_keys(
+        merge_masks(mask, reach),
+        is_causal,
+        query_length,
+        key_length,
+        k_shape[2],
+        query_offset,
+    )
+    key = zero_unattended(key, attended)
+    value = zero_unattended(value, attended)
     if path in KERNELS:
-        return fused_attention(
-            path, query, key, value, mask, scale, is_causal, query_offset
-        )
+        return fused_attention(path, query, key, value, spec, return_lse)
     if path == "chunked":
-        chunk_size = chunk_size or DEFAULT_CHUNK_SIZE
         groups = _group_size(q_shape[2], k_shape[2])
         if groups > 1:
             # The tiles slice one head axis; the copies cost O(S * N * H),
@@ -258,43 +249,38 @@ def dot_product_attention(
             query,
             key,
             value,
-            mask,
-            scale=scale,
-            chunk_size=chunk_size,
-            is_causal=is_causal,
-            query_offset=query_offset,
-            sliding_window=sliding_window,
-            alibi_slopes=alibi_slopes,
-            score_mod=score_mod,
-            score_mod_inputs=score_mod_inputs,
-            mask_mod=mask_mod,
-            soft_cap=attn_logits_soft_cap,
+            spec,
+            chunk_size=chunk_size or DEFAULT_CHUNK_SIZE,
             return_lse=return_lse,
         )
-    rules = _ScoreRules(
-        scale=scale,
-        bias=bias,
-        is_causal=is_causal,
-        query_offset=query_offset,
-        alibi_slopes=alibi_slopes,
-        score_mod=score_mod,
-        score_mod_inputs=tuple(score_mod_inputs),
-        mask_mod=mask_mod,
-        soft_cap=attn_logits_soft_cap,
-    )
     results = []
     if return_weights or backend.standardize_dtype(value.dtype) == "float16":
-        weights, lse = _weights(query, key, mask, rules, return_lse)
+        weights, lse = _weights(query, key, spec, return_lse)
         results.append(apply_attention_weights(weights, value))
         if return_weights:
             results.append(weights)
         if return_lse:
             results.append(lse)
     else:
-        results.extend(
-            _attend_normalizing_last(query, key, value, mask, rules, return_lse)
-        )
+        results.extend(_attend_normalizing_last(query, key, value, spec, return_lse))
     return results[0] if len(results) == 1 else tuple(results)
+
+
+def _spec(q_shape, k_shape, *, scale, alibi_slopes, segment_ids, **arguments):
+    """The call's `AttentionSpec` from its checked arguments."""
+    if scale is None:
+        scale = 1.0 / math.sqrt(q_shape[-1])
+    if alibi_slopes is not None:
+        alibi_slopes = _check_slopes(alibi_slopes, q_shape[2])
+    documents = None
+    if segment_ids is not None:
+        documents = _document_mask_mod(segment_ids, q_shape, k_shape)
+    return build_spec(
+        scale=scale,
+        alibi_slopes=alibi_slopes,
+        segments_mask_mod=documents,
+        **arguments,
+    )
 
 
 def attention_path(
@@ -354,92 +340,34 @@ def attention_path(
     References:
         - [Dao et al., 2022. FlashAttention](https://arxiv.org/abs/2205.14135)
     """
-    plain = (
-        chunk_size is None
-        and flash_attention is not False
-        and bias is None
-        and sliding_window is None
-        and alibi_slopes is None
-        and score_mod is None
-        and mask_mod is None
-        and segment_ids is None
-        and attn_logits_soft_cap is None
-        and not return_weights
-        and not return_lse
+    if mask is not None:
+        mask = ops.convert_to_tensor(mask)
+    q_shape, v_shape = static_shape(query), static_shape(value)
+    spec = _spec(
+        q_shape,
+        v_shape,
+        scale=None,
+        query_offset=query_offset,
+        mask=mask,
+        bias=bias,
+        is_causal=is_causal,
+        sliding_window=sliding_window,
+        segment_ids=segment_ids,
+        mask_mod=mask_mod,
+        alibi_slopes=alibi_slopes,
+        score_mod=score_mod,
+        score_mod_inputs=(),
+        soft_cap=attn_logits_soft_cap,
     )
-    kernel = fused_kernel(
+    return plan_kernel(
+        spec,
         query,
         value,
-        mask=mask,
-        is_causal=is_causal,
-        query_offset=query_offset,
-        plain=plain,
+        flash_attention=flash_attention,
+        chunk_size=chunk_size,
+        return_weights=return_weights,
+        return_lse=return_lse,
     )
-    if kernel is not None:
-        return kernel
-    return "chunked" if flash_attention or chunk_size is not None else "standard"
-
-
-class _ScoreRules(NamedTuple):
-    """What turns `query . key` into the masked scores on the standard path."""
-
-    scale: Any
-    bias: Any = None
-    is_causal: bool = False
-    query_offset: Any = 0
-    alibi_slopes: Any = None
-    score_mod: Callable | None = None
-    score_mod_inputs: tuple = ()
-    mask_mod: Callable | None = None
-    soft_cap: float | None = None
-
-    def scores(self, query, key, compute_dtype):
-        """`(B, N, T, S)` scores in `compute_dtype`, before the masks."""
-        # Scaling the queries before the matmul keeps float16 scores in range.
-        query = query * ops.cast(self.scale, query.dtype)
-        scores = ops.cast(_scores(query, key), compute_dtype)
-        if self.bias is not None:
-            scores = scores + ops.cast(self.bias, compute_dtype)
-        if self.alibi_slopes is not None:
-            scores = scores + ops.cast(
-                alibi_bias(
-                    self.alibi_slopes,
-                    ops.shape(query)[1],
-                    ops.shape(key)[1],
-                    self.query_offset,
-                ),
-                compute_dtype,
-            )
-        if self.score_mod is not None:
-            grids = self._grids(query, key)
-            scores = evaluate_score_mod(
-                self.score_mod, scores, grids, self.score_mod_inputs
-            )
-        if self.soft_cap is not None:
-            scores = ops.tanh(scores / self.soft_cap) * self.soft_cap
-        return scores
-
-    def mask(self, mask, query, key):
-        """`mask` with the causal mask and the mask mod's."""
-        query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
-        if self.is_causal:
-            causal = causal_mask(query_length, key_length, self.query_offset)
-            mask = merge_masks(mask, causal)
-        if self.mask_mod is not None:
-            shape = static_shape(query)
-            expected = (shape[0], shape[2], shape[1], static_shape(key)[1])
-            grids = self._grids(query, key)
-            mask = merge_masks(mask, evaluate_mask_mod(self.mask_mod, grids, expected))
-        return mask
-
-    def _grids(self, query, key):
-        batch, query_length, heads = ops.shape(query)[:3]
-        query_positions = ops.arange(query_length, dtype="int32") + ops.cast(
-            self.query_offset, "int32"
-        )
-        return index_grids(
-            batch, heads, query_positions, ops.arange(ops.shape(key)[1], dtype="int32")
-        )
 
 
 def _common_dtype(query, key, value):
@@ -559,7 +487,7 @@ def _window_reach(query_length, key_length, window, query_offset=0):
     )[None, :]
 
 
-def _attend_normalizing_last(query, key, value, mask, rules, return_lse=False):
+def _attend_normalizing_last(query, key, value, spec, return_lse=False):
     """`softmax(S) V` computed as `(exp(S - max) V) / sum exp(S - max)`, as a
     list: the outputs, and their log-sum-exp if asked.
 
@@ -571,8 +499,8 @@ def _attend_normalizing_last(query, key, value, mask, rules, return_lse=False):
     """
     dtype = backend.standardize_dtype(query.dtype)
     compute_dtype = _accumulation_dtype(dtype)
-    scores = rules.scores(query, key, compute_dtype)
-    mask = rules.mask(mask, query, key)
+    scores = _dense_scores(query, key, spec, compute_dtype)
+    mask = spec.dense_mask(query, key)
     if mask is not None:
         mask = ops.cast(mask, "bool")
         scores = ops.where(mask, scores, ops.cast(MASKED_SCORE, compute_dtype))
@@ -593,6 +521,14 @@ def _attend_normalizing_last(query, key, value, mask, rules, return_lse=False):
     if return_lse:
         results.append(_finite_rows_lse(peak + ops.log(total), attends))
     return results
+
+
+def _dense_scores(query, key, spec, compute_dtype):
+    """The `(B, N, T, S)` scores of the standard path in `compute_dtype`."""
+    # Scaling the queries before the matmul keeps float16 scores in range.
+    query = query * ops.cast(spec.scale, query.dtype)
+    raw = ops.cast(_scores(query, key), compute_dtype)
+    return spec.dense_scores(query, key, raw)
 
 
 def _finite_rows_lse(lse, attends):
@@ -724,11 +660,11 @@ def _attended_keys(
     return attended
 
 
-def _weights(query, key, mask, rules, return_lse=False):
+def _weights(query, key, spec, return_lse=False):
     """The weights in the dtype of the query, and, if asked, the
     log-sum-exp of the same scores (else None)."""
-    scores = rules.scores(query, key, "float32")
-    mask = rules.mask(mask, query, key)
+    scores = _dense_scores(query, key, spec, "float32")
+    mask = spec.dense_mask(query, key)
     weights = ops.cast(masked_softmax(scores, mask), query.dtype)
     if not return_lse:
         return weights, None
@@ -758,8 +694,14 @@ def attention_weights(
     query_length, key_length = _length(query, 1), _length(key, 1)
     attended = _attended_keys(mask, is_causal, query_length, key_length, k_shape[2])
     key = zero_unattended(key, attended)
-    rules = _ScoreRules(scale, bias, is_causal, alibi_slopes=alibi_slopes)
-    return _weights(query, key, mask, rules)[0]
+    spec = build_spec(
+        scale=scale,
+        mask=mask,
+        bias=bias,
+        is_causal=is_causal,
+        alibi_slopes=alibi_slopes,
+    )
+    return _weights(query, key, spec)[0]
 
 
 def apply_attention_weights(weights, value, mask=None, is_causal=False):

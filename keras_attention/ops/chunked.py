@@ -21,13 +21,10 @@ References:
     - [He et al., 2024. FlexAttention](https://pytorch.org/blog/flexattention/)
 """
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
-
 from keras import backend, ops
 
-from keras_attention._checks import static_shape
 from keras_attention.ops.mods import evaluate_mask_mod, evaluate_score_mod, index_grids
+from keras_attention.ops.spec import EMPTY, BlockGrid
 from keras_attention.utils.backend import hoist_closure, vector_jacobian_product
 
 # A finite stand-in for -inf, safe in float32 (the compute dtype here).
@@ -43,39 +40,21 @@ def _rank4_mask(mask):
     return mask
 
 
-def chunked_attention(
-    query,
-    key,
-    value,
-    mask,
-    *,
-    scale,
-    chunk_size,
-    is_causal=False,
-    query_offset=0,
-    sliding_window=None,
-    alibi_slopes=None,
-    score_mod=None,
-    score_mod_inputs=(),
-    mask_mod=None,
-    soft_cap=None,
-    return_lse=False,
-):
-    """Blockwise `softmax(scale * Q K^T) V` in the `(B, T, N, H)` layout.
-
-    `mask` (boolean, broadcastable to `(B, N, T, S)`), `is_causal`,
-    `query_offset`, `sliding_window`, `alibi_slopes` (NumPy `(N,)`),
-    `score_mod` with its `score_mod_inputs`, `mask_mod` and `soft_cap` behave
-    as in `dot_product_attention`. Rows with no key to attend give zeros.
+def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
+    """Blockwise `softmax(scale * Q K^T) V` in the `(B, T, N, H)` layout of
+    the call described by `spec` (an `AttentionSpec`: its dense mask, mask
+    and score parts, offset and scale; no dense bias). Rows with no key to
+    attend give zeros.
 
     Queries and keys are both cut into blocks of `chunk_size`, so that each
     step works on a `(chunk_size, chunk_size)` tile of scores per head, small
-    enough to stay in the CPU's cache, whatever T. Only the tiles of the
-    block mask are computed: with `is_causal` half of them at long lengths,
-    with a `sliding_window` of w a band, so that the work grows as T * w
-    instead of T * S. The gradients of `score_mod_inputs` (a trainable bias
-    table, say) are exact: each tile's `score_mod` is differentiated where
-    it is recomputed, in the backward pass.
+    enough to stay in the CPU's cache, whatever T. Only the tiles that the
+    spec's block map does not mark empty are computed: with a causal mask
+    half of them at long lengths, with a sliding window of w a band, so that
+    the work grows as T * w instead of T * S. The gradients of
+    `score_mod_inputs` (a trainable bias table, say) are exact: each tile's
+    score function is differentiated where it is recomputed, in the
+    backward pass.
 
     Returns:
         `(B, T, N, value_dim)`, and with `return_lse` also the log-sum-exp of
@@ -88,18 +67,21 @@ def chunked_attention(
     def to_heads_first(x):
         return ops.transpose(ops.cast(x, compute_dtype), (0, 2, 1, 3))
 
-    batch, q_len, heads, depth = ops.shape(query)
-    static_batch, static_heads = static_shape(query)[0], static_shape(query)[2]
-    key_len, value_depth = ops.shape(key)[1], ops.shape(value)[3]
-    num_query_blocks = (q_len + chunk_size - 1) // chunk_size
-    num_key_blocks = (key_len + chunk_size - 1) // chunk_size
+    grid = BlockGrid.of(query, key, chunk_size, spec.query_offset)
+    batch, heads, static_batch, static_heads = grid.heads_of
+    depth = ops.shape(query)[3]
+    q_len, key_len, value_depth = (
+        grid.query_length,
+        grid.key_length,
+        ops.shape(value)[3],
+    )
+    num_query_blocks, num_key_blocks = grid.num_query_blocks, grid.num_key_blocks
     q_pad = num_query_blocks * chunk_size - q_len
     k_pad = num_key_blocks * chunk_size - key_len
-    query_offset = ops.cast(query_offset, "int32")
 
     tile_mask = None
-    if mask is not None:
-        tile_mask = _rank4_mask(ops.cast(mask, "bool"))
+    if spec.mask is not None:
+        tile_mask = _rank4_mask(ops.cast(spec.mask, "bool"))
         rows_pad = 0 if tile_mask.shape[-2] == 1 else q_pad
         cols_pad = 0 if tile_mask.shape[-1] == 1 else k_pad
         tile_mask = ops.pad(
@@ -108,47 +90,23 @@ def chunked_attention(
             constant_values=False,
         )
     offsets = ops.arange(chunk_size, dtype="int32")
-    slopes = None
-    if alibi_slopes is not None:
-        slopes = ops.cast(ops.convert_to_tensor(alibi_slopes), compute_dtype)
-        slopes = slopes[None, :, None, None]
-
-    def query_positions(first_row, count):
-        """Absolute positions of `count` query rows from `first_row`; the
-        padding rows of the last block repeat the last query's."""
-        return query_offset + ops.minimum(
-            first_row + ops.arange(count, dtype="int32"), q_len - 1
-        )
-
-    def key_positions(first_col, count):
-        return ops.minimum(first_col + ops.arange(count, dtype="int32"), key_len - 1)
-
-    grid = _TileGrid(
-        chunk_size,
-        num_query_blocks,
-        num_key_blocks,
-        q_len,
-        key_len,
-        query_offset,
-        (batch, heads, static_batch, static_heads),
-        query_positions,
-        key_positions,
-    )
-    visible = _visible_blocks(grid, is_causal, sliding_window, tile_mask, mask_mod)
+    visible = ops.not_equal(spec.block_map(grid, tile_mask), EMPTY)
     key_order, key_counts = _visit_lists(visible)
     query_order, query_counts = _visit_lists(ops.transpose(visible))
+    mask_mod, score_mod = spec.mask_mod, spec.score_mod
+    # Keys hidden from a whole tile by the causal mask or a window are hidden
+    # from every later query too, and zeroed before the call when no query
+    # sees them; a key hidden by another part is still read by the tile's
+    # matmul: zeroed there, its NaN or inf cannot reach an output.
+    zero_hidden_values = any(
+        kind not in ("causal", "window") for kind in spec.mask_kinds()
+    )
 
     def transform(raw, grids, inputs):
-        """The scores after ALiBi, `score_mod` and the soft cap."""
-        scores = raw
-        if slopes is not None:
-            distance = ops.cast(ops.abs(grids[2] - grids[3]), compute_dtype)
-            scores = scores - slopes * distance
-        if score_mod is not None:
-            scores = evaluate_score_mod(score_mod, scores, grids, inputs)
-        if soft_cap is not None:
-            scores = ops.tanh(scores / soft_cap) * soft_cap
-        return scores
+        """The scores after the spec's score parts."""
+        if score_mod is None:
+            return raw
+        return evaluate_score_mod(score_mod, raw, grids, inputs)
 
     def tile(q_scaled, k, v, inputs, query_block, key_block):
         """Scores, validity, index grids and the blocks of one tile."""
@@ -164,17 +122,10 @@ def chunked_attention(
         grids = index_grids(
             batch,
             heads,
-            query_positions(q_start, chunk_size),
-            key_positions(k_start, chunk_size),
+            grid.query_positions(q_start, chunk_size),
+            grid.key_positions(k_start, chunk_size),
         )
-        rows, cols = grids[2], grids[3]
         valid = ops.less((k_start + offsets)[None, None, None, :], key_len)
-        if is_causal:
-            valid = ops.logical_and(valid, ops.greater_equal(rows, cols))
-        if sliding_window is not None:
-            valid = ops.logical_and(
-                valid, ops.less(ops.abs(rows - cols), sliding_window)
-            )
         if tile_mask is not None:
             shape = ops.shape(tile_mask)
             start = [0, 0, 0, 0]
@@ -187,8 +138,7 @@ def chunked_attention(
         if mask_mod is not None:
             expected = (static_batch, static_heads, chunk_size, chunk_size)
             valid = ops.logical_and(valid, evaluate_mask_mod(mask_mod, grids, expected))
-            # A key hidden by the mask mod alone is still read by the tile's
-            # matmul: zeroed, its NaN or inf cannot reach an output.
+        if zero_hidden_values:
             seen = ops.any(valid, axis=2)[..., None]
             v_tile = ops.where(seen, v_tile, 0.0)
         return q_tile, raw, valid, grids, k_tile, v_tile
@@ -277,9 +227,6 @@ def chunked_attention(
                         total + ops.cast(g, total.dtype)
                         for total, g in zip(grad_inputs, grads[1:], strict=True)
                     )
-                elif soft_cap is not None:
-                    capped = scores / soft_cap
-                    grad_scores = grad_scores * (1.0 - capped * capped)
                 grad_k_tile = grad_k_tile + ops.einsum(
                     "bntc,bnth->bnch", grad_scores, q_tile
                 )
@@ -318,7 +265,7 @@ def chunked_attention(
         x = ops.transpose(x[:, :, :length], (0, 2, 1, 3))
         return ops.cast(x, backend.standardize_dtype(like.dtype))
 
-    scale_t = ops.cast(scale, compute_dtype)
+    scale_t = ops.cast(spec.scale, compute_dtype)
     query_padding = [[0, 0], [0, 0], [0, q_pad], [0, 0]]
     key_padding = [[0, 0], [0, 0], [0, k_pad], [0, 0]]
 
@@ -371,12 +318,15 @@ def chunked_attention(
 
     # Copies, so that a custom gradient sees tensors even when handed
     # variables (TensorFlow would otherwise ask for their gradients too).
-    inputs = tuple(ops.copy(ops.convert_to_tensor(x)) for x in score_mod_inputs)
+    inputs = tuple(ops.copy(ops.convert_to_tensor(x)) for x in spec.score_mod_inputs)
     if score_mod is not None:
         # What the mod reads from its closure and is differentiated becomes
         # one more input (JAX), or is refused with a clear error.
         example = index_grids(
-            batch, heads, query_positions(0, chunk_size), key_positions(0, chunk_size)
+            batch,
+            heads,
+            grid.query_positions(0, chunk_size),
+            grid.key_positions(0, chunk_size),
         )
         scores = ops.zeros((batch, heads, chunk_size, chunk_size), compute_dtype)
         score_mod, hoisted = hoist_closure(
@@ -390,104 +340,6 @@ def chunked_attention(
     lse = ops.transpose(result[..., value_depth], (0, 2, 1))
     lse = ops.where(ops.greater(lse, _NEG / 2), ops.cast(lse, "float32"), float("-inf"))
     return outputs, lse
-
-
-class _TileGrid(NamedTuple):
-    """Where the tiles of one call lie: `chunk_size`, the number of query and
-    key blocks, the lengths, the first query's position, `(batch, heads,
-    static batch, static heads)` and the functions giving the (clamped)
-    positions of `count` rows or columns from a first one."""
-
-    chunk_size: int
-    num_query_blocks: Any
-    num_key_blocks: Any
-    q_len: Any
-    key_len: Any
-    query_offset: Any
-    heads_of: tuple
-    query_positions: Callable
-    key_positions: Callable
-
-
-def _visible_blocks(grid, is_causal, sliding_window, tile_mask, mask_mod):
-    """Bool `(query blocks, key blocks)`: True where some query of the block
-    may see some key of the other (for some batch row and head)."""
-    chunk_size = grid.chunk_size
-    query_blocks = ops.arange(grid.num_query_blocks, dtype="int32")
-    key_blocks = ops.arange(grid.num_key_blocks, dtype="int32")
-    q_first = grid.query_offset + query_blocks * chunk_size
-    q_last = (
-        grid.query_offset + ops.minimum((query_blocks + 1) * chunk_size, grid.q_len) - 1
-    )
-    k_first = key_blocks * chunk_size
-    k_last = ops.minimum((key_blocks + 1) * chunk_size, grid.key_len) - 1
-    visible = ops.ones((grid.num_query_blocks, grid.num_key_blocks), "bool")
-    reach_back = None if sliding_window is None else sliding_window - 1
-    reach_ahead = 0 if is_causal else reach_back
-    if reach_ahead is not None:
-        visible = ops.logical_and(
-            visible, ops.less_equal(k_first[None, :], q_last[:, None] + reach_ahead)
-        )
-    if reach_back is not None:
-        visible = ops.logical_and(
-            visible, ops.greater_equal(k_last[None, :], q_first[:, None] - reach_back)
-        )
-    if tile_mask is not None:
-        visible = ops.logical_and(visible, _mask_blocks(tile_mask, grid))
-    if mask_mod is not None:
-        visible = ops.logical_and(visible, _mask_mod_blocks(mask_mod, grid))
-    return visible
-
-
-def _any_over_leading_axes(x, count):
-    """`ops.any` over the first `count` axes, one axis at a time: Keras
-    before 3.12 reduces a tuple of axes one after the other on PyTorch, each
-    index then naming an axis of the already reduced tensor."""
-    for _ in range(count):
-        x = ops.any(x, axis=0)
-    return x
-
-
-def _mask_blocks(tile_mask, grid):
-    """Bool `(query blocks, key blocks)` (or broadcastable): True where the
-    padded dense mask attends somewhere in the block."""
-    mask = _any_over_leading_axes(tile_mask, 2)  # (rows or 1, cols or 1)
-    if mask.shape[0] != 1:
-        mask = ops.any(
-            ops.reshape(mask, (grid.num_query_blocks, grid.chunk_size, -1)), axis=1
-        )
-    if mask.shape[-1] != 1:
-        rows = ops.shape(mask)[0]
-        mask = ops.any(
-            ops.reshape(mask, (rows, grid.num_key_blocks, grid.chunk_size)), axis=2
-        )
-    return mask
-
-
-def _mask_mod_blocks(mask_mod, grid):
-    """Bool `(query blocks, key blocks)` of the tiles where `mask_mod` lets
-    some query see some key: one query block at a time against every key,
-    `(B, N, chunk_size, S)` at most, never `(T, S)`."""
-    chunk_size, num_key_blocks = grid.chunk_size, grid.num_key_blocks
-    padded_keys = num_key_blocks * chunk_size
-    real_key = ops.less(ops.arange(padded_keys, dtype="int32"), grid.key_len)[
-        None, None, None, :
-    ]
-    key_pos = grid.key_positions(0, padded_keys)
-    batch, heads, static_batch, static_heads = grid.heads_of
-
-    def step(i, blocks):
-        grids = index_grids(
-            batch, heads, grid.query_positions(i * chunk_size, chunk_size), key_pos
-        )
-        expected = (static_batch, static_heads, chunk_size, None)
-        seen = ops.logical_and(evaluate_mask_mod(mask_mod, grids, expected), real_key)
-        seen = _any_over_leading_axes(seen, 3)
-        seen = ops.any(ops.reshape(seen, (num_key_blocks, chunk_size)), axis=1)
-        return ops.slice_update(blocks, (i, 0), ops.cast(seen, "int32")[None])
-
-    blocks = ops.zeros((grid.num_query_blocks, num_key_blocks), "int32")
-    return ops.greater(ops.fori_loop(0, grid.num_query_blocks, step, blocks), 0)
 
 
 def _visit_lists(visible):

@@ -1,17 +1,14 @@
 """The backends' own fused attention kernels, behind the one dispatch of
-`dot_product_attention`.
+`dot_product_attention`: each reads the call's `AttentionSpec` (which one
+serves a call is `keras_attention.ops.plan.plan_kernel`'s choice).
 
-Where a call is plain enough (no bias, score or mask function, ALiBi, soft
-cap, window, packed documents, weights or log-sum-exp asked for; a boolean
-mask at most), a backend's fused kernel computes it faster, and in O(T)
-memory, than the `keras.ops` paths, which stay the reference:
-
-- `"torch_sdpa"`: PyTorch's `scaled_dot_product_attention` (its flash,
-  memory-efficient or cuDNN kernels on a GPU, its flash kernel on a CPU,
-  which trains), on any device PyTorch runs on;
-- `"jax_cudnn"`: `jax.nn.dot_product_attention(implementation="cudnn")` on
-  a GPU, in bfloat16 or float16, head sizes up to 128, without a mask
-  (cuDNN fed a dense mask runs far below its own speed).
+- `"torch_sdpa"`: PyTorch's `scaled_dot_product_attention`. The causal mask
+  alone goes to it as `is_causal`; every other mask part, evaluated on the
+  whole grid, and the bias parts (ALiBi, a dense bias) go as its mask.
+- `"jax_cudnn"`: `jax.nn.dot_product_attention(implementation="cudnn")`, the
+  causal mask and a window as its own arguments.
+- `"jax_pallas"`: `keras_attention.ops.pallas_flex.flex_attention`, which
+  applies every part inside its tiles over the spec's block map.
 
 A fully masked query row gives zeros here too: its mask row is opened to
 every key (so that no kernel divides by zero) and its output multiplied by
@@ -22,93 +19,91 @@ References:
     - [Dao, 2023. FlashAttention-2](https://arxiv.org/abs/2307.08691)
 """
 
-from keras import backend, ops
+from keras import ops
 
-from keras_attention.ops.masks import causal_mask, merge_masks
+from keras_attention.ops.plan import KERNELS  # noqa: F401 (MultiHeadAttention's import)
+from keras_attention.ops.spec import BlockGrid, dense_mask_part
 
-KERNELS = ("torch_sdpa", "jax_cudnn")
-# cuDNN's flash attention through jax.nn: half precision, head sizes up to 128.
-CUDNN_DTYPES = ("bfloat16", "float16")
-CUDNN_MAX_HEAD_DIM = 128
-
-
-def fused_kernel(
-    query,
-    value,
-    *,
-    mask,
-    is_causal,
-    query_offset,
-    plain,
-    backend_name=None,
-    platform=None,
-):
-    """The fused kernel that computes a call, or None for the `keras.ops`
-    paths.
-
-    Args:
-        query, value: the call's query and values (their dtype and head sizes
-            decide).
-        mask: the boolean mask, or None.
-        is_causal, query_offset: the causal mask asked for, from this offset.
-        plain: the call asks for nothing beyond a mask and the causal mask
-            (no bias, mods, ALiBi, soft cap, window, segments, weights,
-            log-sum-exp, forced chunks, nor `flash_attention=False`).
-        backend_name: the Keras backend (default: the current one).
-        platform: `"cpu"`, `"gpu"` or `"tpu"`, the device the tensors live
-            on (default: asked of the backend; a test fakes it).
-
-    Returns:
-        One of `KERNELS`, or None.
-    """
-    if not plain:
-        return None
-    backend_name = backend_name or backend.backend()
-    if backend_name == "torch":
-        return "torch_sdpa"
-    if backend_name == "jax":
-        platform = platform or _jax_platform()
-        fits = (
-            platform == "gpu"
-            and mask is None
-            and (not is_causal or _is_zero(query_offset))
-            and backend.standardize_dtype(query.dtype) in CUDNN_DTYPES
-            and query.shape[-1] is not None
-            and query.shape[-1] <= CUDNN_MAX_HEAD_DIM
-            and query.shape[-1] == value.shape[-1]
-        )
-        return "jax_cudnn" if fits else None
-    return None
+# The tile of the Pallas kernel: 128 x 128 fills a Hopper SM's tensor cores
+# in bf16 and keeps two tiles of scores in its registers and shared memory.
+PALLAS_BLOCK_SIZE = 128
 
 
-def fused_attention(kernel, query, key, value, mask, scale, is_causal, query_offset):
+def fused_attention(kernel, query, key, value, spec, return_lse=False):
     """Attention of `(B, T, N, H)` queries over `(B, S, N_kv, H)` keys and
-    values with `kernel` (one of `KERNELS`); the result `(B, T, N, H_v)`
-    equals the standard path's to float rounding."""
+    values as `spec` describes it, with `kernel` (one of
+    `keras_attention.ops.plan.KERNELS`): `(B, T, N, H_v)` equal to the
+    standard path's to float rounding, and the log-sum-exp `(B, N, T)` too
+    with `return_lse` (the Pallas kernel only)."""
     if kernel == "jax_cudnn":
-        import jax
+        return _jax_cudnn(query, key, value, spec)
+    if kernel == "jax_pallas":
+        return _jax_pallas(query, key, value, spec, return_lse)
+    return _torch_sdpa(query, key, value, spec)
 
-        return jax.nn.dot_product_attention(
-            query,
-            key,
-            value,
-            scale=float(scale),
-            is_causal=is_causal,
-            implementation="cudnn",
+
+def _jax_cudnn(query, key, value, spec):
+    import jax
+
+    window = spec.window
+    local_window = None
+    if window is not None:
+        local_window = (window - 1, 0 if spec.is_causal else window - 1)
+    return jax.nn.dot_product_attention(
+        query,
+        key,
+        value,
+        scale=float(spec.scale),
+        is_causal=spec.is_causal,
+        local_window_size=local_window,
+        implementation="cudnn",
+    )
+
+
+def _jax_pallas(query, key, value, spec, return_lse):
+    from keras_attention.ops.pallas_flex import flex_attention
+
+    if spec.mask is not None:
+        # The kernel reads masks as functions: the dense one becomes a part.
+        spec = spec._replace(
+            mask=None,
+            mask_parts=(
+                *spec.mask_parts,
+                dense_mask_part(spec.mask, spec.query_offset),
+            ),
         )
-    if is_causal and not (mask is None and _is_zero(query_offset)):
-        # PyTorch takes a causal mask only alone and from offset 0.
-        mask = merge_masks(
-            mask, causal_mask(ops.shape(query)[1], ops.shape(key)[1], query_offset)
-        )
-        is_causal = False
-    return _torch_sdpa(query, key, value, mask, scale, is_causal)
+    block_size = PALLAS_BLOCK_SIZE
+    grid = BlockGrid.of(query, key, block_size, spec.query_offset)
+    output, lse = flex_attention(
+        query,
+        key,
+        value,
+        scale=float(spec.scale),
+        block_map=spec.block_map(grid),
+        block_size=block_size,
+        score_mod=spec.score_mod,
+        score_mod_inputs=spec.score_mod_inputs,
+        mask_mod=spec.mask_mod,
+        query_offset=spec.query_offset,
+    )
+    return (output, lse) if return_lse else output
 
 
-def _torch_sdpa(query, key, value, mask, scale, is_causal):
+def _torch_sdpa(query, key, value, spec):
     import torch
     from torch.nn.functional import scaled_dot_product_attention
 
+    mask, is_causal = spec.mask, spec.is_causal
+    causal_alone = spec.mask_kinds() == ("causal",) and mask is None
+    if spec.mask_parts and not (causal_alone and _is_zero(spec.query_offset)):
+        # PyTorch takes a causal mask only alone and from offset 0; any other
+        # part is evaluated on the whole grid.
+        mask, is_causal = spec.dense_mask(query, key), False
+    bias = None
+    if spec.bias is not None or spec.score_parts:
+        batch, query_length, heads = ops.shape(query)[:3]
+        zeros = ops.zeros((batch, heads, query_length, ops.shape(key)[1]), "float32")
+        bias = spec.dense_scores(query, key, zeros)
     q, k, v = (x.transpose(1, 2) for x in (query, key, value))
     groups = q.shape[1] // k.shape[1]
     if groups > 1:
@@ -120,8 +115,18 @@ def _torch_sdpa(query, key, value, mask, scale, is_causal):
         mask = torch.as_tensor(mask, dtype=torch.bool, device=q.device)
         attends = mask.any(dim=-1, keepdim=True)
         mask = mask | ~attends
+    if bias is not None:
+        bias = bias.to(q.dtype)
+        if mask is not None:
+            bias = bias.masked_fill(~mask, float("-inf"))
+        if is_causal:
+            # PyTorch takes no float mask beside `is_causal`.
+            causal = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+            bias = bias.masked_fill(~causal.to(q.device), float("-inf"))
+            is_causal = False
+        mask = bias
     output = scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=is_causal, scale=float(scale)
+        q, k, v, attn_mask=mask, is_causal=is_causal, scale=float(spec.scale)
     )
     if attends is not None:
         output = output * attends.to(output.dtype)
@@ -130,9 +135,3 @@ def _torch_sdpa(query, key, value, mask, scale, is_causal):
 
 def _is_zero(offset):
     return isinstance(offset, int) and offset == 0
-
-
-def _jax_platform():
-    import jax
-
-    return jax.default_backend()

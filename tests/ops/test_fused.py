@@ -1,15 +1,15 @@
-"""The backends' fused kernels behind dot_product_attention: which call takes
-which kernel (a table, the backend and the device faked), and on PyTorch,
-whose kernel every CPU runs, the same outputs and gradients as the standard
-path."""
+"""The backends' fused kernels behind dot_product_attention (which call takes
+which is tests/ops/test_plan.py's table): on PyTorch, whose kernel every CPU
+runs, the same outputs and gradients as the standard path; cuDNN's call
+checked with XLA in its place."""
 
 import keras
 import numpy as np
 import pytest
 from keras import ops
 
-from keras_attention.ops import causal_mask, dot_product_attention
-from keras_attention.ops.fused import CUDNN_MAX_HEAD_DIM, fused_kernel
+from keras_attention.ops import alibi_slopes, causal_mask, dot_product_attention, mods
+from keras_attention.ops.spec import build_spec
 from tests.conftest import trainable_gradients
 
 rng = np.random.default_rng(0)
@@ -20,48 +20,7 @@ V = rng.normal(size=(B, S, N, 5)).astype("float32")
 PADDING = np.ones((B, 1, 1, S), bool)
 PADDING[0, ..., 6:] = False
 PADDING[1] = False  # the second row attends to nothing: zeros
-
-
-def kernel(backend_name, platform="cpu", dtype="bfloat16", head_dim=64, **call):
-    query = keras.KerasTensor((B, T, N, head_dim), dtype)
-    options = {"mask": None, "is_causal": False, "query_offset": 0, "plain": True}
-    options.update(call)
-    return fused_kernel(
-        query, query, backend_name=backend_name, platform=platform, **options
-    )
-
-
-@pytest.mark.parametrize(
-    ("backend_name", "platform", "call", "expected"),
-    [
-        # PyTorch's kernel serves every plain call, on every device.
-        ("torch", "cpu", {}, "torch_sdpa"),
-        ("torch", "gpu", {"mask": PADDING, "is_causal": True}, "torch_sdpa"),
-        ("torch", "cpu", {"is_causal": True, "query_offset": 3}, "torch_sdpa"),
-        # Anything beyond a mask and the causal mask: the keras.ops paths.
-        ("torch", "gpu", {"plain": False}, None),
-        ("jax", "gpu", {"plain": False}, None),
-        # cuDNN: a GPU, half precision, head sizes up to 128, no dense mask,
-        # the causal mask from position 0.
-        ("jax", "gpu", {}, "jax_cudnn"),
-        ("jax", "gpu", {"is_causal": True}, "jax_cudnn"),
-        ("jax", "gpu", {"dtype": "float16"}, "jax_cudnn"),
-        ("jax", "gpu", {"dtype": "float32"}, None),
-        ("jax", "gpu", {"head_dim": CUDNN_MAX_HEAD_DIM + 64}, None),
-        ("jax", "gpu", {"mask": PADDING}, None),
-        ("jax", "gpu", {"is_causal": True, "query_offset": 3}, None),
-        ("jax", "cpu", {}, None),
-        ("jax", "tpu", {}, None),
-        # TensorFlow's XLA compiles the keras.ops paths itself.
-        ("tensorflow", "gpu", {}, None),
-    ],
-)
-def test_the_kernel_follows_the_call_the_backend_and_the_device(
-    backend_name, platform, call, expected
-):
-    call = dict(call)
-    shape = {k: call.pop(k) for k in ("dtype", "head_dim") if k in call}
-    assert kernel(backend_name, platform, **shape, **call) == expected
+SEGMENT_KEYS = np.array([[0] * 5 + [1] * 4] * B)
 
 
 torch_only = pytest.mark.skipif(
@@ -85,7 +44,15 @@ def standard_and_fused(**call):
         {"mask": PADDING, "is_causal": True},
         {"is_causal": True, "query_offset": S - T},
         {"mask": rng.random((B, N, T, S)) > 0.4, "scale": 0.3},
+        # Beyond a mask and the causal one: dense masks and biases for SDPA.
+        {"is_causal": True, "sliding_window": 3, "query_offset": S - T},
+        {"sliding_window": 4, "mask": PADDING},
+        {"segment_ids": (np.array([[0] * 4 + [1] * 3] * B), SEGMENT_KEYS)},
+        {"alibi_slopes": alibi_slopes(N), "is_causal": True, "mask": PADDING},
+        {"bias": rng.normal(size=(1, N, T, S)).astype("float32")},
+        {"mask_mod": mods.prefix_lm_mask_mod([2, 5]), "query_offset": 2},
     ],
+    ids=lambda call: "+".join(sorted(call)) or "plain",
 )
 def test_torch_kernel_equals_the_standard_path(call):
     fused, standard = standard_and_fused(**call)
@@ -145,8 +112,12 @@ def test_torch_kernel_runs_in_half_precision():
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="jax.nn, on JAX")
-@pytest.mark.parametrize("is_causal", [False, True])
-def test_jax_kernel_is_called_with_the_layout_scale_and_mask(monkeypatch, is_causal):
+@pytest.mark.parametrize(
+    ("is_causal", "window"), [(False, None), (True, None), (True, 3), (False, 4)]
+)
+def test_jax_kernel_is_called_with_the_layout_scale_and_mask(
+    monkeypatch, is_causal, window
+):
     """cuDNN needs a GPU: here `jax.nn.dot_product_attention` runs with XLA
     in its place, to check what the dispatch hands it (grouped heads too)."""
     import jax
@@ -162,9 +133,16 @@ def test_jax_kernel_is_called_with_the_layout_scale_and_mask(monkeypatch, is_cau
 
     monkeypatch.setattr(jax.nn, "dot_product_attention", on_cpu)
     values = K[:, :, :2]
-    got = fused_attention("jax_cudnn", Q, K[:, :, :2], values, None, 0.3, is_causal, 0)
+    spec = build_spec(scale=0.3, is_causal=is_causal, sliding_window=window)
+    got = fused_attention("jax_cudnn", Q, K[:, :, :2], values, spec)
     want = dot_product_attention(
-        Q, K[:, :, :2], values, scale=0.3, is_causal=is_causal, flash_attention=False
+        Q,
+        K[:, :, :2],
+        values,
+        scale=0.3,
+        is_causal=is_causal,
+        sliding_window=window,
+        flash_attention=False,
     )
     assert calls == ["cudnn"]
     np.testing.assert_allclose(

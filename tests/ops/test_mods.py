@@ -13,7 +13,6 @@ from keras_attention.ops import (
     relative_position_buckets,
     sliding_window_mask,
 )
-from keras_attention.ops.chunked import _TileGrid, _visible_blocks
 from keras_attention.utils.backend import compile_function, value_and_grad
 from tests.conftest import trainable_gradients
 
@@ -220,30 +219,6 @@ def test_queries_at_an_offset_equal_the_last_rows_of_the_whole(options, path):
         Q[:, offset:], K, V, query_offset=offset, **options, **path
     )
     close(part, whole[:, offset:])
-
-
-def test_tiles_between_documents_are_skipped():
-    def positions(first, count):
-        return ops.minimum(first + ops.arange(count), T - 1)
-
-    grid = _TileGrid(
-        chunk_size=4,
-        num_query_blocks=6,
-        num_key_blocks=6,
-        q_len=T,
-        key_len=T,
-        query_offset=0,
-        heads_of=(1, N, 1, N),
-        query_positions=positions,
-        key_positions=positions,
-    )
-    documents = mods.document_mask_mod(np.array([[0] * 8 + [1] * 13]))
-    visible = _visible_blocks(grid, True, None, None, documents)
-    # Documents at 0-7 and 8-20; tiles of 4: blocks 0-1 and 2-5, causal.
-    want = np.zeros((6, 6), bool)
-    want[:2, :2] = np.tril(np.ones((2, 2), bool))
-    want[2:, 2:] = np.tril(np.ones((4, 4), bool))
-    np.testing.assert_array_equal(ops.convert_to_numpy(visible), want)
 
 
 def test_mods_and_offset_compile_with_xla():

@@ -1,0 +1,105 @@
+"""plan_kernel: which computation serves a call, as a table of cases (the
+backend and the device faked, the tensors symbolic: nothing runs)."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attention.ops import alibi_slopes, mods
+from keras_attention.ops.plan import CUDNN_MAX_HEAD_DIM, PATHS, plan_kernel
+from keras_attention.ops.spec import build_spec
+
+B, T, N = 2, 7, 4
+PADDING = np.ones((B, 1, 1, T), bool)
+SEGMENTS = mods.document_mask_mod(np.zeros((B, T), "int32"))
+
+
+def plan(backend_name, platform="gpu", dtype="bfloat16", head_dim=64, **call):
+    query = keras.KerasTensor((B, T, N, head_dim), dtype)
+    asked = {
+        name: call.pop(name)
+        for name in ("flash_attention", "chunk_size", "return_weights", "return_lse")
+        if name in call
+    }
+    if call.pop("segments", False):
+        call["segments_mask_mod"] = SEGMENTS
+    spec = build_spec(scale=0.125, **call)
+    return plan_kernel(
+        spec, query, query, backend_name=backend_name, platform=platform, **asked
+    )
+
+
+ALIBI = {"alibi_slopes": alibi_slopes(N)}
+CAP = {"soft_cap": 30.0}
+CUSTOM_SCORE = {"score_mod": mods.soft_cap_score_mod(5.0)}
+CUSTOM_MASK = {"mask_mod": mods.causal_mask_mod}
+FLASH = {"flash_attention": True}
+
+CASES = [
+    # What the caller asks decides first, on every backend and device.
+    ("torch", "gpu", {"chunk_size": 64}, "chunked"),
+    ("jax", "gpu", {"flash_attention": False}, "standard"),
+    ("torch", "cpu", {"return_weights": True}, "standard"),
+    # PyTorch: SDPA for everything it can take as a mask and a bias, on every
+    # device; the soft cap and a custom score function stay in keras.ops.
+    ("torch", "cpu", {}, "torch_sdpa"),
+    ("torch", "gpu", {"is_causal": True, "query_offset": 3}, "torch_sdpa"),
+    ("torch", "cpu", {"mask": PADDING, "is_causal": True}, "torch_sdpa"),
+    ("torch", "cpu", {"is_causal": True, "sliding_window": 4}, "torch_sdpa"),
+    ("torch", "cpu", {"segments": True}, "torch_sdpa"),
+    ("torch", "cpu", {**ALIBI, "is_causal": True}, "torch_sdpa"),
+    ("torch", "cpu", {"bias": np.zeros((1, N, T, T), "float32")}, "torch_sdpa"),
+    ("torch", "cpu", CUSTOM_MASK, "torch_sdpa"),
+    ("torch", "cpu", CAP, "standard"),
+    ("torch", "cpu", CUSTOM_SCORE, "standard"),
+    ("torch", "cpu", {"return_lse": True}, "standard"),
+    # Memory asked to stay O(T): SDPA only without dense parts.
+    ("torch", "cpu", {**FLASH, "mask": PADDING, "is_causal": True}, "torch_sdpa"),
+    ("torch", "cpu", {**FLASH, "is_causal": True, "sliding_window": 4}, "chunked"),
+    ("torch", "cpu", {**FLASH, **ALIBI}, "chunked"),
+    ("torch", "cpu", {**FLASH, "segments": True}, "chunked"),
+    # JAX on a GPU: cuDNN for what it takes whole ...
+    ("jax", "gpu", {}, "jax_cudnn"),
+    ("jax", "gpu", {"is_causal": True}, "jax_cudnn"),
+    ("jax", "gpu", {"is_causal": True, "sliding_window": 64}, "jax_cudnn"),
+    ("jax", "gpu", {"sliding_window": 64}, "jax_cudnn"),
+    ("jax", "gpu", {"dtype": "float16", **FLASH}, "jax_cudnn"),
+    ("jax", "gpu", {"dtype": "float32"}, "standard"),
+    ("jax", "gpu", {"head_dim": CUDNN_MAX_HEAD_DIM + 64}, "standard"),
+    ("jax", "gpu", {"mask": PADDING}, "standard"),
+    ("jax", "gpu", {"is_causal": True, "query_offset": 3}, "standard"),
+    ("jax", "gpu", {"return_lse": True}, "standard"),
+    # ... and the Pallas kernel for the rest, where memory is asked for.
+    ("jax", "gpu", {**FLASH, "dtype": "float32"}, "jax_pallas"),
+    ("jax", "gpu", {**FLASH, "mask": PADDING}, "jax_pallas"),
+    ("jax", "gpu", {**FLASH, **CAP, "is_causal": True}, "jax_pallas"),
+    ("jax", "gpu", {**FLASH, **ALIBI}, "jax_pallas"),
+    ("jax", "gpu", {**FLASH, "segments": True}, "jax_pallas"),
+    ("jax", "gpu", {**FLASH, **CUSTOM_SCORE, **CUSTOM_MASK}, "jax_pallas"),
+    ("jax", "gpu", {**FLASH, "return_lse": True}, "jax_pallas"),
+    ("jax", "gpu", {**FLASH, "is_causal": True, "query_offset": 3}, "jax_pallas"),
+    ("jax", "gpu", {**CAP, "is_causal": True}, "standard"),
+    # Off a GPU, and on TensorFlow: the keras.ops paths, which XLA compiles.
+    ("jax", "cpu", {}, "standard"),
+    ("jax", "cpu", FLASH, "chunked"),
+    ("jax", "tpu", FLASH, "chunked"),
+    ("tensorflow", "gpu", {}, "standard"),
+    ("tensorflow", "cpu", {**FLASH, "is_causal": True}, "chunked"),
+]
+
+
+def case_id(case):
+    backend_name, platform, call, expected = case
+    return f"{backend_name}-{platform}-{'+'.join(sorted(call)) or 'plain'}"
+
+
+@pytest.mark.parametrize(
+    ("backend_name", "platform", "call", "expected"),
+    CASES,
+    ids=[case_id(case) for case in CASES],
+)
+def test_the_kernel_follows_the_call_the_backend_and_the_device(
+    backend_name, platform, call, expected
+):
+    assert expected in PATHS
+    assert plan(backend_name, platform, **dict(call)) == expected
