@@ -1,15 +1,19 @@
-"""The `mods` suite: flexible attention against the hand-written paths and
-against Keras with the equivalent dense mask or bias.
+"""The `mods` suite: flexible attention, the built-in arguments against the
+same rules written as mods, and against Keras with the equivalent dense mask
+or bias.
 
 Forward + backward, XLA on, B=1, 8 heads of 64, causal, float32. At each
 length T one process times every implementation in turn
 (`time_alternating`), so that each ratio comes from the same minutes:
 
-- `causal`: the chunked path with `is_causal=True` (its hand-written tile
-  ranges) against `mask_mod=mods.causal_mask_mod` (the generic block mask).
-- `soft_cap`: `attn_logits_soft_cap=30` (hand-written derivative) against
-  `score_mod=mods.soft_cap_score_mod(30)` (differentiated per tile), both
-  chunked. Keras' `attn_logits_soft_cap` raises off a TPU: no peer here.
+- `causal`: the chunked path with `is_causal=True` (the causal part, its
+  block map by interval arithmetic) against `mask_mod=mods.causal_mask_mod`
+  (a custom part, its block map evaluated tile by tile).
+- `soft_cap`: `attn_logits_soft_cap=30` against
+  `score_mod=mods.soft_cap_score_mod(30)`, both chunked, both the same score
+  part differentiated per tile (before 29 November 2026 the built-in had a
+  derivative of its own; the figures in docs/benchmarks.md, equal within
+  1%, are why it went). Keras' `attn_logits_soft_cap` raises off a TPU: no peer here.
 - `documents`: 8 packed documents of T/8 tokens: `segment_ids` on the chunked
   path (tiles between documents skipped) against our standard path with the
   dense `(T, T)` mask and `keras.ops.dot_product_attention` (what Keras'
@@ -225,7 +229,7 @@ def run(quick=False, out="runs/bench", timeout=3600):
     # memory); quick ones in this process, where start-ups would dominate.
     measure = case_runner("mods", CASES, results, out, timeout, isolated=not quick)
     for length in config["lengths"]:
-        phase(f"mods against the hand-written paths and keras, T={length}")
+        phase(f"mods against the built-in arguments and keras, T={length}")
         measure(
             f"compare/T{length}",
             {"kind": "compare", "length": length, "repeats": config["repeats"]},

@@ -15,7 +15,10 @@ This module builds the common ones: causal, sliding window, prefix-LM and
 document (packed sequence) masks; soft-capping, ALiBi and T5's relative
 position bias as score mods. The built-in arguments of `dot_product_attention`
 (`is_causal`, `sliding_window`, `alibi_slopes`, `attn_logits_soft_cap`,
-`segment_ids`) compute the same things by hand-written tile logic.
+`segment_ids`) become the same functions, as parts of the call's
+`AttentionSpec` (`keras_attention.ops.spec`), whose kinds tell the fused
+kernels what they are and give the causal mask and the window their block
+map by interval arithmetic.
 
 References:
     - [He et al., 2024. FlexAttention](https://pytorch.org/blog/flexattention/)
