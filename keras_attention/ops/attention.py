@@ -272,13 +272,12 @@ def _spec(q_shape, k_shape, *, scale, alibi_slopes, segment_ids, **arguments):
         scale = 1.0 / math.sqrt(q_shape[-1])
     if alibi_slopes is not None:
         alibi_slopes = _check_slopes(alibi_slopes, q_shape[2])
-    documents = None
     if segment_ids is not None:
-        documents = _document_mask_mod(segment_ids, q_shape, k_shape)
+        segment_ids = _segment_id_pair(segment_ids, q_shape, k_shape)
     return build_spec(
         scale=scale,
         alibi_slopes=alibi_slopes,
-        segments_mask_mod=documents,
+        segment_ids=segment_ids,
         **arguments,
     )
 
@@ -424,7 +423,8 @@ def _check_mods(score_mod, score_mod_inputs, mask_mod):
         )
 
 
-def _document_mask_mod(segment_ids, q_shape, k_shape):
+def _segment_id_pair(segment_ids, q_shape, k_shape):
+    """`(query_ids, key_ids)`, checked against the queries and keys."""
     if isinstance(segment_ids, (tuple, list)):
         if len(segment_ids) != 2:
             raise ValueError(
@@ -435,7 +435,7 @@ def _document_mask_mod(segment_ids, q_shape, k_shape):
         query_ids, key_ids = segment_ids
     else:
         query_ids, key_ids = segment_ids, None
-    mod = document_mask_mod(query_ids, key_ids)
+    document_mask_mod(query_ids, key_ids)  # checks the dtypes and ranks
     expected = (
         ("segment_ids", static_shape(query_ids), q_shape[:2]),
         ("key segment_ids", static_shape(key_ids), k_shape[:2]),
@@ -452,7 +452,7 @@ def _document_mask_mod(segment_ids, q_shape, k_shape):
             raise ValueError(
                 f"`{name}` must be (batch, length) = {want}; received shape {shape}."
             )
-    return mod
+    return query_ids, query_ids if key_ids is None else key_ids
 
 
 def _check_slopes(slopes, num_heads):

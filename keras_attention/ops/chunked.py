@@ -34,12 +34,6 @@ _NEG = -1e30
 DEFAULT_CHUNK_SIZE = 256
 
 
-def _rank4_mask(mask):
-    while len(mask.shape) < 4:
-        mask = ops.expand_dims(mask, 0)
-    return mask
-
-
 def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
     """Blockwise `softmax(scale * Q K^T) V` in the `(B, T, N, H)` layout of
     the call described by `spec` (an `AttentionSpec`: its dense mask, mask
@@ -79,16 +73,7 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
     q_pad = num_query_blocks * chunk_size - q_len
     k_pad = num_key_blocks * chunk_size - key_len
 
-    tile_mask = None
-    if spec.mask is not None:
-        tile_mask = _rank4_mask(ops.cast(spec.mask, "bool"))
-        rows_pad = 0 if tile_mask.shape[-2] == 1 else q_pad
-        cols_pad = 0 if tile_mask.shape[-1] == 1 else k_pad
-        tile_mask = ops.pad(
-            tile_mask,
-            [[0, 0], [0, 0], [0, rows_pad], [0, cols_pad]],
-            constant_values=False,
-        )
+    tile_mask = None if spec.mask is None else grid.pad_mask(spec.mask)
     offsets = ops.arange(chunk_size, dtype="int32")
     visible = ops.not_equal(spec.block_map(grid, tile_mask), EMPTY)
     key_order, key_counts = _visit_lists(visible)

@@ -21,7 +21,7 @@ References:
 
 from keras import ops
 
-from keras_attention.ops.plan import KERNELS  # noqa: F401 (MultiHeadAttention's import)
+from keras_attention.ops.plan import KERNELS, is_key_padding  # noqa: F401
 from keras_attention.ops.spec import BlockGrid, dense_mask_part
 
 # The tile of the Pallas kernel: 128 x 128 fills a Hopper SM's tensor cores
@@ -63,28 +63,47 @@ def _jax_cudnn(query, key, value, spec):
 def _jax_pallas(query, key, value, spec, return_lse):
     from keras_attention.ops.pallas_flex import flex_attention
 
-    if spec.mask is not None:
-        # The kernel reads masks as functions: the dense one becomes a part.
-        spec = spec._replace(
-            mask=None,
-            mask_parts=(
-                *spec.mask_parts,
-                dense_mask_part(spec.mask, spec.query_offset),
-            ),
-        )
     block_size = PALLAS_BLOCK_SIZE
     grid = BlockGrid.of(query, key, block_size, spec.query_offset)
+    tile_mask = None if spec.mask is None else grid.pad_mask(spec.mask)
+    block_map = spec.block_map(grid, tile_mask)
+    # What the kernel reads as tiles (no gather, which Triton does not
+    # lower): the documents' ids, ALiBi's slopes, a padding mask over keys.
+    native = {}
+    mask_parts = []
+    for part in spec.mask_parts:
+        if part.kind == "documents":
+            native["segment_ids"] = part.data
+        else:
+            mask_parts.append(part)
+    score_parts = []
+    for part in spec.score_parts:
+        if part.kind == "alibi":
+            native["alibi_slopes"] = part.data[0]
+        else:
+            score_parts.append(part)
+    if spec.mask is not None:
+        if is_key_padding(spec.mask):
+            batch, key_length = ops.shape(key)[0], ops.shape(key)[1]
+            keys = ops.reshape(ops.cast(spec.mask, "bool"), (-1, key_length))
+            native["key_mask"] = ops.broadcast_to(keys, (batch, key_length))
+        else:
+            mask_parts.append(dense_mask_part(spec.mask, spec.query_offset))
+    rest = spec._replace(
+        mask=None, mask_parts=tuple(mask_parts), score_parts=tuple(score_parts)
+    )
     output, lse = flex_attention(
         query,
         key,
         value,
         scale=float(spec.scale),
-        block_map=spec.block_map(grid),
+        block_map=block_map,
         block_size=block_size,
-        score_mod=spec.score_mod,
+        score_mod=rest.score_mod,
         score_mod_inputs=spec.score_mod_inputs,
-        mask_mod=spec.mask_mod,
+        mask_mod=rest.mask_mod,
         query_offset=spec.query_offset,
+        **native,
     )
     return (output, lse) if return_lse else output
 

@@ -10,7 +10,7 @@ row of a table (tests/ops/test_plan.py, the device faked). The computations:
 - `"jax_cudnn"`: `jax.nn.dot_product_attention(implementation="cudnn")` on a
   GPU, half precision, head sizes up to 128;
 - `"jax_pallas"`: this package's Pallas kernel (`keras_attention.ops.
-  pallas_flex`), which applies every mask and score part inside its tiles,
+  pallas_flex`), which applies the mask and score parts inside its tiles,
   on a GPU with JAX;
 - `"chunked"` and `"standard"`: the `keras.ops` paths, the reference.
 """
@@ -28,6 +28,12 @@ CUDNN_MAX_HEAD_DIM = 128
 # the soft cap, only the keras.ops paths and the Pallas kernel compute).
 STRUCTURAL_MASKS = ("causal", "window")
 BIAS_SCORES = ("alibi",)
+# What the Pallas kernel computes inside its tiles without a gather (Triton
+# lowers none on a GPU): the others, a custom part or T5's table, that it
+# computes in Pallas' interpreter but would not lower, stay on the chunked
+# path there.
+PALLAS_MASKS = ("causal", "window", "documents")
+PALLAS_SCORES = ("alibi", "soft_cap")
 
 
 def plan_kernel(
@@ -55,8 +61,9 @@ def plan_kernel(
       the causal mask take it.
     - JAX on a GPU: cuDNN for calls it takes whole (half precision, heads up
       to 128, no dense mask or bias, no score part, the causal mask and a
-      window from position 0); with `flash_attention=True`, every other call
-      without a dense bias takes the Pallas kernel.
+      window from position 0); with `flash_attention=True`, the Pallas
+      kernel for the calls it computes without a gather (`PALLAS_MASKS`,
+      `PALLAS_SCORES`, a padding mask over keys).
     - Otherwise the chunked path with `flash_attention=True`, else the
       standard one.
 
@@ -90,7 +97,7 @@ def plan_kernel(
         # The Pallas kernel's Triton lowering is unverified on a GPU (none
         # was lent while it was written): it serves where memory was asked
         # for, in place of the chunked path, not yet by default.
-        if memory_efficient and spec.bias is None:
+        if memory_efficient and _pallas_takes(spec):
             return "jax_pallas"
     return "chunked" if memory_efficient else "standard"
 
@@ -102,6 +109,22 @@ def _sdpa_takes(spec, memory_efficient):
         return True
     plain_masks = all(kind == "causal" for kind in spec.mask_kinds())
     return plain_masks and spec.bias is None and not spec.score_parts
+
+
+def _pallas_takes(spec):
+    return (
+        spec.bias is None
+        and (spec.mask is None or is_key_padding(spec.mask))
+        and all(kind in PALLAS_MASKS for kind in spec.mask_kinds())
+        and all(kind in PALLAS_SCORES for kind in spec.score_kinds())
+    )
+
+
+def is_key_padding(mask):
+    """Whether a dense mask is one row of keys per batch row, `(B or 1, 1,
+    1, S)` (or of lower rank, `(S,)`), which kernels read as a key mask."""
+    shape = tuple(mask.shape)
+    return len(shape) == 1 or all(size == 1 for size in shape[-3:-1])
 
 
 def _cudnn_takes(spec, query, value):

@@ -35,6 +35,7 @@ from keras_attention._checks import static_shape
 from keras_attention.ops.mods import (
     alibi_score_mod,
     causal_mask_mod,
+    document_mask_mod,
     evaluate_mask_mod,
     evaluate_score_mod,
     index_grids,
@@ -46,11 +47,15 @@ EMPTY, PARTIAL, FULL = 0, 1, 2
 
 
 class Part(NamedTuple):
-    """One mask or score function of a call, and what kernels know of it."""
+    """One mask or score function of a call, and what kernels know of it:
+    its kind, the window's size, and the tensors a kernel reads instead of
+    calling `fn` (the query and key ids of `"documents"`, the slopes of
+    `"alibi"`)."""
 
     fn: Callable
     kind: str = "custom"
     window: int | None = None
+    data: tuple = ()
 
 
 def window_mask_mod(window):
@@ -220,7 +225,7 @@ def build_spec(
     bias=None,
     is_causal=False,
     sliding_window=None,
-    segments_mask_mod=None,
+    segment_ids=None,
     mask_mod=None,
     alibi_slopes=None,
     score_mod=None,
@@ -228,8 +233,9 @@ def build_spec(
     soft_cap=None,
 ):
     """The `AttentionSpec` of `dot_product_attention`'s arguments (checked
-    there): the mask parts in the order causal, window, documents, the
-    user's; the score parts ALiBi, the user's, the soft cap."""
+    there; `segment_ids` a pair `(query_ids (B, T), key_ids (B, S))`): the
+    mask parts in the order causal, window, documents, the user's; the score
+    parts ALiBi, the user's, the soft cap."""
     mask_parts = []
     if is_causal:
         mask_parts.append(Part(causal_mask_mod, "causal"))
@@ -237,13 +243,15 @@ def build_spec(
         mask_parts.append(
             Part(window_mask_mod(sliding_window), "window", sliding_window)
         )
-    if segments_mask_mod is not None:
-        mask_parts.append(Part(segments_mask_mod, "documents"))
+    if segment_ids is not None:
+        ids = tuple(ops.cast(x, "int32") for x in segment_ids)
+        mask_parts.append(Part(document_mask_mod(*ids), "documents", data=ids))
     if mask_mod is not None:
         mask_parts.append(Part(mask_mod))
     score_parts = []
     if alibi_slopes is not None:
-        score_parts.append(Part(alibi_score_mod(alibi_slopes), "alibi"))
+        slopes = ops.cast(ops.convert_to_tensor(alibi_slopes), "float32")
+        score_parts.append(Part(alibi_score_mod(slopes), "alibi", data=(slopes,)))
     if score_mod is not None:
         score_parts.append(Part(score_mod))
     if soft_cap is not None:
@@ -287,6 +295,21 @@ class BlockGrid(NamedTuple):
             ops.cast(query_offset, "int32"),
             (batch, heads, shape[0], shape[2]),
         )
+
+    def pad_mask(self, mask):
+        """A dense mask broadcastable to `(B, N, T, S)` as rank 4, its query
+        and key axes (where not 1) padded with False to whole blocks."""
+        mask = ops.cast(mask, "bool")
+        while len(mask.shape) < 4:
+            mask = ops.expand_dims(mask, 0)
+        size = self.block_size
+        rows, cols = 0, 0
+        if mask.shape[-2] != 1:
+            rows = self.num_query_blocks * size - self.query_length
+        if mask.shape[-1] != 1:
+            cols = self.num_key_blocks * size - self.key_length
+        padding = [[0, 0], [0, 0], [0, rows], [0, cols]]
+        return ops.pad(mask, padding, constant_values=False)
 
     def query_positions(self, first_row, count):
         """Absolute positions of `count` query rows from `first_row`; the

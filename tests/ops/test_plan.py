@@ -11,7 +11,7 @@ from keras_attention.ops.spec import build_spec
 
 B, T, N = 2, 7, 4
 PADDING = np.ones((B, 1, 1, T), bool)
-SEGMENTS = mods.document_mask_mod(np.zeros((B, T), "int32"))
+SEGMENTS = (np.zeros((B, T), "int32"),) * 2
 
 
 def plan(backend_name, platform="gpu", dtype="bfloat16", head_dim=64, **call):
@@ -22,7 +22,7 @@ def plan(backend_name, platform="gpu", dtype="bfloat16", head_dim=64, **call):
         if name in call
     }
     if call.pop("segments", False):
-        call["segments_mask_mod"] = SEGMENTS
+        call["segment_ids"] = SEGMENTS
     spec = build_spec(scale=0.125, **call)
     return plan_kernel(
         spec, query, query, backend_name=backend_name, platform=platform, **asked
@@ -69,13 +69,17 @@ CASES = [
     ("jax", "gpu", {"mask": PADDING}, "standard"),
     ("jax", "gpu", {"is_causal": True, "query_offset": 3}, "standard"),
     ("jax", "gpu", {"return_lse": True}, "standard"),
-    # ... and the Pallas kernel for the rest, where memory is asked for.
+    # ... and the Pallas kernel, where memory is asked for, for what it
+    # computes without a gather (which Triton does not lower) ...
     ("jax", "gpu", {**FLASH, "dtype": "float32"}, "jax_pallas"),
     ("jax", "gpu", {**FLASH, "mask": PADDING}, "jax_pallas"),
     ("jax", "gpu", {**FLASH, **CAP, "is_causal": True}, "jax_pallas"),
     ("jax", "gpu", {**FLASH, **ALIBI}, "jax_pallas"),
     ("jax", "gpu", {**FLASH, "segments": True}, "jax_pallas"),
-    ("jax", "gpu", {**FLASH, **CUSTOM_SCORE, **CUSTOM_MASK}, "jax_pallas"),
+    # ... the rest on the chunked path there.
+    ("jax", "gpu", {**FLASH, **CUSTOM_SCORE}, "chunked"),
+    ("jax", "gpu", {**FLASH, **CUSTOM_MASK}, "chunked"),
+    ("jax", "gpu", {**FLASH, "mask": np.ones((B, N, T, T), bool)}, "chunked"),
     ("jax", "gpu", {**FLASH, "return_lse": True}, "jax_pallas"),
     ("jax", "gpu", {**FLASH, "is_causal": True, "query_offset": 3}, "jax_pallas"),
     ("jax", "gpu", {**CAP, "is_causal": True}, "standard"),

@@ -52,14 +52,7 @@ def dense(spec, offset):
 
 def block_map(spec, offset):
     grid = BlockGrid.of(QUERY, KEY, BLOCK, offset)
-    tile_mask = None
-    if spec.mask is not None:
-        # The dense mask padded to whole blocks, as the chunked path pads it.
-        rows, cols = spec.mask.shape[2:]
-        padded_rows = 1 if rows == 1 else -(-T // BLOCK) * BLOCK
-        padded = (*spec.mask.shape[:2], padded_rows, -(-S // BLOCK) * BLOCK)
-        tile_mask = np.zeros(padded, bool)
-        tile_mask[:, :, :rows, :cols] = spec.mask
+    tile_mask = None if spec.mask is None else grid.pad_mask(spec.mask)
     return ops.convert_to_numpy(spec.block_map(grid, tile_mask))
 
 
@@ -74,8 +67,9 @@ CALLS = {
     "causal-window": {"is_causal": True, "sliding_window": 5},
     "window": {"sliding_window": 6},
     "documents": {
-        "segments_mask_mod": mods.document_mask_mod(
-            np.array([[0] * 6 + [1] * 7] * B), np.array([[0] * 8 + [1] * 13] * B)
+        "segment_ids": (
+            np.array([[0] * 6 + [1] * 7] * B),
+            np.array([[0] * 8 + [1] * 13] * B),
         )
     },
     "custom": {"mask_mod": mods.prefix_lm_mask_mod([3, 10])},
@@ -98,9 +92,9 @@ def test_block_map_summarizes_the_dense_mask(name, offset):
 
 
 def test_tiles_between_documents_are_empty():
-    documents = mods.document_mask_mod(np.array([[0] * 8 + [1] * 13]))
+    documents = np.array([[0] * 8 + [1] * 13])
     query = np.zeros((1, 21, N, H), "float32")
-    spec = build_spec(scale=1.0, is_causal=True, segments_mask_mod=documents)
+    spec = build_spec(scale=1.0, is_causal=True, segment_ids=(documents, documents))
     got = ops.convert_to_numpy(spec.block_map(BlockGrid.of(query, query, 4)))
     # Documents at 0-7 and 8-20; tiles of 4: blocks 0-1 and 2-5, causal; the
     # diagonal tiles partial, the last key block (one key and padding) too.
