@@ -6,7 +6,8 @@ A float cache is one tensor; a quantized one is the pair `(values, scales)`:
 int8 values of the same shape and the int16 code of each row's scale
 `(B, 2, S, num_key_value_heads)`. The functions here make, check, write and
 read either kind, so that the layers (`MultiHeadAttention` and its family,
-`TransformerDecoder`, the models' `generate`) treat both alike.
+`TransformerDecoder`, the models' `generate`) treat both alike; and check
+the cache arguments of a layer's call.
 
 References:
     - Dettmers et al., "LLM.int8(): 8-bit Matrix Multiplication for
@@ -16,7 +17,7 @@ References:
 import math
 
 import keras
-from keras import ops
+from keras import ops, tree
 
 from keras_attention._checks import check_cache_shape, static_shape
 
@@ -66,6 +67,19 @@ def cache_slots(cache):
     return stored_keys_values(cache).shape[2]
 
 
+def cache_length(cache):
+    """The number of positions `S` a cache `(B, 2, S, ...)` holds, as a
+    tensor where it is not known when tracing."""
+    return ops.shape(stored_keys_values(cache))[2]
+
+
+def cache_spec(cache):
+    """`keras.KerasTensor`s of the shapes and dtypes of a cache's parts."""
+    return tree.map_structure(
+        lambda part: keras.KerasTensor(part.shape, dtype=part.dtype), cache
+    )
+
+
 def empty_cache(batch_size, max_length, num_key_value_heads, key_dim, dtype):
     """An empty cache `(B, 2, max_length, num_key_value_heads, key_dim)` in
     `dtype`; for a quantized dtype the pair `(values, scales)`."""
@@ -110,6 +124,21 @@ def check_cache(cache, num_key_value_heads, key_dim, value_dim):
             "(batch, 2, max_length, num_key_value_heads); received values "
             f"{values_dtype} {values_shape} and scales {scales_dtype} "
             f"{scales_shape}."
+        )
+
+
+def check_cache_arguments(query, cache, cache_update_index):
+    """Raises a ValueError for a `cache_update_index` without a `cache`, or
+    for a cache with inputs of several attention axes."""
+    if cache_update_index is not None and cache is None:
+        raise ValueError(
+            "`cache_update_index` needs a `cache` to update; received "
+            f"cache=None, cache_update_index={cache_update_index}."
+        )
+    if cache is not None and len(query.shape) != 3:
+        raise ValueError(
+            "A cache needs (batch, length, dim) inputs attending over one "
+            f"sequence axis; received query shape {static_shape(query)}."
         )
 
 

@@ -1,8 +1,9 @@
+import functools
 import math
-import string
+from operator import attrgetter
 
 import keras
-from keras import constraints, initializers, ops, regularizers, tree
+from keras import constraints, initializers, ops, regularizers
 
 from keras_attention._checks import (
     check_attention_shapes,
@@ -10,44 +11,42 @@ from keras_attention._checks import (
     check_rate,
     static_shape,
 )
+from keras_attention.layers import _keras_conversion
+from keras_attention.layers._attention_paths import (
+    attend_over_axes,
+    attend_with_weights,
+    op_path,
+)
+from keras_attention.layers._attention_positions import (
+    add_position_bias,
+    positions_in_op,
+    rotate,
+)
+from keras_attention.layers._projections import (
+    EinsumProjections,
+    as_output_dims,
+    check_size_argument,
+)
+from keras_attention.layers._segment_ids import (
+    check_call_segment_ids,
+    document_positions,
+    merge_document_mask,
+)
 from keras_attention.layers.attention_plan import plan_attention
-from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.key_value_cache import (
+    cache_length,
     cache_slots,
     check_cache,
+    check_cache_arguments,
     check_cache_dtype,
     empty_cache,
     read_cache,
-    stored_keys_values,
     write_cache,
 )
 from keras_attention.layers.positions import ATTENTION_POSITIONS, positions_from_alias
-from keras_attention.ops.attention import (
-    apply_attention_weights,
-    attention_path,
-    attention_weights,
-    dot_product_attention,
-)
-from keras_attention.ops.fused import KERNELS
-from keras_attention.ops.masks import (
-    causal_mask,
-    combine_attention_masks,
-    hide_unattended_inputs,
-    merge_masks,
-    sliding_window_mask,
-)
-from keras_attention.ops.multi_axis import (
-    apply_multi_axis_weights,
-    attention_equations,
-    multi_axis_attention_weights,
-)
-from keras_attention.ops.positions import (
-    alibi_bias,
-    check_segment_ids,
-    segment_positions,
-)
+from keras_attention.ops.attention import dot_product_attention
+from keras_attention.ops.masks import combine_attention_masks, hide_unattended_inputs
 from keras_attention.utils import keras_internals
-from keras_attention.utils.initializers import clone_initializer
 
 
 def check_key_value_heads(num_heads, num_key_value_heads):
@@ -64,7 +63,9 @@ def check_key_value_heads(num_heads, num_key_value_heads):
 
 @keras.saving.register_keras_serializable(package="keras_attention")
 class MultiHeadAttention(
-    keras_internals.KeepsKerasMasksWhenCast, keras.layers.MultiHeadAttention
+    keras_internals.KeepsKerasMasksWhenCast,
+    EinsumProjections,
+    keras.layers.MultiHeadAttention,
 ):
     """Multi-head attention, a drop-in for `keras.layers.MultiHeadAttention`.
 
@@ -270,9 +271,9 @@ class MultiHeadAttention(
         keras_internals.require("get_keras_mask", "set_keras_mask")
         check_cache_dtype(cache_dtype)
         for name, value in (("num_heads", num_heads), ("key_dim", key_dim)):
-            _check_size_argument(name, value)
+            check_size_argument(name, value)
         if value_dim is not None:
-            _check_size_argument("value_dim", value_dim)
+            check_size_argument("value_dim", value_dim)
         check_rate("dropout", dropout)
         check_positive_int("sliding_window", sliding_window, allow_none=True)
         check_positive_int("chunk_size", chunk_size, allow_none=True)
@@ -316,7 +317,7 @@ class MultiHeadAttention(
             **kwargs,
         )
         self._dense_arguments = dense_arguments
-        self._output_dims = _output_dims(output_shape)
+        self._output_dims = as_output_dims(output_shape)
         self._use_gate = use_gate
         self._sliding_window = sliding_window
         # False stays False (Keras' `flash_attention or ...` turns it into
@@ -343,9 +344,10 @@ class MultiHeadAttention(
             )
         )
 
-    @property
-    def chunk_size(self):
-        return self._chunk_size
+    chunk_size = property(attrgetter("_chunk_size"))
+    num_key_value_heads = property(attrgetter("_num_key_value_heads"))
+    attention_positions = property(attrgetter("_attention_positions"))
+    cache_dtype = property(attrgetter("_cache_dtype"))
 
     @property
     def attention_path(self):
@@ -359,137 +361,6 @@ class MultiHeadAttention(
     def _record_path(self, path):
         # Past Keras' attribute tracking: a string, set while tracing too.
         self.__dict__["_attention_path"] = path
-
-    @property
-    def num_key_value_heads(self):
-        return self._num_key_value_heads
-
-    @property
-    def attention_positions(self):
-        return self._attention_positions
-
-    @property
-    def cache_dtype(self):
-        return self._cache_dtype
-
-    # -- build -------------------------------------------------------------
-
-    def build(self, query_shape, value_shape, key_shape=None):
-        key_shape = value_shape if key_shape is None else key_shape
-        check_attention_shapes(query_shape, value_shape, key_shape)
-        heads, kv_heads = self.num_heads, self._num_key_value_heads
-        # Keras' order of the weights: query, key, gate, value, output.
-        self._query_dense = self._projection("query", query_shape, heads, self.key_dim)
-        self._key_dense = self._projection("key", key_shape, kv_heads, self.key_dim)
-        if self._use_gate:
-            self._gate_dense = self._projection(
-                "gate", query_shape, heads, self.value_dim, activation="sigmoid"
-            )
-        self._value_dense = self._projection(
-            "value", value_shape, kv_heads, self.value_dim
-        )
-        self._build_attention(len(query_shape) + 1)
-        if self._relative_bias is not None:
-            self._relative_bias.build(query_shape, key_shape)
-        output_dims = self._output_dims or (query_shape[-1],)
-        self._output_dense = self._dense(
-            _projection_equation(len(query_shape) - 1, 2, len(output_dims)),
-            output_dims,
-            "attention_output",
-        )
-        self._output_dense.build((*query_shape[:-1], heads, self.value_dim))
-
-    def _projection(self, name, input_shape, heads, size, activation=None):
-        """`(B, ..., dim)` -> `(B, ..., heads, size)`."""
-        equation = _projection_equation(len(input_shape) - 1, 1, 2)
-        dense = self._dense(equation, (heads, size), name, activation)
-        dense.build(input_shape)
-        return dense
-
-    def _dense(self, equation, output_dims, name, activation=None):
-        free = len(equation.split("->")[1]) - len(output_dims)
-        arguments = dict(self._dense_arguments)
-        # Each projection gets its own initializers: a seeded one shared by
-        # several would give them all the same values.
-        for key in ("kernel_initializer", "bias_initializer"):
-            arguments[key] = clone_initializer(arguments[key])
-        return keras.layers.EinsumDense(
-            equation,
-            output_shape=(None,) * (free - 1) + tuple(output_dims),
-            bias_axes=equation[-len(output_dims) :] if self.use_bias else None,
-            activation=activation,
-            name=name,
-            dtype=self.dtype_policy,
-            **arguments,
-        )
-
-    def _build_attention(self, rank):
-        """The attention axes, einsum equations and dropout for projected
-        tensors of `rank` `(B, ..., heads, dim)` (Keras' hook, and names)."""
-        axes = self.attention_axes
-        if axes is None:
-            axes = tuple(range(1, rank - 2))
-        self._attention_axes = tuple(a if a >= 0 else rank - 1 + a for a in axes)
-        if len(self._attention_axes) != 1:
-            for option, value in (
-                ("num_key_value_heads", self._num_key_value_heads != self.num_heads),
-                ("attention_positions", self._attention_positions),
-            ):
-                if value:
-                    raise ValueError(
-                        f"`{option}` needs one attention axis; received "
-                        f"attention_axes={self._attention_axes}."
-                    )
-        self._dot_product_equation, self._combine_equation = attention_equations(
-            rank, self._attention_axes
-        )
-        self._dropout_layer = Dropout(
-            rate=self.dropout, dtype=self.dtype_policy, seed=self.seed
-        )
-
-    # -- shapes --------------------------------------------------------------
-
-    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
-        check_attention_shapes(query_shape, value_shape, key_shape)
-        return (*query_shape[:-1], *(self._output_dims or (query_shape[-1],)))
-
-    def _scores_shape(self, query_shape, key_shape):
-        """`(B, <other axes>, num_heads, <query attention axes>, <key ones>)`."""
-        axes = self._attention_axes  # the same indices in inputs and projections
-        others = [query_shape[i] for i in range(len(query_shape) - 1) if i not in axes]
-        return (
-            *others,
-            self.num_heads,
-            *(query_shape[a] for a in axes),
-            *(key_shape[a] for a in axes),
-        )
-
-    def compute_output_spec(
-        self,
-        query,
-        value,
-        key=None,
-        return_attention_scores=False,
-        cache=None,
-        **kwargs,
-    ):
-        key_shape = value.shape if key is None else key.shape
-        shape = self.compute_output_shape(query.shape, value.shape, key_shape)
-        results = [keras.KerasTensor(shape, dtype=self.compute_dtype)]
-        if return_attention_scores:
-            if cache is not None:
-                slots = cache_slots(cache)
-                key_shape = (key_shape[0], slots, *key_shape[2:])
-            scores_shape = self._scores_shape(query.shape, key_shape)
-            results.append(keras.KerasTensor(scores_shape, dtype=self.compute_dtype))
-        if cache is not None:
-            results.append(
-                tree.map_structure(
-                    lambda part: keras.KerasTensor(part.shape, dtype=part.dtype),
-                    cache,
-                )
-            )
-        return results[0] if len(results) == 1 else tuple(results)
 
     # -- call ----------------------------------------------------------------
 
@@ -513,34 +384,26 @@ class MultiHeadAttention(
         key = value if key is None else key
         self._check_call(query, value, key, cache, cache_update_index, attention_bias)
         if segment_ids is not None:
-            segment_ids = self._check_segment_ids(segment_ids, query, key, cache)
-        offset = 0 if cache_update_index is None else cache_update_index
+            segment_ids = check_call_segment_ids(
+                segment_ids, query, key, cache, len(self._attention_axes)
+            )
         if cache is not None:  # the new inputs' masks do not describe the cache
             value_mask = key_mask = None
-        query_length = ops.shape(query)[1]
-        key_length = (
-            ops.shape(key)[1]
-            if cache is None
-            else ops.shape(stored_keys_values(cache))[2]
-        )
-        plan = plan_attention(
-            num_attention_axes=len(self._attention_axes),
-            cached=cache is not None,
-            custom_attention=self._custom_attention(),
-            use_causal_mask=use_causal_mask,
-            sliding_window=self._sliding_window,
-            alibi=self._alibi_slopes is not None,
-            segment_ids=segment_ids is not None,
-            relative=self._relative_bias is not None,
-            dense_bias=attention_bias is not None,
-            needs_weights=self._needs_weights(return_attention_scores, training),
-            flash_attention=self._flash_attention,
-            chunk_size=self._chunk_size,
-            key_length=key.shape[1] if cache is None else cache_slots(cache),
-            query_length=query.shape[1],
+        offset = 0 if cache_update_index is None else cache_update_index
+        needs_weights = self._needs_weights(return_attention_scores, training)
+        plan = self._plan(
+            query,
+            key,
+            cache,
+            use_causal_mask,
+            segment_ids,
+            attention_bias,
+            needs_weights,
         )
 
         # 1. One boolean mask of everything that is not generated in the op.
+        query_length = ops.shape(query)[1]
+        key_length = ops.shape(key)[1] if cache is None else cache_length(cache)
         mask = combine_attention_masks(
             query_mask,
             value_mask,
@@ -554,57 +417,37 @@ class MultiHeadAttention(
             num_attention_axes=len(self._attention_axes),
         )
         if segment_ids is not None and not plan.segments_in_op:
-            mask = _merge_document_mask(mask, segment_ids)
+            mask = merge_document_mask(mask, segment_ids)
         if cache is None and not plan.multi_axis:
             key, value = hide_unattended_inputs(
                 key, value, mask, query_length, key_length, plan.causal_in_op
             )
 
-        # 2. Projections (and rotary positions, and the cache).
+        # 2. Projections, with rotary positions; the cache.
         with keras_internals.hidden_keras_masks(query, key, value):
-            projected_query = self._query_dense(query)
-            gate = self._gate_dense(query) if self._use_gate else None
             query_positions = key_positions = None
             if self._rotary is not None and segment_ids is not None and cache is None:
-                query_positions, key_positions = map(
-                    segment_positions, _segment_pair(segment_ids)
-                )
-            if self._rotary is not None:
-                projected_query = self._rotary(
-                    projected_query, start_index=offset, positions=query_positions
-                )
+                query_positions, key_positions = document_positions(segment_ids)
+            projected_query = self._project_query(query, offset, query_positions)
+            gate = self._gate_dense(query) if self._use_gate else None
             if cache is None:
                 projected_key = self._project_key(key, positions=key_positions)
                 projected_value = self._value_dense(value)
             else:
-                cache = self._update_cache(cache, cache_update_index, key, value)
-                keys_values = read_cache(cache, self.compute_dtype)
-                projected_key, projected_value = keys_values[:, 0], keys_values[:, 1]
+                cache, projected_key, projected_value = self._apply_cache(
+                    cache, cache_update_index, key, value
+                )
 
-        # 3. Attention.
-        extra = {}
-        if plan.causal_in_op:
-            extra["use_causal_mask"] = True
-        if plan.window_in_op:
-            extra["sliding_window"] = self._sliding_window
-        if plan.alibi_in_op:
-            extra["alibi_slopes"] = self._alibi_slopes
-        elif self._alibi_slopes is not None:
-            bias = alibi_bias(self._alibi_slopes, query_length, key_length, offset)
-            attention_bias = _add(attention_bias, bias[None])
-        if plan.relative_in_op:
-            extra["score_mod"], extra["score_mod_inputs"] = (
-                self._relative_bias.score_mod()
-            )
-        elif self._relative_bias is not None:
-            bias = self._relative_bias(
-                projected_query, projected_key, query_offset=offset
-            )
-            attention_bias = _add(attention_bias, bias)
-        if attention_bias is not None:
-            extra["attention_bias"] = attention_bias
-        if plan.segments_in_op:
-            extra["segment_ids"] = segment_ids
+        # 3. Positions on the scores, then attention.
+        attention_bias = add_position_bias(
+            attention_bias,
+            plan,
+            self._alibi_slopes,
+            self._relative_bias,
+            projected_query,
+            projected_key,
+            offset,
+        )
         output, scores = self._attend(
             projected_query,
             projected_key,
@@ -612,14 +455,13 @@ class MultiHeadAttention(
             mask,
             training,
             return_attention_scores,
-            extra,
+            self._op_arguments(plan, attention_bias, segment_ids),
         )
 
         # 4. Gate and output projection.
         if gate is not None:
             output = output * ops.cast(gate, output.dtype)
-        output = self._output_dense(output)
-        results = [output]
+        results = [self._output_dense(output)]
         if return_attention_scores:
             results.append(scores)
         if cache is not None:
@@ -629,66 +471,71 @@ class MultiHeadAttention(
     def _check_call(self, query, value, key, cache, cache_update_index, bias):
         shapes = (static_shape(query), static_shape(value), static_shape(key))
         check_attention_shapes(*shapes)
-        if cache_update_index is not None and cache is None:
+        check_cache_arguments(query, cache, cache_update_index)
+        if bias is not None and len(query.shape) != 3:
             raise ValueError(
-                "`cache_update_index` needs a `cache` to update; received "
-                f"cache=None, cache_update_index={cache_update_index}."
+                "`attention_bias` needs (batch, length, dim) inputs attending "
+                f"over one sequence axis; received query shape {shapes[0]}."
             )
-        for name, given in (("A cache", cache), ("`attention_bias`", bias)):
-            if given is not None and len(query.shape) != 3:
-                raise ValueError(
-                    f"{name} needs (batch, length, dim) inputs attending over "
-                    f"one sequence axis; received query shape "
-                    f"{static_shape(query)}."
-                )
 
-    def _check_segment_ids(self, segment_ids, query, key, cache):
-        """`segment_ids` checked against the queries and the keys (the
-        cache's slots with a cache): one int32 `(B, T)` tensor, or a pair."""
-        if len(self._attention_axes) != 1 or len(query.shape) != 3:
-            raise ValueError(
-                "`segment_ids` need (batch, length, dim) inputs attending over "
-                f"one sequence axis; received query shape {static_shape(query)}."
-            )
-        query_length = query.shape[1]
-        key_length = key.shape[1] if cache is None else cache_slots(cache)
-        # A sequence of tensors is a pair; nested Python lists are one tensor.
-        if isinstance(segment_ids, (tuple, list)) and any(
-            hasattr(ids, "shape") for ids in segment_ids
-        ):
-            if len(segment_ids) != 2:
-                raise ValueError(
-                    "`segment_ids` must be one tensor (batch, T) or a pair "
-                    "(query_ids (batch, T), key_ids (batch, S)); received a "
-                    f"sequence of {len(segment_ids)}."
-                )
-            return (
-                check_segment_ids(segment_ids[0], query_length, "query segment_ids"),
-                check_segment_ids(
-                    segment_ids[1],
-                    key_length,
-                    "key segment_ids",
-                    expected=None if cache is None else "(batch, cache slots)",
-                ),
-            )
-        if cache is not None:
-            raise ValueError(
-                "With a `cache` the keys are the cache's slots, not the new "
-                "tokens: pass `segment_ids` as a pair (query_ids (batch, T), "
-                "key_ids (batch, max_length)); received one tensor of shape "
-                f"{static_shape(segment_ids)}."
-            )
-        if (
-            query_length is not None
-            and key_length is not None
-            and query_length != key_length
-        ):
-            raise ValueError(
-                "One `segment_ids` tensor serves self-attention, with as many "
-                f"keys as queries; received {query_length} queries and "
-                f"{key_length} keys: pass (query_ids, key_ids)."
-            )
-        return check_segment_ids(segment_ids, query_length)
+    def _plan(self, query, key, cache, causal, segment_ids, bias, needs_weights):
+        """How this call attends (`layers.attention_plan.plan_attention`)."""
+        return plan_attention(
+            num_attention_axes=len(self._attention_axes),
+            cached=cache is not None,
+            custom_attention=self._custom_attention(),
+            use_causal_mask=causal,
+            sliding_window=self._sliding_window,
+            alibi=self._alibi_slopes is not None,
+            segment_ids=segment_ids is not None,
+            relative=self._relative_bias is not None,
+            dense_bias=bias is not None,
+            needs_weights=needs_weights,
+            flash_attention=self._flash_attention,
+            chunk_size=self._chunk_size,
+            key_length=key.shape[1] if cache is None else cache_slots(cache),
+            query_length=query.shape[1],
+        )
+
+    def _project_query(self, query, start_index=0, positions=None):
+        """The query projection, rotated by position with a rotary encoding
+        (from `start_index`, or at `positions` `(B, T)` when given)."""
+        return rotate(self._rotary, self._query_dense(query), start_index, positions)
+
+    def _project_key(self, key, start_index=0, positions=None):
+        """The key projection, rotated as the query's."""
+        return rotate(self._rotary, self._key_dense(key), start_index, positions)
+
+    def _apply_cache(self, cache, cache_update_index, key, value):
+        """`(cache, keys, values)`: the cache after writing the projected
+        `key` and `value` at `cache_update_index` (unchanged without an
+        index), and the keys and values it holds, in the compute dtype."""
+        check_cache(cache, self._num_key_value_heads, self.key_dim, self.value_dim)
+        if cache_update_index is not None:
+            new_entries = self._keys_values(key, value, cache_update_index)
+            cache = write_cache(cache, cache_update_index, new_entries)
+        keys_values = read_cache(cache, self.compute_dtype)
+        return cache, keys_values[:, 0], keys_values[:, 1]
+
+    def _keys_values(self, key, value, start_index=0):
+        """The projected keys and values as cache entries `(B, 2, S,
+        num_key_value_heads, key_dim)`."""
+        projected_key = self._project_key(key, start_index)
+        return ops.stack((projected_key, self._value_dense(value)), axis=1)
+
+    def _op_arguments(self, plan, attention_bias, segment_ids):
+        """The arguments of `_compute_attention` beyond Keras': the bias,
+        and what the plan leaves to the op."""
+        arguments = positions_in_op(plan, self._alibi_slopes, self._relative_bias)
+        if plan.causal_in_op:
+            arguments["use_causal_mask"] = True
+        if plan.window_in_op:
+            arguments["sliding_window"] = self._sliding_window
+        if attention_bias is not None:
+            arguments["attention_bias"] = attention_bias
+        if plan.segments_in_op:
+            arguments["segment_ids"] = segment_ids
+        return arguments
 
     def _custom_attention(self):
         """Whether a subclass overrides `_compute_attention` (then it gets
@@ -706,31 +553,6 @@ class MultiHeadAttention(
         return self._compute_attention(
             query, key, value, mask, training, return_scores, **extra
         )
-
-    def _project_key(self, key, start_index=0, positions=None):
-        """The key projection, rotated by position with a rotary encoding
-        (at `positions` `(B, S)` when given)."""
-        projected = self._key_dense(key)
-        if self._rotary is not None:
-            projected = self._rotary(
-                projected, start_index=start_index, positions=positions
-            )
-        return projected
-
-    def _update_cache(self, cache, cache_update_index, key, value):
-        """`cache` after writing the projected `key` and `value` at
-        `cache_update_index` (unchanged without an index)."""
-        check_cache(cache, self._num_key_value_heads, self.key_dim, self.value_dim)
-        if cache_update_index is None:
-            return cache
-        new_entries = ops.stack(
-            (
-                self._project_key(key, start_index=cache_update_index),
-                self._value_dense(value),
-            ),
-            axis=1,
-        )
-        return write_cache(cache, cache_update_index, new_entries)
 
     def _compute_attention(
         self,
@@ -773,98 +595,54 @@ class MultiHeadAttention(
             )
         if attention_mask is not None:
             attention_mask = ops.cast(attention_mask, "bool")
+        scale = 1.0 / math.sqrt(self.key_dim)
+        dropout = functools.partial(self._dropout_layer, training=training)
         if len(query.shape) != 4:
             self._record_path("multi_axis")
-            return self._compute_multi_axis_attention(
-                query, key, value, attention_mask, training, use_causal_mask
+            axes = self._attention_axes
+            return attend_over_axes(
+                query, key, value, attention_mask, use_causal_mask, axes, scale, dropout
             )
         if attention_mask is not None and len(attention_mask.shape) == 3:
             attention_mask = ops.expand_dims(attention_mask, 1)
-        needs_weights = self._needs_weights(return_attention_scores, training)
-        scale = 1.0 / math.sqrt(self.key_dim)
-        if not needs_weights:
-            # The layer's own bias, already in `attention_bias`: T5's, or
-            # ALiBi's when `call` could not leave it to the op.
-            own_bias = (self._relative_bias is not None and score_mod is None) or (
-                self._alibi_slopes is not None and alibi_slopes is None
-            )
-            plan = plan_attention(
-                use_causal_mask=use_causal_mask,
-                sliding_window=sliding_window,
-                alibi=alibi_slopes is not None,
-                own_bias=own_bias,
-                dense_bias=attention_bias is not None,
-                flash_attention=self._flash_attention,
-                chunk_size=self._chunk_size,
-                key_length=key.shape[1],
-                query_length=query.shape[1],
-            )
-            arguments = {
-                "mask": attention_mask,
-                "is_causal": use_causal_mask,
-                # False: the standard path, as asked (no fused kernel either).
-                "flash_attention": False if self._flash_attention is False else None,
-                "chunk_size": self._chunk_size,
-                "sliding_window": sliding_window,
-                "bias": attention_bias,
-                "alibi_slopes": alibi_slopes,
-                "segment_ids": segment_ids,
-                "score_mod": score_mod,
-            }
-            # A backend's fused kernel, where one serves, before the
-            # chunked path the plan would switch to by itself.
-            path = attention_path(query, value, **arguments)
-            if path not in KERNELS:
-                arguments["chunk_size"] = plan.chunk_size
-                path = "standard" if plan.chunk_size is None else "chunked"
-            self._record_path(path)
-            output = dot_product_attention(
-                query,
-                key,
-                value,
-                scale=scale,
-                score_mod_inputs=score_mod_inputs,
-                **arguments,
-            )
-            return output, None
-        self._record_path("standard")
-        if segment_ids is not None:
-            attention_mask = _merge_document_mask(attention_mask, segment_ids)
-            if len(attention_mask.shape) == 3:
-                attention_mask = ops.expand_dims(attention_mask, 1)
-        if sliding_window is not None:
-            band = sliding_window_mask(
-                ops.shape(query)[1], ops.shape(key)[1], sliding_window
-            )
-            attention_mask = merge_masks(attention_mask, band[None, None])
-        weights = attention_weights(
+        options = {
+            "mask": attention_mask,
+            "is_causal": use_causal_mask,
+            "sliding_window": sliding_window,
+            "bias": attention_bias,
+            "alibi_slopes": alibi_slopes,
+            "segment_ids": segment_ids,
+        }
+        if self._needs_weights(return_attention_scores, training):
+            self._record_path("standard")
+            return attend_with_weights(query, key, value, scale, dropout, **options)
+        # The layer's own bias, already in `attention_bias`: T5's, or ALiBi's
+        # when `call` could not leave it to the op.
+        own_bias = (self._relative_bias is not None and score_mod is None) or (
+            self._alibi_slopes is not None and alibi_slopes is None
+        )
+        path, arguments = op_path(
             query,
             key,
-            attention_mask,
-            use_causal_mask,
-            scale,
-            bias=attention_bias,
-            alibi_slopes=alibi_slopes,
+            value,
+            flash_attention=self._flash_attention,
+            chunk_size=self._chunk_size,
+            own_bias=own_bias,
+            score_mod=score_mod,
+            **options,
         )
-        kept = self._dropout_layer(weights, training=training)
-        output = apply_attention_weights(kept, value, attention_mask, use_causal_mask)
-        return output, weights
+        self._record_path(path)
+        output = dot_product_attention(
+            query,
+            key,
+            value,
+            scale=scale,
+            score_mod_inputs=score_mod_inputs,
+            **arguments,
+        )
+        return output, None
 
-    def _compute_multi_axis_attention(
-        self, query, key, value, attention_mask, training, use_causal_mask
-    ):
-        """Keras' einsum formulation over several attention axes, with a
-        softmax over all of them that gives fully masked queries zeros."""
-        if use_causal_mask:  # along the first attention axis, as in Keras
-            causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1])[None]
-            attention_mask = merge_masks(attention_mask, causal)
-        scale = 1.0 / math.sqrt(self.key_dim)
-        axes = self._attention_axes
-        weights = multi_axis_attention_weights(query, key, attention_mask, axes, scale)
-        kept = self._dropout_layer(weights, training=training)
-        return apply_multi_axis_weights(kept, value, axes), weights
-
-    # -- cache helpers -------------------------------------------------------
+    # -- cache ---------------------------------------------------------------
 
     def initial_cache(self, batch_size, max_length, dtype=None):
         """An empty self-attention cache
@@ -879,8 +657,7 @@ class MultiHeadAttention(
     def compute_key_value_cache(self, value, key=None):
         """Keys and values of a fixed sequence (e.g. the encoder output) as a
         cache to pass with `cache_update_index=None`."""
-        key = value if key is None else key
-        return ops.stack((self._project_key(key), self._value_dense(value)), axis=1)
+        return self._keys_values(value if key is None else key, value)
 
     # -- Keras interop -------------------------------------------------------
 
@@ -892,35 +669,14 @@ class MultiHeadAttention(
         use_gate; this layer is built to the Keras layer's input sizes if
         needed.
         """
-        if not keras_layer.built:
-            raise ValueError(
-                f"The Keras {type(keras_layer).__name__} must be built first."
-            )
-        theirs, ours = _attention_sizes(keras_layer), _attention_sizes(self)
-        for name, value in ours.items():
-            if theirs[name] != value:
-                raise ValueError(
-                    f"Cannot load weights: the Keras layer has {name}="
-                    f"{theirs[name]}, this layer has {name}={value}."
-                )
-        if not self.built:
-            self.build(**keras_layer.get_build_config()["shapes_dict"])
-        self.set_weights(keras_layer.get_weights())
-        return self
+        return _keras_conversion.load_keras_weights(self, keras_layer)
 
     @classmethod
     def from_keras(cls, keras_layer, **kwargs):
         """A new layer with the config and weights of a Keras
         `MultiHeadAttention` (or, for `GroupedQueryAttention`, a Keras
         `GroupQueryAttention`), its dtype policy and trainability included."""
-        config = keras_layer.get_config()
-        config.pop("name", None)
-        # The policy object itself: its config is a dict on some releases.
-        config["dtype"] = keras_layer.dtype_policy
-        config.update(kwargs)
-        layer = cls(**config).load_keras_weights(keras_layer)
-        layer.trainable = keras_layer.trainable
-        return layer
+        return _keras_conversion.from_keras(cls, keras_layer, **kwargs)
 
     def get_config(self):
         config = super().get_config()
@@ -938,70 +694,3 @@ class MultiHeadAttention(
             }
         )
         return config
-
-
-def _check_size_argument(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected a "
-            f"positive integer. Received: {name}={value!r}"
-        )
-
-
-def _output_dims(output_shape):
-    """`output_shape` as a tuple (an int is one axis), or None."""
-    if not output_shape:
-        return None
-    if isinstance(output_shape, int):
-        return (output_shape,)
-    return tuple(output_shape)
-
-
-def _projection_equation(free_dims, bound_dims, output_dims):
-    """An einsum equation keeping `free_dims` input axes, contracting the
-    last `bound_dims` with the kernel and adding `output_dims` axes."""
-    letters = iter(string.ascii_lowercase)
-    free = "".join(next(letters) for _ in range(free_dims))
-    bound = "".join(next(letters) for _ in range(bound_dims))
-    output = "".join(next(letters) for _ in range(output_dims))
-    return f"{free}{bound},{bound}{output}->{free}{output}"
-
-
-def _segment_pair(segment_ids):
-    """`(query_ids, key_ids)` of checked `segment_ids` (one tensor serves
-    both)."""
-    if isinstance(segment_ids, tuple):
-        return segment_ids
-    return segment_ids, segment_ids
-
-
-def _merge_document_mask(mask, segment_ids):
-    """`mask` (None, `(B, T, S)` or `(B, N, T, S)`) ANDed with the dense
-    `(B, T, S)` mask of `segment_ids`, for the paths that need every mask
-    materialized (the weights, a subclass's `_compute_attention`)."""
-    query_ids, key_ids = _segment_pair(segment_ids)
-    documents = ops.equal(query_ids[:, :, None], key_ids[:, None, :])
-    if mask is not None and len(mask.shape) == 4:
-        documents = documents[:, None]
-    return merge_masks(mask, documents)
-
-
-def _add(bias, extra):
-    return extra if bias is None else ops.cast(bias, "float32") + extra
-
-
-def _attention_sizes(layer):
-    """Heads, head sizes and options of a multi-head or grouped-query
-    attention layer, ours or Keras', under one set of names (from its
-    config)."""
-    config = layer.get_config()
-    heads = config.get("num_query_heads", config.get("num_heads"))
-    key_dim = config.get("head_dim", config.get("key_dim"))
-    return {
-        "num_heads": heads,
-        "num_key_value_heads": config.get("num_key_value_heads") or heads,
-        "key_dim": key_dim,
-        "value_dim": config.get("value_dim") or key_dim,
-        "use_bias": config["use_bias"],
-        "use_gate": config.get("use_gate", False),
-    }

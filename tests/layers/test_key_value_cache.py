@@ -1,10 +1,14 @@
+import keras
 import numpy as np
 import pytest
 from keras import ops
 
 from keras_attention.layers.key_value_cache import (
+    cache_length,
     cache_slots,
+    cache_spec,
     check_cache,
+    check_cache_arguments,
     check_cache_dtype,
     decode_scales,
     dequantize_rows,
@@ -37,7 +41,7 @@ def test_int8_rows_are_within_half_a_step_of_the_values():
 def test_a_write_lands_at_its_index_and_reads_back(dtype):
     cache = empty_cache(2, 6, 3, 4, dtype)
     assert is_quantized_cache(cache) == (dtype == "int8")
-    assert cache_slots(cache) == 6
+    assert cache_slots(cache) == 6 and int(cache_length(cache)) == 6
     check_cache(cache, 3, 4, 4)
     entries = rng.normal(size=(2, 2, 2, 3, 4)).astype("float32")
     read = numpy(read_cache(write_cache(cache, 3, entries), "float32"))
@@ -60,3 +64,25 @@ def test_a_malformed_quantized_cache_is_named():
 @pytest.mark.parametrize("cache_dtype", [None, "int8"])
 def test_known_cache_dtypes_pass_through(cache_dtype):
     assert check_cache_dtype(cache_dtype) == cache_dtype
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_the_spec_of_a_cache_has_its_parts_shapes_and_dtypes(dtype):
+    cache = empty_cache(2, 6, 3, 4, dtype)
+    spec = cache_spec(cache)
+    parts = cache if isinstance(cache, tuple) else (cache,)
+    specs = spec if isinstance(spec, tuple) else (spec,)
+    assert len(specs) == len(parts)
+    for part, part_spec in zip(parts, specs, strict=True):
+        assert tuple(part_spec.shape) == tuple(part.shape)
+        assert part_spec.dtype == keras.backend.standardize_dtype(part.dtype)
+
+
+def test_the_cache_arguments_of_a_call_are_checked():
+    query, cache = np.zeros((1, 2, 8)), empty_cache(1, 4, 2, 8, "float32")
+    check_cache_arguments(query, cache, 0)
+    check_cache_arguments(query, None, None)
+    with pytest.raises(ValueError, match="`cache_update_index` needs a `cache`"):
+        check_cache_arguments(query, None, 0)
+    with pytest.raises(ValueError, match="A cache needs \\(batch, length, dim\\)"):
+        check_cache_arguments(np.zeros((1, 2, 2, 8)), cache, 0)

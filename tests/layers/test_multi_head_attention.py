@@ -728,7 +728,7 @@ def test_packed_weights_see_only_their_document():
 def test_packed_rows_in_training_with_attention_dropout(monkeypatch):
     # Attention dropout takes the path of the weights, with a dense mask of
     # the documents; an identity dropout makes it comparable.
-    from keras_attention.layers import multi_head_attention as module
+    from keras_attention.layers import _projections as module
 
     class NoDropout(keras.layers.Layer):
         def __init__(self, rate, seed=None, **kwargs):

@@ -1,0 +1,103 @@
+"""The paths of `MultiHeadAttention._compute_attention` over projected
+queries `(B, T, N, key_dim)` and keys and values `(B, S, N_kv, dim)`: the
+attention op alone (a backend's fused kernel, the chunked or the standard
+path, choosing which), the standard path that also gives the weights, and
+Keras' einsum formulation over several attention axes."""
+
+from keras import ops
+
+from keras_attention.layers._segment_ids import merge_document_mask
+from keras_attention.layers.attention_plan import plan_attention
+from keras_attention.ops.attention import (
+    apply_attention_weights,
+    attention_path,
+    attention_weights,
+)
+from keras_attention.ops.fused import KERNELS
+from keras_attention.ops.masks import causal_mask, merge_masks, sliding_window_mask
+from keras_attention.ops.multi_axis import (
+    apply_multi_axis_weights,
+    multi_axis_attention_weights,
+)
+
+
+def op_path(
+    query, key, value, *, flash_attention, chunk_size, own_bias, score_mod, **arguments
+):
+    """`(path, arguments)`: the path the attention op takes when the weights
+    are not needed, and the keyword arguments of `dot_product_attention`
+    that take it.
+
+    `arguments` are `dot_product_attention`'s masks and biases (`mask`,
+    `is_causal`, `sliding_window`, `bias`, `alibi_slopes`, `segment_ids`);
+    `flash_attention` and `chunk_size` the layer's; `own_bias` whether `bias`
+    holds a bias the layer made itself (T5's, or ALiBi's where the op cannot
+    compute it), which keeps the standard path.
+    """
+    plan = plan_attention(
+        use_causal_mask=arguments["is_causal"],
+        sliding_window=arguments["sliding_window"],
+        alibi=arguments["alibi_slopes"] is not None,
+        own_bias=own_bias,
+        dense_bias=arguments["bias"] is not None,
+        flash_attention=flash_attention,
+        chunk_size=chunk_size,
+        key_length=key.shape[1],
+        query_length=query.shape[1],
+    )
+    arguments["score_mod"] = score_mod
+    # False: the standard path, as asked (no fused kernel either).
+    arguments["flash_attention"] = False if flash_attention is False else None
+    arguments["chunk_size"] = chunk_size
+    # A backend's fused kernel, where one serves, before the chunked path the
+    # plan would switch to by itself.
+    path = attention_path(query, value, **arguments)
+    if path not in KERNELS:
+        arguments["chunk_size"] = plan.chunk_size
+        path = "standard" if plan.chunk_size is None else "chunked"
+    return path, arguments
+
+
+def attend_with_weights(
+    query,
+    key,
+    value,
+    scale,
+    dropout,
+    *,
+    mask,
+    is_causal,
+    sliding_window,
+    bias,
+    alibi_slopes,
+    segment_ids,
+):
+    """`(output, weights)` on the standard path, every mask materialized
+    (`mask`: None or `(B, N, T, S)`; the documents and the window added to
+    it), the weights passed through `dropout`."""
+    if segment_ids is not None:
+        mask = merge_document_mask(mask, segment_ids)
+        if len(mask.shape) == 3:
+            mask = ops.expand_dims(mask, 1)
+    if sliding_window is not None:
+        band = sliding_window_mask(
+            ops.shape(query)[1], ops.shape(key)[1], sliding_window
+        )
+        mask = merge_masks(mask, band[None, None])
+    weights = attention_weights(
+        query, key, mask, is_causal, scale, bias=bias, alibi_slopes=alibi_slopes
+    )
+    kept = dropout(weights)
+    return apply_attention_weights(kept, value, mask, is_causal), weights
+
+
+def attend_over_axes(query, key, value, mask, causal, axes, scale, dropout):
+    """`(output, weights)` of Keras' einsum formulation over the attention
+    `axes`, with a softmax over all of them that gives fully masked queries
+    zeros; `causal` along the first attention axis, as in Keras."""
+    if causal:
+        mask = merge_masks(
+            mask, causal_mask(ops.shape(query)[1], ops.shape(key)[1])[None]
+        )
+    weights = multi_axis_attention_weights(query, key, mask, axes, scale)
+    return apply_multi_axis_weights(dropout(weights), value, axes), weights

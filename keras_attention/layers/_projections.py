@@ -1,0 +1,164 @@
+"""How `MultiHeadAttention` is built, and the shapes of its outputs.
+
+`EinsumProjections` builds the layer as Keras builds its own
+`MultiHeadAttention`: one `EinsumDense` per projection (`_query_dense`,
+`_key_dense`, `_gate_dense`, `_value_dense`, `_output_dense`), with Keras'
+names, order and equations, so that what Keras builds on them (int8
+quantization, LoRA, constraints, dtype-policy maps) works; and
+`_build_attention`, Keras' hook, sets the attention axes, einsum equations
+and attention dropout. It reads what the layer's constructor sets
+(`_dense_arguments`, `_output_dims`, `_use_gate`, `_num_key_value_heads`,
+`_attention_positions`, `_relative_bias`).
+"""
+
+import string
+
+import keras
+
+from keras_attention._checks import check_attention_shapes
+from keras_attention.layers.dropout import Dropout
+from keras_attention.layers.key_value_cache import cache_slots, cache_spec
+from keras_attention.ops.multi_axis import attention_equations
+from keras_attention.utils.initializers import clone_initializer
+
+
+class EinsumProjections:
+    """`build`, `_build_attention`, `compute_output_shape` and
+    `compute_output_spec` of `MultiHeadAttention` (see the module)."""
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        key_shape = value_shape if key_shape is None else key_shape
+        check_attention_shapes(query_shape, value_shape, key_shape)
+        heads, kv_heads = self.num_heads, self._num_key_value_heads
+        # Keras' order of the weights: query, key, gate, value, output.
+        self._query_dense = self._projection("query", query_shape, heads, self.key_dim)
+        self._key_dense = self._projection("key", key_shape, kv_heads, self.key_dim)
+        if self._use_gate:
+            self._gate_dense = self._projection(
+                "gate", query_shape, heads, self.value_dim, activation="sigmoid"
+            )
+        self._value_dense = self._projection(
+            "value", value_shape, kv_heads, self.value_dim
+        )
+        self._build_attention(len(query_shape) + 1)
+        if self._relative_bias is not None:
+            self._relative_bias.build(query_shape, key_shape)
+        output_dims = self._output_dims or (query_shape[-1],)
+        self._output_dense = self._dense(
+            projection_equation(len(query_shape) - 1, 2, len(output_dims)),
+            output_dims,
+            "attention_output",
+        )
+        self._output_dense.build((*query_shape[:-1], heads, self.value_dim))
+
+    def _projection(self, name, input_shape, heads, size, activation=None):
+        """`(B, ..., dim)` -> `(B, ..., heads, size)`."""
+        equation = projection_equation(len(input_shape) - 1, 1, 2)
+        dense = self._dense(equation, (heads, size), name, activation)
+        dense.build(input_shape)
+        return dense
+
+    def _dense(self, equation, output_dims, name, activation=None):
+        free = len(equation.split("->")[1]) - len(output_dims)
+        arguments = dict(self._dense_arguments)
+        # Each projection gets its own initializers: a seeded one shared by
+        # several would give them all the same values.
+        for key in ("kernel_initializer", "bias_initializer"):
+            arguments[key] = clone_initializer(arguments[key])
+        return keras.layers.EinsumDense(
+            equation,
+            output_shape=(None,) * (free - 1) + tuple(output_dims),
+            bias_axes=equation[-len(output_dims) :] if self.use_bias else None,
+            activation=activation,
+            name=name,
+            dtype=self.dtype_policy,
+            **arguments,
+        )
+
+    def _build_attention(self, rank):
+        """The attention axes, einsum equations and dropout for projected
+        tensors of `rank` `(B, ..., heads, dim)` (Keras' hook, and names)."""
+        axes = self.attention_axes
+        if axes is None:
+            axes = tuple(range(1, rank - 2))
+        self._attention_axes = tuple(a if a >= 0 else rank - 1 + a for a in axes)
+        if len(self._attention_axes) != 1:
+            for option, value in (
+                ("num_key_value_heads", self._num_key_value_heads != self.num_heads),
+                ("attention_positions", self._attention_positions),
+            ):
+                if value:
+                    raise ValueError(
+                        f"`{option}` needs one attention axis; received "
+                        f"attention_axes={self._attention_axes}."
+                    )
+        self._dot_product_equation, self._combine_equation = attention_equations(
+            rank, self._attention_axes
+        )
+        self._dropout_layer = Dropout(
+            rate=self.dropout, dtype=self.dtype_policy, seed=self.seed
+        )
+
+    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
+        check_attention_shapes(query_shape, value_shape, key_shape)
+        return (*query_shape[:-1], *(self._output_dims or (query_shape[-1],)))
+
+    def compute_output_spec(
+        self,
+        query,
+        value,
+        key=None,
+        return_attention_scores=False,
+        cache=None,
+        **kwargs,
+    ):
+        key_shape = value.shape if key is None else key.shape
+        shape = self.compute_output_shape(query.shape, value.shape, key_shape)
+        results = [keras.KerasTensor(shape, dtype=self.compute_dtype)]
+        if return_attention_scores:
+            if cache is not None:
+                key_shape = (key_shape[0], cache_slots(cache), *key_shape[2:])
+            scores_shape = self._scores_shape(query.shape, key_shape)
+            results.append(keras.KerasTensor(scores_shape, dtype=self.compute_dtype))
+        if cache is not None:
+            results.append(cache_spec(cache))
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _scores_shape(self, query_shape, key_shape):
+        """`(B, <other axes>, num_heads, <query attention axes>, <key ones>)`."""
+        axes = self._attention_axes  # the same indices in inputs and projections
+        others = [query_shape[i] for i in range(len(query_shape) - 1) if i not in axes]
+        return (
+            *others,
+            self.num_heads,
+            *(query_shape[a] for a in axes),
+            *(key_shape[a] for a in axes),
+        )
+
+
+def check_size_argument(name, value):
+    """Raises Keras' ValueError unless `value` is a positive int."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(
+            f"Received an invalid value for argument `{name}`, expected a "
+            f"positive integer. Received: {name}={value!r}"
+        )
+
+
+def as_output_dims(output_shape):
+    """`output_shape` as a tuple (an int is one axis), or None."""
+    if not output_shape:
+        return None
+    if isinstance(output_shape, int):
+        return (output_shape,)
+    return tuple(output_shape)
+
+
+def projection_equation(free_dims, bound_dims, output_dims):
+    """An einsum equation keeping `free_dims` input axes, contracting the
+    last `bound_dims` with the kernel and adding `output_dims` axes."""
+    letters = iter(string.ascii_lowercase)
+    free = "".join(next(letters) for _ in range(free_dims))
+    bound = "".join(next(letters) for _ in range(bound_dims))
+    output = "".join(next(letters) for _ in range(output_dims))
+    return f"{free}{bound},{bound}{output}->{free}{output}"
