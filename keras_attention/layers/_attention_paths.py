@@ -13,12 +13,12 @@ from keras_attention.ops.attention import (
     attention_path,
     attention_weights,
 )
-from keras_attention.ops.fused import KERNELS
 from keras_attention.ops.masks import causal_mask, merge_masks, sliding_window_mask
 from keras_attention.ops.multi_axis import (
     apply_multi_axis_weights,
     multi_axis_attention_weights,
 )
+from keras_attention.ops.plan import KERNELS
 
 
 def op_path(
@@ -52,6 +52,14 @@ def op_path(
     # A backend's fused kernel, where one serves, before the chunked path the
     # plan would switch to by itself.
     path = attention_path(query, value, **arguments)
+    memory_efficient = plan.chunk_size is not None and chunk_size is None
+    if path not in KERNELS and memory_efficient and arguments["bias"] is None:
+        # Where the plan asks for memory-efficient attention, a fused kernel
+        # that keeps memory O(T) (the Pallas kernel on a GPU) serves first.
+        fused = attention_path(query, value, **{**arguments, "flash_attention": True})
+        if fused in KERNELS:
+            arguments["flash_attention"] = True
+            return fused, arguments
     if path not in KERNELS:
         arguments["chunk_size"] = plan.chunk_size
         path = "standard" if plan.chunk_size is None else "chunked"

@@ -915,3 +915,28 @@ def test_flash_attention_false_keeps_the_standard_path_for_long_sequences():
     standard = MultiHeadAttention(num_heads=1, key_dim=4, flash_attention=False)
     standard(x, x, use_causal_mask=True)
     assert standard.attention_path == "standard"
+
+
+@pytest.mark.skipif(backend.backend() != "jax", reason="the Pallas kernel, on JAX")
+@pytest.mark.parametrize("window", [None, 3])
+def test_on_a_gpu_the_layer_takes_the_pallas_kernel_for_what_cudnn_cannot(
+    monkeypatch, window
+):
+    """float32 (which cuDNN does not take) with memory-efficient attention
+    asked for, the device faked as a GPU: the Pallas kernel serves (run here
+    in Pallas' interpreter), with the standard path's outputs."""
+    from keras_attention.ops import plan
+
+    options = {"use_causal_mask": True}
+    layer_options = {"num_heads": 2, "key_dim": 8, "sliding_window": window}
+    standard = MultiHeadAttention(flash_attention=False, **layer_options)
+    want = standard(QUERY, QUERY, **options)
+    monkeypatch.setattr(plan, "_jax_platform", lambda: "gpu")
+    layer = MultiHeadAttention(flash_attention=True, **layer_options)
+    layer(QUERY, QUERY, **options)
+    layer.set_weights(standard.get_weights())
+    got = layer(QUERY, QUERY, **options)
+    assert layer.attention_path == "jax_pallas"
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(got), ops.convert_to_numpy(want), atol=2e-6
+    )
