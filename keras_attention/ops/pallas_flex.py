@@ -43,6 +43,9 @@ def flex_attention(
     score_mod=None,
     score_mod_inputs=(),
     mask_mod=None,
+    segment_ids=None,
+    alibi_slopes=None,
+    key_mask=None,
     query_offset=0,
     interpret=False,
 ):
@@ -56,6 +59,15 @@ def flex_attention(
     key gets zeros and a log-sum-exp of -inf, never NaN. The gradient of the
     log-sum-exp is exact too: `dS = P * (dP - rowsum(dO * O) + dlse)`.
 
+    Documents (`segment_ids`), ALiBi (`alibi_slopes`) and a padding mask over
+    the keys (`key_mask`) are read natively, never by gather: the ids and the
+    mask as kernel inputs sliced into tiles like the keys (as the JAX and
+    splash kernels read segment ids), the slope of a program's head as one
+    scalar load. The score of query `i` for key `j` is `scale * q . k`, minus
+    ALiBi's `slope_h * |i - j|` (`i` counted from `query_offset`), through
+    `score_mod`; the key is seen where `mask_mod`, the segment ids and the
+    key mask all allow it.
+
     Limits:
 
     - Tested only in Pallas' interpret mode (CPU). The kernels keep to what
@@ -63,10 +75,13 @@ def flex_attention(
       loads and stores with `pl.ds`, `pl.program_id`, `lax.fori_loop` with
       bounds read from a ref, float32 accumulation), but their Triton
       lowering is unverified, and some of it cannot work as written: the
-      Triton backend has no gather, so the mods that `ops.take` into an
-      array (`document_mask_mod`, `prefix_lm_mask_mod`, `alibi_score_mod`,
-      `relative_position_score_mod`, and the scatter-add of the last one's
-      gradient) run in interpret mode only; the mods' rank-4 tiles
+      Triton backend has no gather, so mods that `ops.take` into an array
+      (`document_mask_mod`, `prefix_lm_mask_mod`, `alibi_score_mod`, a
+      custom mod reading a table) and T5's `relative_position_score_mod`
+      (a gather, and a scatter-add in its gradient) run in interpret mode
+      only: pass documents, ALiBi and padding as `segment_ids`,
+      `alibi_slopes` and `key_mask` instead, which are gather-free (a test
+      checks the jaxprs, forward and backward); the mods' rank-4 tiles
       (`(1, 1, block, block)`) are unverified there too; Triton wants
       power-of-two tiles of at least 16 (`block_size`; head sizes are
       padded to a power of two here).
@@ -86,10 +101,11 @@ def flex_attention(
         scale: the multiplier of `q . k`, a Python float.
         block_map: int `(ceil(T / block_size), ceil(S / block_size))`, per
             tile of queries and keys: 0 (`EMPTY`) no query sees a key there,
-            the tile is never loaded; 1 (`PARTIAL`) `mask_mod` decides inside
-            the tile; 2 (`FULL`) every query sees every key (the mask is not
-            evaluated: the map is trusted). Other values count as empty.
-            May be traced. Keys past S and queries past T, in the last
+            the tile is never loaded; 1 (`PARTIAL`) `mask_mod`,
+            `segment_ids` and `key_mask` decide inside the tile; 2 (`FULL`)
+            every query sees every key (the masks are not evaluated: the map
+            is trusted, and must account for all three). Other values count
+            as empty. May be traced. Keys past S and queries past T, in the last
             tiles, are hidden whatever it says.
         block_size: the number of queries and of keys in a tile.
         score_mod: `score_mod(score, b, h, q_idx, kv_idx, *score_mod_inputs)`,
@@ -102,6 +118,14 @@ def flex_attention(
             closure become kernel inputs too (`jax.closure_convert`).
         mask_mod: `mask_mod(b, h, q_idx, kv_idx)`, True where the query may
             see the key; evaluated only in the `PARTIAL` tiles.
+        segment_ids: a pair `(query_ids (B, T), key_ids (B, S))` of ints:
+            query `i` sees key `j` only if their ids are equal (JAX's
+            `SegmentIds`); applied in the `PARTIAL` tiles, as `mask_mod`.
+        alibi_slopes: float `(N,)`, one per query head: ALiBi's
+            `-slope_h * |i - j|` is added to every visited tile's scores,
+            before `score_mod`. Constants: they get no gradient.
+        key_mask: bool `(B, S)`, True where a key may be seen (padding);
+            applied in the `PARTIAL` tiles, as `mask_mod`.
         query_offset: the absolute position of the first query (int or
             scalar int32 array): the `q_idx` of the mods counts from it.
         interpret: run Pallas' interpreter (any device, CPUs included).
@@ -138,6 +162,7 @@ def flex_attention(
     if score_mod is None and score_mod_inputs:
         raise ValueError("`score_mod_inputs` were given without a `score_mod`.")
     mods, inputs, consts = _hoist_mods(score_mod, score_mod_inputs, mask_mod, geo)
+    data = _tile_data(geo, segment_ids, alibi_slopes, key_mask)
     block_map = block_map.astype(jnp.int32)
     offset = jnp.reshape(jnp.asarray(query_offset, jnp.int32), (1,))
     tables = (offset, *_visit_lists(block_map), *_visit_lists(block_map.T))
@@ -148,7 +173,7 @@ def flex_attention(
     q = pad(query, geo.q_blocks * geo.block, geo.depth_pad - geo.depth)
     k = pad(key, geo.k_blocks * geo.block, geo.depth_pad - geo.depth)
     v = pad(value, geo.k_blocks * geo.block, geo.value_pad - geo.value_depth)
-    out, lse = _attention(geo, mods)(q, k, v, inputs, (tables, consts))
+    out, lse = _attention(geo, mods)(q, k, v, inputs, (tables, consts, data))
     return out[:, : geo.q_len, :, : geo.value_depth], lse[:, :, : geo.q_len]
 
 
@@ -222,6 +247,41 @@ def _visit_lists(block_map):
         order = jnp.argsort(jnp.where(chosen, columns, columns + len(columns)), axis=1)
         lists += [order.astype(jnp.int32), jnp.sum(chosen, axis=1, dtype=jnp.int32)]
     return tuple(lists)
+
+
+def _tile_data(geo, segment_ids, alibi_slopes, key_mask):
+    """`(query_ids, key_ids, key_mask, slopes)`, each None or an array the
+    kernels read tile by tile: the rows padded to whole blocks, int32."""
+
+    def row(x, name, keys):
+        x, length = jnp.asarray(x), geo.k_len if keys else geo.q_len
+        if x.shape != (geo.batch, length):
+            raise ValueError(
+                f"`{name}` must be (B, {'S' if keys else 'T'}) = "
+                f"{(geo.batch, length)}; received shape {x.shape}."
+            )
+        padded = (geo.k_blocks if keys else geo.q_blocks) * geo.block
+        return jnp.pad(x.astype(jnp.int32), ((0, 0), (0, padded - length)))
+
+    q_ids = k_ids = mask = slopes = None
+    if segment_ids is not None:
+        if not isinstance(segment_ids, (tuple, list)) or len(segment_ids) != 2:
+            raise ValueError("`segment_ids` must be a pair (query_ids, key_ids).")
+        q_ids = row(segment_ids[0], "query_ids", keys=False)
+        k_ids = row(segment_ids[1], "key_ids", keys=True)
+    if key_mask is not None:
+        key_mask = jnp.asarray(key_mask)
+        if key_mask.dtype != jnp.bool_:
+            raise ValueError(f"`key_mask` must be bool; received {key_mask.dtype}.")
+        mask = row(key_mask, "key_mask", keys=True)
+    if alibi_slopes is not None:
+        slopes = lax.stop_gradient(jnp.asarray(alibi_slopes, jnp.float32))
+        if slopes.shape != (geo.heads,):
+            raise ValueError(
+                f"`alibi_slopes` must be (N,) = ({geo.heads},), one per query "
+                f"head; received shape {slopes.shape}."
+            )
+    return q_ids, k_ids, mask, slopes
 
 
 # -- the mods, as jaxprs whose arrays are kernel inputs -------------------------
@@ -307,10 +367,12 @@ def _from_kernel(ref, meta):
 
 
 class _Tile:
-    """The mods of one program, their arrays loaded once, applied to tiles."""
+    """The mods of one program, their arrays loaded once, applied to tiles;
+    the ids, key mask and slopes (`data`, refs or None) read per tile."""
 
-    def __init__(self, geo, mods, refs, b, offset):
+    def __init__(self, geo, mods, refs, b, offset, data):
         self.geo, self.mods, self.b, self.offset = geo, mods, b, offset
+        self.q_ids, self.k_ids, self.key_mask, self.slopes = data
         values = [_from_kernel(r, m) for r, m in zip(refs, mods.metas, strict=True)]
         n_in, n_score, _ = mods.counts
         self.inputs = values[:n_in]
@@ -320,14 +382,22 @@ class _Tile:
     def positions(self, block):
         return block * self.geo.block + lax.iota(jnp.int32, self.geo.block)
 
+    def row(self, ref, block):
+        """Tile `block` of a row (ids, key mask): a slice, never a gather."""
+        return ref[pl.ds(block * self.geo.block, self.geo.block)]
+
     def raw(self, q, k):
         """`scale * q k^T` in float32."""
         dot = jnp.dot(q, k.T, preferred_element_type=jnp.float32)
         return dot * self.geo.scale
 
     def score(self, raw, h, q_block, k_block, trained=()):
-        """`score_mod` on the tile; `trained` replace the differentiated
-        inputs (so that `jax.vjp` sees them as arguments)."""
+        """ALiBi, then `score_mod`, on the tile; `trained` replace the
+        differentiated inputs (so that `jax.vjp` sees them as arguments)."""
+        if self.slopes is not None:
+            q_pos = self.offset + self.positions(q_block)
+            distance = jnp.abs(q_pos[:, None] - self.positions(k_block)[None, :])
+            raw = raw - self.slopes[h] * distance.astype(jnp.float32)
         if self.mods.score is None:
             return raw
         inputs = list(self.inputs)
@@ -346,7 +416,8 @@ class _Tile:
 
     def keep(self, h, q_block, k_block, masked, rows=False):
         """Bool `(block, block)`: real keys (and real queries, with `rows`),
-        and `mask_mod` where the tile is `masked`."""
+        and `mask_mod`, the segment ids and the key mask where the tile is
+        `masked`."""
         geo = self.geo
         shape = (geo.block, geo.block)
         k_pos = self.positions(k_block)
@@ -359,6 +430,11 @@ class _Tile:
             )
             grids = _tile_grids(self.b, h, self.offset + self.positions(q_block), k_pos)
             keep &= jnp.broadcast_to(fn(*grids)[0], (1, 1, *shape))[0, 0]
+        if masked and self.q_ids is not None:
+            q_ids, k_ids = self.row(self.q_ids, q_block), self.row(self.k_ids, k_block)
+            keep &= q_ids[:, None] == k_ids[None, :]
+        if masked and self.key_mask is not None:
+            keep &= (self.row(self.key_mask, k_block) != 0)[None, :]
         return keep
 
 
@@ -380,10 +456,10 @@ def _visit(lists, row, body, carry):
 # -- kernels --------------------------------------------------------------------
 
 
-def _forward_kernel(q_ref, k_ref, v_ref, offset_ref, *refs, geo, mods):
+def _forward_kernel(q_ref, k_ref, v_ref, data, offset_ref, *refs, geo, mods):
     lists, mod_refs, (o_ref, lse_ref) = refs[:4], refs[4:-2], refs[-2:]
     b, h, i = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-    tile = _Tile(geo, mods, mod_refs, b, offset_ref[0])
+    tile = _Tile(geo, mods, mod_refs, b, offset_ref[0], data)
     q = q_ref[...]
 
     def body(j, masked, carry):
@@ -422,13 +498,13 @@ def _probabilities(s, keep, lse):
 
 
 def _dq_kernel(
-    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, offset_ref, *refs, geo, mods
+    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, data, offset_ref, *refs, geo, mods
 ):
     n_mods = len(mods.metas)
     lists, mod_refs = refs[:4], refs[4 : 4 + n_mods]
     dq_ref, *d_input_refs = refs[4 + n_mods :]
     b, h, i = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-    tile = _Tile(geo, mods, mod_refs, b, offset_ref[0])
+    tile = _Tile(geo, mods, mod_refs, b, offset_ref[0], data)
     q, do = q_ref[...], do_ref[...]
     lse, delta = lse_ref[...], delta_ref[...]
     trained = [tile.inputs[t] for t in mods.trained]
@@ -461,11 +537,11 @@ def _dq_kernel(
 
 
 def _dkv_kernel(
-    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, offset_ref, *refs, geo, mods
+    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, data, offset_ref, *refs, geo, mods
 ):
     lists, mod_refs, (dk_ref, dv_ref) = refs[:4], refs[4:-2], refs[-2:]
     b, kv_head, j = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-    tile = _Tile(geo, mods, mod_refs, b, offset_ref[0])
+    tile = _Tile(geo, mods, mod_refs, b, offset_ref[0], data)
     k, v = k_ref[...], v_ref[...]
 
     def head(r, carry):
@@ -539,6 +615,22 @@ def _whole(x):
     return pl.BlockSpec(x.shape, lambda *_: (0,) * x.ndim)
 
 
+def _data_specs(data):
+    """Program `(b, ...)` reads row `b` of the ids and the key mask (sliced
+    into tiles with `pl.ds`, as the keys are) and every slope (loading its
+    head's as one scalar); None where an array is absent."""
+    *rows, slopes = data
+    return (
+        *[
+            None
+            if x is None
+            else pl.BlockSpec((None, x.shape[1]), lambda b, *_: (b, 0))
+            for x in rows
+        ],
+        None if slopes is None else _whole(slopes),
+    )
+
+
 def _call(kernel, geo, mods, name, grid, specs, out_shape, args):
     in_specs, out_specs = specs
     return pl.pallas_call(
@@ -554,13 +646,14 @@ def _call(kernel, geo, mods, name, grid, specs, out_shape, args):
 
 
 def _forward(geo, mods, q, k, v, inputs, statics):
-    (offset, *lists), consts = statics
+    (offset, *lists), consts, data = statics
     arrays = [_to_kernel(x) for x in (*inputs, *consts)]
     rows, depth, value = k.shape[1], geo.depth_pad, geo.value_pad
     in_specs = [
         _tiles(geo.block, depth),
         _kv_rows(geo, rows, depth),
         _kv_rows(geo, rows, value),
+        _data_specs(data),
     ]
     out_specs = [_tiles(geo.block, value), _row_stats(geo.block)]
     out_shape = [
@@ -568,7 +661,7 @@ def _forward(geo, mods, q, k, v, inputs, statics):
         jax.ShapeDtypeStruct((geo.batch, geo.heads, q.shape[1]), jnp.float32),
     ]
     grid = (geo.batch, geo.heads, geo.q_blocks)
-    args = (q, k, v, offset, *lists[:4], *arrays)
+    args = (q, k, v, data, offset, *lists[:4], *arrays)
     specs = (in_specs, out_specs)
     return _call(
         _forward_kernel, geo, mods, "flex_forward", grid, specs, out_shape, args
@@ -576,14 +669,14 @@ def _forward(geo, mods, q, k, v, inputs, statics):
 
 
 def _backward(geo, mods, q, k, v, inputs, statics, out, lse, d_out, d_lse):
-    (offset, *lists), consts = statics
+    (offset, *lists), consts, data = statics
     arrays = [_to_kernel(x) for x in (*inputs, *consts)]
     q_rows, k_rows, depth, value = q.shape[1], k.shape[1], geo.depth_pad, geo.value_pad
     # rowsum(dO * O) - dlse: what dS = P * (dP - delta) subtracts per row; with
     # the lse's own cotangent, the lse's gradient is exact too.
     delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
     delta = jnp.transpose(delta, (0, 2, 1)) - d_lse
-    statistics = (d_out, lse, delta, offset)
+    statistics = (d_out, lse, delta, data, offset)
 
     # dq and the score mod's inputs, one program per block of queries.
     trained = [arrays[t] for t in mods.trained]
@@ -594,6 +687,7 @@ def _backward(geo, mods, q, k, v, inputs, statics, out, lse, d_out, d_lse):
         _tiles(geo.block, value),
         _row_stats(geo.block),
         _row_stats(geo.block),
+        _data_specs(data),
     ]
     # Each program writes its own partial sum of an input's gradient, summed
     # below: no two programs write the same memory, no atomics are needed.
@@ -620,6 +714,7 @@ def _backward(geo, mods, q, k, v, inputs, statics, out, lse, d_out, d_lse):
         _group_rows(geo, q_rows, value),
         _group_rows(geo, q_rows),
         _group_rows(geo, q_rows),
+        _data_specs(data),
     ]
     out_specs = [_tiles(geo.block, depth), _tiles(geo.block, value)]
     out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (k, v)]
@@ -638,7 +733,8 @@ def _backward(geo, mods, q, k, v, inputs, statics, out, lse, d_out, d_lse):
 def _attention(geo, mods):
     """`(q, k, v, inputs, statics) -> (out, lse)` on padded arrays, with the
     kernels' gradient: for q, k, v and the float `inputs`; none for
-    `statics` (the offset, the visit lists, the mods' constant arrays)."""
+    `statics` (the offset, the visit lists, the mods' constant arrays, the
+    ids, key mask and ALiBi slopes)."""
 
     @jax.custom_vjp
     def attend(q, k, v, inputs, statics):

@@ -2,8 +2,10 @@
 run in Pallas' interpret mode, against the standard path of
 `dot_product_attention`: outputs, log-sum-exp and every gradient (queries,
 keys, values, `score_mod_inputs`, the log-sum-exp's own cotangent), for
-every mod of `keras_attention.ops.mods` and one written here."""
+every mod of `keras_attention.ops.mods` and one written here, and for the
+gather-free `segment_ids`, `alibi_slopes` and `key_mask`."""
 
+import re
 from functools import partial
 
 import keras
@@ -73,14 +75,21 @@ CASES = {
 }
 
 
-def block_map_of(mask_mod, q_len, k_len, offset):
-    """The exact block map, from the mask on the whole grid: per tile, 0
-    where no (b, h, query, key) attends, 2 where all do, else 1."""
+def block_map_of(mask_mod, q_len, k_len, offset, segment_ids=None, key_mask=None):
+    """The exact block map, from the mask on the whole grid (`mask_mod`, the
+    segment ids and the key mask): per tile, 0 where no (b, h, query, key)
+    attends, 2 where all do, else 1."""
     q_blocks, k_blocks = -(-q_len // BLOCK), -(-k_len // BLOCK)
-    if mask_mod is None:
-        return np.full((q_blocks, k_blocks), 2, "int32")
-    grids = mods.index_grids(BATCH, HEADS, np.arange(q_len) + offset, np.arange(k_len))
-    mask = np.broadcast_to(np.asarray(mask_mod(*grids)), (BATCH, HEADS, q_len, k_len))
+    mask = np.ones((BATCH, HEADS, q_len, k_len), bool)
+    if mask_mod is not None:
+        grids = mods.index_grids(
+            BATCH, HEADS, np.arange(q_len) + offset, np.arange(k_len)
+        )
+        mask = mask & np.asarray(mask_mod(*grids))
+    if segment_ids is not None:
+        mask = mask & same_document(*segment_ids)
+    if key_mask is not None:
+        mask = mask & key_mask[:, None, None, :]
     padding = ((0, q_blocks * BLOCK - q_len), (0, k_blocks * BLOCK - k_len))
     # Padding counts as attended for "all" and as hidden for "any": the
     # kernel masks it whatever the map says.
@@ -89,6 +98,48 @@ def block_map_of(mask_mod, q_len, k_len, offset):
     every = np.pad(mask.all(axis=(0, 1)), padding, constant_values=True)
     every = every.reshape(tiles).all(axis=(1, 3))
     return np.where(every, 2, np.where(some, 1, 0)).astype("int32")
+
+
+def same_document(query_ids, key_ids):
+    """The dense `(B, 1, T, S)` mask of `segment_ids`."""
+    query_ids, key_ids = np.asarray(query_ids), np.asarray(key_ids)
+    return (query_ids[:, :, None] == key_ids[:, None, :])[:, None]
+
+
+def extra_arguments(names, q_len, k_len, offset):
+    """`flex_attention`'s `segment_ids`, `alibi_slopes` and `key_mask` among
+    `names` ("segments", "alibi", "padding"), for queries at `offset`."""
+    found = {}
+    if "segments" in names:  # the queries' ids: those of their positions
+        found["segment_ids"] = (
+            SEGMENTS[:, offset : offset + q_len],
+            SEGMENTS[:, :k_len],
+        )
+    if "alibi" in names:
+        found["alibi_slopes"] = np.asarray(alibi_slopes(HEADS), "float32")
+    if "padding" in names:  # row 0 padded on the right, row 1 on the left
+        key_mask = np.ones((BATCH, k_len), bool)
+        key_mask[0, k_len - 5 :] = False
+        key_mask[1, [0, 1, 2, 9]] = False
+        found["key_mask"] = key_mask
+    return found
+
+
+def reference_arguments(extras, offset):
+    """`extras` as `dot_product_attention` takes them: the key mask as a
+    dense mask. So are the segment ids at an offset: the standard path looks
+    the `(B, T)` query ids up at the absolute positions `offset + i` (its
+    `document_mask_mod`), the kernel (as JAX's `SegmentIds`) at `i`."""
+    found, masks = {"alibi_slopes": extras.get("alibi_slopes")}, []
+    if "key_mask" in extras:
+        masks.append(extras["key_mask"][:, None, None, :])
+    if "segment_ids" in extras and offset:
+        masks.append(same_document(*extras["segment_ids"]))
+    elif "segment_ids" in extras:
+        found["segment_ids"] = extras["segment_ids"]
+    if masks:
+        found["mask"] = jnp.asarray(np.logical_and.reduce(np.broadcast_arrays(*masks)))
+    return found
 
 
 def make_inputs(
@@ -120,9 +171,10 @@ def results(attention, x, inputs):
     return {name: np.asarray(value, "float32") for name, value in found.items()}
 
 
-def run_both(case, dtype, block_map=None, seed=0, **sizes):
+def run_both(case, dtype, block_map=None, seed=0, extras=(), **sizes):
     """Kernel and reference on the same inputs (`sizes`: those of
-    `make_inputs`), each as `results` gives them."""
+    `make_inputs`; `extras`: the names of `extra_arguments`), each as
+    `results` gives them."""
     q_len, k_len, offset, score_mod, make_score_inputs, mask_mod = case
     rng, x = make_inputs(q_len, k_len, dtype, seed, **sizes)
     inputs = (
@@ -130,8 +182,10 @@ def run_both(case, dtype, block_map=None, seed=0, **sizes):
         if make_score_inputs is None
         else tuple(jnp.asarray(t) for t in make_score_inputs(rng))
     )
+    extras = extra_arguments(extras, q_len, k_len, offset)
     if block_map is None:
-        block_map = block_map_of(mask_mod, q_len, k_len, offset)
+        masks = {n: extras.get(n) for n in ("segment_ids", "key_mask")}
+        block_map = block_map_of(mask_mod, q_len, k_len, offset, **masks)
     common = {"score_mod": score_mod, "mask_mod": mask_mod, "query_offset": offset}
 
     def kernel(q, k, v, inputs):
@@ -145,6 +199,7 @@ def run_both(case, dtype, block_map=None, seed=0, **sizes):
             score_mod_inputs=inputs,
             interpret=True,
             **common,
+            **extras,
         )
 
     def reference(q, k, v, inputs):
@@ -157,6 +212,7 @@ def run_both(case, dtype, block_map=None, seed=0, **sizes):
             score_mod_inputs=inputs,
             return_lse=True,
             **common,
+            **reference_arguments(extras, offset),
         )
 
     return results(kernel, x, inputs), results(reference, x, inputs)
@@ -191,6 +247,124 @@ def assert_same(found, expected, dtype):
 def test_matches_the_standard_path(case, dtype):
     found, expected = run_both(CASES[case], dtype)
     assert_same(found, expected, dtype)
+
+
+# id: (a case as in CASES, the names of `extra_arguments`).
+_ALL = ("segments", "alibi", "padding")
+EXTRA_CASES = {
+    "segments": ((24, 24, 0, None, None, None), ("segments",)),
+    "segments-causal-padded": (
+        (13, 21, 0, None, None, mods.causal_mask_mod),
+        ("segments",),
+    ),
+    "segments-causal-offset": (CASES["causal-offset-padded"], ("segments",)),
+    "alibi": ((16, 24, 8, None, None, None), ("alibi",)),
+    "alibi-causal-offset-padded": (CASES["causal-offset-padded"], ("alibi",)),
+    "padding": ((24, 24, 0, None, None, None), ("padding",)),
+    "padding-causal-offset-padded": (CASES["causal-offset-padded"], ("padding",)),
+    # ALiBi before the score mod (a soft cap), the masks ANDed with causal.
+    "all-soft-cap-causal-padded": (
+        (13, 21, 0, mods.soft_cap_score_mod(0.5), None, mods.causal_mask_mod),
+        _ALL,
+    ),
+    # With T5's trained table: its gradient, beside the native arguments.
+    "all-relative-position": (
+        (24, 24, 0, *CASES["relative-position-causal-padded"][3:5], None),
+        _ALL,
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case", list(EXTRA_CASES), ids=list(EXTRA_CASES))
+def test_segments_alibi_and_padding_match_the_standard_path(case, dtype):
+    base, extras = EXTRA_CASES[case]
+    found, expected = run_both(base, dtype, extras=extras)
+    assert_same(found, expected, dtype)
+
+
+def test_alibi_slopes_are_per_query_head_with_one_key_value_head():
+    sizes = {"kv_heads": 1, "depth": 6, "value_depth": 5}
+    case = CASES["causal-offset-padded"]
+    found, expected = run_both(case, "float32", extras=_ALL, **sizes)
+    assert_same(found, expected, "float32")
+
+
+def test_a_batch_row_of_padding_only_gives_zeros_and_lse_minus_inf():
+    q_len, k_len, offset = 13, 21, 8
+    key_mask = np.ones((BATCH, k_len), bool)
+    key_mask[1] = False
+    _, x = make_inputs(q_len, k_len, "float32")
+    # The map (over the batch) keeps row 0's tiles: row 1 is masked inside.
+    block_map = block_map_of(mods.causal_mask_mod, q_len, k_len, offset, None, key_mask)
+    common = {"scale": SCALE, "mask_mod": mods.causal_mask_mod, "query_offset": offset}
+    slopes = jnp.asarray(alibi_slopes(HEADS))
+
+    def kernel(q, k, v, inputs):
+        return flex_attention(
+            q,
+            k,
+            v,
+            block_map=block_map,
+            block_size=BLOCK,
+            alibi_slopes=slopes,
+            key_mask=key_mask,
+            interpret=True,
+            **common,
+        )
+
+    def reference(q, k, v, inputs):
+        return dot_product_attention(
+            q,
+            k,
+            v,
+            flash_attention=False,
+            alibi_slopes=slopes,
+            mask=key_mask[:, None, None, :],
+            return_lse=True,
+            **common,
+        )
+
+    found, expected = results(kernel, x, ()), results(reference, x, ())
+    assert_same(found, expected, "float32")
+    assert np.all(found["out"][1] == 0) and np.all(found["lse"][1] == -np.inf)
+    assert np.all(found["dq"][1] == 0) and np.all(found["dk"][1] == 0)
+    assert np.all(found["dv"][1] == 0)
+    assert np.isfinite(found["lse"][0]).all()
+
+
+def test_segments_alibi_and_padding_trace_no_gather():
+    # The Triton lowering has no gather: these arguments must reach the
+    # kernels (forward, dq, dk/dv) as tiles and scalar loads. The mods that
+    # do the same by `ops.take` gather, so the test can tell them apart.
+    _, x = make_inputs(13, 21, "float32")
+    extras = extra_arguments(_ALL, 13, 21, 0)
+    as_mods = {
+        "mask_mod": mods.document_mask_mod(*extras["segment_ids"]),
+        "score_mod": mods.alibi_score_mod(extras["alibi_slopes"]),
+    }
+
+    def jaxpr(**arguments):
+        def loss(q, k, v):
+            out, lse = flex_attention(
+                q,
+                k,
+                v,
+                scale=SCALE,
+                block_map=np.ones((2, 3), "int32"),
+                block_size=BLOCK,
+                interpret=True,
+                **arguments,
+            )
+            return jnp.sum(out) + jnp.sum(jnp.where(jnp.isinf(lse), 0.0, lse))
+
+        traced = str(jax.make_jaxpr(jax.grad(loss, (0, 1, 2)))(x["q"], x["k"], x["v"]))
+        assert traced.count("pallas_call") == 3  # the kernels' bodies are in it
+        return traced
+
+    gathers = re.compile(r"\bgather\[")
+    assert not gathers.search(jaxpr(**extras))
+    assert gathers.search(jaxpr(**as_mods))
 
 
 @pytest.mark.parametrize("case", ["causal-offset-padded", "document"])
