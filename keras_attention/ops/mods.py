@@ -76,7 +76,7 @@ def prefix_lm_mask_mod(prefix_lengths):
     return mask_mod
 
 
-def document_mask_mod(segment_ids, key_segment_ids=None):
+def document_mask_mod(segment_ids, key_segment_ids=None, query_offset=0):
     """Packed sequences: a query attends only to the keys of its own
     document (FlashAttention's variable-length batches, JAX's `SegmentIds`).
 
@@ -86,6 +86,10 @@ def document_mask_mod(segment_ids, key_segment_ids=None):
             its own (or hidden by `mask`).
         key_segment_ids: int `(B, S)`, the document of each key; defaults to
             `segment_ids` (self-attention).
+        query_offset: the absolute position of the first query, as passed to
+            `dot_product_attention`: the query at position `q_idx` reads
+            `segment_ids[b, q_idx - query_offset]` (queries over a cache,
+            their ids one per query).
     """
     query_ids = _check_segment_ids(segment_ids, "segment_ids")
     key_ids = (
@@ -95,7 +99,8 @@ def document_mask_mod(segment_ids, key_segment_ids=None):
     )
 
     def mask_mod(b, h, q_idx, kv_idx):
-        return ops.equal(_lookup(query_ids, b, q_idx), _lookup(key_ids, b, kv_idx))
+        rows = q_idx - ops.cast(query_offset, "int32")
+        return ops.equal(_lookup(query_ids, b, rows), _lookup(key_ids, b, kv_idx))
 
     return mask_mod
 

@@ -245,7 +245,8 @@ def build_spec(
         )
     if segment_ids is not None:
         ids = tuple(ops.cast(x, "int32") for x in segment_ids)
-        mask_parts.append(Part(document_mask_mod(*ids), "documents", data=ids))
+        documents = document_mask_mod(*ids, query_offset=query_offset)
+        mask_parts.append(Part(documents, "documents", data=ids))
     if mask_mod is not None:
         mask_parts.append(Part(mask_mod))
     score_parts = []

@@ -148,3 +148,33 @@ def test_jax_kernel_is_called_with_the_layout_scale_and_mask(
     np.testing.assert_allclose(
         ops.convert_to_numpy(got), ops.convert_to_numpy(want), atol=2e-6
     )
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="Pallas, on JAX")
+@pytest.mark.parametrize(
+    "call",
+    [
+        {"is_causal": True, "attn_logits_soft_cap": 2.0},
+        {"is_causal": True, "sliding_window": 3, "query_offset": S - T},
+        {"segment_ids": (np.array([[0] * 4 + [1] * 3] * B), SEGMENT_KEYS)},
+        {"alibi_slopes": alibi_slopes(N), "is_causal": True, "mask": PADDING},
+    ],
+    ids=lambda call: "+".join(sorted(call)),
+)
+def test_pallas_dispatch_equals_the_standard_path(monkeypatch, call):
+    """The device faked as a GPU: the call goes to the Pallas kernel (run in
+    Pallas' interpreter here), the documents' ids, ALiBi's slopes and the
+    padding read as its tiles."""
+    from keras_attention.ops import attention_path, plan
+
+    monkeypatch.setattr(plan, "_jax_platform", lambda: "gpu")
+    assert attention_path(Q, V, flash_attention=True, **call) == "jax_pallas"
+    fused = dot_product_attention(
+        Q, K[:, :, :2], V[:, :, :2], flash_attention=True, **call
+    )
+    want = dot_product_attention(
+        Q, K[:, :, :2], V[:, :, :2], flash_attention=False, **call
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(fused), ops.convert_to_numpy(want), atol=2e-6
+    )

@@ -208,13 +208,18 @@ def test_gradient_through_the_log_sum_exp_matches_the_standard_path():
         {"is_causal": True, "sliding_window": 4},
         {"is_causal": True, "alibi_slopes": alibi_slopes(N)},
         {"mask_mod": mods.causal_mask_mod},
+        {"is_causal": True, "segment_ids": SEGMENTS},
     ],
+    ids=lambda options: "+".join(sorted(options)),
 )
 def test_queries_at_an_offset_equal_the_last_rows_of_the_whole(options, path):
     # Prefilling a prompt over a cache: the new queries see the cached keys
-    # and each other causally, aligned to the lower right.
+    # and each other causally, aligned to the lower right. Their segment ids
+    # are one per query (a bug read them at the absolute position).
     offset = 13
     whole = np_(dot_product_attention(Q, K, V, **options))
+    if "segment_ids" in options:
+        options = {**options, "segment_ids": (SEGMENTS[:, offset:], SEGMENTS)}
     part = dot_product_attention(
         Q[:, offset:], K, V, query_offset=offset, **options, **path
     )
