@@ -6,7 +6,7 @@
 #   bash benchmarks/gpu.sh [--quick] [--peak-tflops N]
 #
 # Writes gpu.json, gpu.md, gpu.png and log.txt to $OUT (the device tool's
-# folder that comes back), else to runs/gpu. About 6 minutes on one H200.
+# folder that comes back), else to runs/gpu. About 8 minutes on one H200.
 set -euo pipefail
 
 out="${OUT:-runs/gpu}"

@@ -287,6 +287,43 @@ def test_gpu_suite_quick(tmp_path):
         assert results["ratios"][f"decode/{name}_beam4_vs_greedy"] > 0
     text = (tmp_path / "gpu.md").read_text()
     assert "| full | 64 | 4 | float32 |" in text and "cuDNN" in text
+    check_flex_quick(results, text)
+
+
+def check_flex_quick(results, text):
+    """The flex part's rows on a CPU: every path chunked or standard, every
+    Keras row on XLA, every ratio a number; the long case (T = 128) runs
+    its causal rows only."""
+    from keras_attention.bench.gpu_flex import LAYER_MASKS, QUICK, VARIANTS, row_names
+
+    (short,) = QUICK["lengths"]
+    for length, long in ((short, False), (QUICK["long"]["length"], True)):
+        case = results["cases"][f"flex/T{length}"]
+        assert case["batch"] == max(1, QUICK["tokens"] // length)
+        names, run = row_names(causal_only=long)
+        assert list(case["rows"]) == names
+        for name, row in case["rows"].items():
+            if name not in run:
+                assert "causal rows only" in row["skipped"]
+                continue
+            check_timing(row)
+            assert row["flops"] > 0 and 0 < row["peak_fraction"] < 1
+            if name.endswith("/ours") or name.startswith("plain/"):
+                assert row["path"] in ("chunked", "standard")
+            if name.endswith("/keras"):
+                assert row["kernel"] == "xla"
+        ratios = results["ratios"]
+        for mask in ("causal",) if long else LAYER_MASKS:
+            key = f"flex/layer_{mask}/ours_vs_keras_speed/T{length}"
+            assert np.isfinite(ratios[key]) and ratios[key] > 0
+        for variant in VARIANTS:
+            for ratio in ("throughput_vs_plain", "speedup_vs_keras"):
+                key = f"flex/{variant}/{ratio}/T{length}"
+                if long and variant == "t5":
+                    assert key not in ratios
+                else:
+                    assert np.isfinite(ratios[key]) and ratios[key] > 0
+    assert "### Flexible attention" in text and "| t5 | 64 |" in text
 
 
 def gpu_results():
@@ -363,6 +400,7 @@ def gpu_results():
                 **long,
             },
             "seq2seq": {"skipped": "error: ValueError: bad"},
+            **flex_gpu_cases(timed, device),
             "decode": {
                 "device": device,
                 "policy": "mixed_bfloat16",
@@ -391,6 +429,46 @@ def gpu_results():
     }
 
 
+def flex_gpu_cases(timed, device):
+    """The flex part's cases on a GPU: T = 1024 with every row (ours on
+    cuDNN and Pallas, a Keras row that fell back to XLA, one whose dense
+    bias did not fit), the long case with its causal rows only."""
+    from keras_attention.bench.gpu_flex import VARIANTS, row_names
+
+    def case(length, long):
+        batch = max(1, 32768 // length)
+        names, run = row_names(causal_only=long)
+        rows = {}
+        for i, name in enumerate(names):
+            if name not in run:
+                rows[name] = {"skipped": "the long case runs the causal rows only"}
+                continue
+            row = timed(1.0 + i, batch, length, "causal" in name)
+            if name.endswith("/ours") or name.startswith("plain/"):
+                pallas = name.split("/")[0] in VARIANTS
+                row["path"] = "jax_pallas" if pallas else "jax_cudnn"
+            if name.endswith("/keras"):
+                row["kernel"] = "cudnn"
+            rows[name] = row
+        if long:
+            for variant in ("soft_cap", "alibi"):
+                rows[f"{variant}/keras"] = {"skipped": "dense: about 2048 GiB"}
+        else:
+            rows["t5/keras"]["kernel"] = "xla"
+            rows["t5/keras"]["note"] = "keras.ops' own choice (cudnn) failed"
+            rows["alibi/ours"] = {"skipped": "JaxRuntimeError: Pallas boom"}
+        return {
+            "batch": batch,
+            "length": length,
+            "dtype": "bfloat16",
+            "device": device,
+            "causal_only": long,
+            "rows": rows,
+        }
+
+    return {"flex/T1024": case(1024, False), "flex/T131072": case(131072, True)}
+
+
 def test_gpu_report_takes_every_outcome_of_a_gpu_run(tmp_path):
     from keras_attention.bench.gpu import markdown, plot, summarize
 
@@ -413,6 +491,25 @@ def test_gpu_report_takes_every_outcome_of_a_gpu_run(tmp_path):
     for reason in ("exit 1: RuntimeError: boom", "error: ValueError: bad", "256 GiB"):
         assert reason in text
     assert "PyTorch 2.11.0 (CUDA 12.8)" in text
+    # The flex part: row i takes 1 + i ms (plain/causal 6, soft_cap/ours 7,
+    # soft_cap/keras 8).
+    rows = results["cases"]["flex/T1024"]["rows"]
+    ratios = results["ratios"]
+    assert ratios["flex/layer_full/ours_vs_keras_speed/T1024"] == 2 / 1
+    assert ratios["flex/soft_cap/throughput_vs_plain/T1024"] == pytest.approx(
+        rows["soft_cap/ours"]["tflops"] / rows["plain/causal"]["tflops"]
+    )
+    assert ratios["flex/soft_cap/speedup_vs_keras/T1024"] == pytest.approx(8 / 7)
+    assert "flex/alibi/throughput_vs_plain/T1024" not in ratios
+    assert "flex/t5/speedup_vs_keras/T131072" not in ratios
+    assert "flex/window/throughput_vs_plain/T131072" in ratios
+    assert results["fractions"]["flex/plain/causal/T1024"] > 0
+    assert (
+        "### Flexible attention" in text and "| t5 | 1024 | 32 | jax_pallas |" in text
+    )
+    for reason in ("Pallas boom", "dense: about 2048 GiB", "causal rows only"):
+        assert reason in text
+    assert "xla (fallback)" in text and "keras.ops' own choice (cudnn) failed" in text
     plot(results, tmp_path / "gpu.png")
     assert (tmp_path / "gpu.png").read_bytes().startswith(b"\x89PNG")
 
@@ -474,6 +571,8 @@ def test_gpu_suite_past_its_time_budget_records_every_case_skipped(
         "attention/T128",
         "seq2seq",
         "decode",
+        "flex/T64",
+        "flex/T128",
     }
     for case in results["cases"].values():
         assert case["skipped"] == "the suite's time budget was spent"

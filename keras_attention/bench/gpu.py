@@ -1,4 +1,4 @@
-"""The `gpu` suite: one run of about 6 minutes on one GPU, on the JAX backend.
+"""The `gpu` suite: one run of about 8 minutes on one GPU, on the JAX backend.
 
 - `attention`: attention forward + backward (gradients of queries, keys and
   values) in bfloat16, T = S from 1024 to 32768, batch x T held at 32,768
@@ -31,6 +31,13 @@
   with the Transformer's KV cache and without a cache, and with the RNN's
   state; beam search of width `BEAM_WIDTH` for both models; ms per decoding
   step (one token for each sequence of the batch) and beam / greedy.
+- `flex`: flexible attention on the fused kernels (`gpu_flex`, its
+  docstring): our `MultiHeadAttention` against Keras' (same weights, mixed
+  bfloat16, cuDNN on both sides where it serves), and our
+  `ops.dot_product_attention(..., flash_attention=True)` with a soft cap, a
+  causal window, packed documents, ALiBi and T5's bias (the Pallas kernel)
+  against the plain cuDNN call and against `keras.ops` with the dense mask
+  or bias; T = 1024 to 32,768 and one causal case at 131,072.
 
 Each part has a share of the time budget (`budgets_s` of `FULL`, what one
 part leaves goes to the next); a case that would start past its part's share is recorded
@@ -40,7 +47,8 @@ preallocation off. Usage: `python -m keras_attention.bench --suite gpu
 [--quick] [--out DIR] [--peak-tflops 989]`; `benchmarks/gpu.sh` runs it on a
 GPU machine. `--quick` is a dry run on a CPU (about a minute, mostly
 start-up and compiling): T = 64 and 128, seq2seq at n = 8 only,
-float32 there, tiny models.
+float32 there, tiny models (the flex part: T = 64, and T = 128 as its long
+case).
 """
 
 import importlib.util
@@ -50,6 +58,7 @@ import time
 
 import numpy as np
 
+from keras_attention.bench import gpu_flex
 from keras_attention.bench.common import describe
 from keras_attention.utils.progress import phase
 
@@ -107,8 +116,9 @@ FULL = {
         "policy": "mixed_bfloat16",
         "repeats": 5,
     },
-    # Seconds of each part, in order; about 6 minutes in all.
-    "budgets_s": {"attention": 210, "seq2seq": 90, "decode": 90},
+    "flex": gpu_flex.FULL,
+    # Seconds of each part, in order; about 8 minutes in all.
+    "budgets_s": {"attention": 210, "seq2seq": 90, "decode": 90, "flex": 110},
 }
 QUICK = {
     "attention": {
@@ -142,9 +152,11 @@ QUICK = {
         "policy": "mixed_bfloat16",
         "repeats": 2,
     },
-    "budgets_s": {"attention": 600, "seq2seq": 600, "decode": 600},
+    "flex": gpu_flex.QUICK,
+    "budgets_s": {"attention": 600, "seq2seq": 600, "decode": 600, "flex": 600},
 }
-PARTS = ("attention", "seq2seq", "decode")
+# The flex part last: what the others leave of their shares goes to it.
+PARTS = ("attention", "seq2seq", "decode", "flex")
 # (model, search, cached): greedy with and without the Transformer's cache,
 # and beam search of width `BEAM_WIDTH` (the ancestry search for the
 # Transformer), each over the same sources.
@@ -548,6 +560,7 @@ CASES = {
     "attention": _case_attention,
     "seq2seq": _case_seq2seq,
     "decode": _case_decode,
+    "flex": gpu_flex.case_flex,
 }
 
 
@@ -625,6 +638,8 @@ def run(quick=False, out="runs/bench", timeout=None, peak_flops=None):
         try:
             if part == "attention":
                 _attention_part(measure, config["attention"], quick, has_torch)
+            elif part == "flex":
+                gpu_flex.flex_part(measure, config["flex"], quick)
             else:
                 phase(f"{part}: {PART_TITLES[part]}")
                 measure(part, {"kind": part, **config[part]})
@@ -733,6 +748,7 @@ def summarize(results):
         beam = ms(name, "beam")
         if greedy and beam:
             ratios[f"decode/{name}_beam{BEAM_WIDTH}_vs_greedy"] = beam / greedy
+    gpu_flex.summarize(results, fractions, ratios)
     results["fractions"] = fractions
     results["ratios"] = ratios
 
@@ -858,6 +874,8 @@ def markdown(results):
             )
         else:
             lines.append(f"| {name} | {search} | {cached} | {_cell(row, reasons)} | |")
+    if "flex" in config:
+        lines += gpu_flex.markdown_lines(results, reasons)
     if reasons:
         lines += ["", "Skipped:", ""] + [
             f"- {line}" for line in _skipped_lines(reasons)
@@ -882,8 +900,8 @@ def plot(results, path):
     from keras_attention.viz import pyplot, save_figure
 
     plt = pyplot()
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4.5))
-    fraction_ax, time_ax, seq2seq_ax, decode_ax = axes
+    fig, axes = plt.subplots(1, 5, figsize=(25, 4.5))
+    fraction_ax, time_ax, seq2seq_ax, decode_ax, flex_ax = axes
     cases = _attention_cases(results)
     for i, impl in enumerate(IMPLS):
         for mask, style in (("full", "o-"), ("causal", "s--")):
@@ -932,6 +950,7 @@ def plot(results, path):
         {"ms per step": [row.get("ms_per_step") for row in runs.values()]},
         "decoding, ms per step",
     )
+    gpu_flex.plot_panel(flex_ax, results)
     device = results.get("device", {}).get("device_kind", "")
     fig.suptitle(f"JAX, {device}: {describe(results['machine'])}", fontsize=9)
     fig.tight_layout()
