@@ -8,11 +8,12 @@ backward pass is written by hand (the FlashAttention recurrence): it recomputes
 each block's weights from the saved log-sum-exp instead of storing them, so it
 is memory-efficient too.
 
-Which tiles are computed is decided once per call, as a block mask of
-`(query blocks, key blocks)`: a tile that no query of its block may see (above
+Which tiles are computed, and how, is the call's block map
+(`AttentionSpec.block_map`): a tile that no query of its block may see (above
 the causal diagonal, outside a sliding window, between two packed documents,
 wherever `mask` or a `mask_mod` hides it whole) is never visited, as in
-FlexAttention's block sparsity.
+FlexAttention's block sparsity; a tile where every query sees every key (below
+the diagonal) skips the mask; only the partial ones evaluate it.
 
 References:
     - [Rabe & Staats, 2021. Self-attention Does Not Need O(n^2) Memory](
@@ -24,7 +25,7 @@ References:
 from keras import backend, ops
 
 from keras_attention.ops.mods import evaluate_mask_mod, evaluate_score_mod, index_grids
-from keras_attention.ops.spec import EMPTY, BlockGrid
+from keras_attention.ops.spec import FULL, PARTIAL, BlockGrid
 from keras_attention.utils.backend import hoist_closure, vector_jacobian_product
 
 # A finite stand-in for -inf, safe in float32 (the compute dtype here).
@@ -75,9 +76,15 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
 
     tile_mask = None if spec.mask is None else grid.pad_mask(spec.mask)
     offsets = ops.arange(chunk_size, dtype="int32")
-    visible = ops.not_equal(spec.block_map(grid, tile_mask), EMPTY)
-    key_order, key_counts = _visit_lists(visible)
-    query_order, query_counts = _visit_lists(ops.transpose(visible))
+    # Partial tiles are masked inside; full ones, where every query sees every
+    # key, skip the mask (most of them under a causal mask at long lengths);
+    # empty ones are never visited. `masked` keys the lists.
+    block_map = spec.block_map(grid, tile_mask)
+    kinds = {True: ops.equal(block_map, PARTIAL), False: ops.equal(block_map, FULL)}
+    key_visits = {masked: _visit_lists(kind) for masked, kind in kinds.items()}
+    query_visits = {
+        masked: _visit_lists(ops.transpose(kind)) for masked, kind in kinds.items()
+    }
     mask_mod, score_mod = spec.mask_mod, spec.score_mod
     # Keys hidden from a whole tile by the causal mask or a window are hidden
     # from every later query too, and zeroed before the call when no query
@@ -93,8 +100,9 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
             return raw
         return evaluate_score_mod(score_mod, raw, grids, inputs)
 
-    def tile(q_scaled, k, v, inputs, query_block, key_block):
-        """Scores, validity, index grids and the blocks of one tile."""
+    def tile(q_scaled, k, v, inputs, query_block, key_block, masked):
+        """Scores, validity (None unmasked), index grids and the blocks of
+        one tile."""
         q_start, k_start = query_block * chunk_size, key_block * chunk_size
         q_tile = ops.slice(
             q_scaled, (0, 0, q_start, 0), (batch, heads, chunk_size, depth)
@@ -110,6 +118,8 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
             grid.query_positions(q_start, chunk_size),
             grid.key_positions(k_start, chunk_size),
         )
+        if not masked:
+            return q_tile, raw, None, grids, k_tile, v_tile
         valid = ops.less((k_start + offsets)[None, None, None, :], key_len)
         if tile_mask is not None:
             shape = ops.shape(tile_mask)
@@ -132,28 +142,39 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
         def query_step(i, carry):
             output, log_sum_exp = carry
 
-            def key_step(n, state):
-                acc, running_max, normalizer = state
-                j = ops.take(key_order, i * num_key_blocks + n)
-                _, raw, valid, grids, _, v_tile = tile(q_scaled, k, v, inputs, i, j)
-                scores = ops.where(valid, transform(raw, grids, inputs), _NEG)
-                new_max = ops.maximum(running_max, ops.max(scores, axis=-1))
-                weights = ops.where(valid, ops.exp(scores - new_max[..., None]), 0.0)
-                correction = ops.exp(running_max - new_max)
-                normalizer = normalizer * correction + ops.sum(weights, axis=-1)
-                acc = acc * correction[..., None] + ops.einsum(
-                    "bntc,bncd->bntd", weights, v_tile
-                )
-                return acc, new_max, normalizer
+            def key_step(masked, order):
+                def step(n, state):
+                    acc, running_max, normalizer = state
+                    j = ops.take(order, i * num_key_blocks + n)
+                    _, raw, valid, grids, _, v_tile = tile(
+                        q_scaled, k, v, inputs, i, j, masked
+                    )
+                    scores = transform(raw, grids, inputs)
+                    if masked:
+                        scores = ops.where(valid, scores, _NEG)
+                    new_max = ops.maximum(running_max, ops.max(scores, axis=-1))
+                    weights = ops.exp(scores - new_max[..., None])
+                    if masked:
+                        weights = ops.where(valid, weights, 0.0)
+                    correction = ops.exp(running_max - new_max)
+                    normalizer = normalizer * correction + ops.sum(weights, axis=-1)
+                    acc = acc * correction[..., None] + ops.einsum(
+                        "bntc,bncd->bntd", weights, v_tile
+                    )
+                    return acc, new_max, normalizer
 
-            init = (
+                return step
+
+            state = (
                 ops.zeros((batch, heads, chunk_size, value_depth), compute_dtype),
                 ops.full((batch, heads, chunk_size), _NEG, compute_dtype),
                 ops.zeros((batch, heads, chunk_size), compute_dtype),
             )
-            acc, running_max, normalizer = ops.fori_loop(
-                0, ops.take(key_counts, i), key_step, init
-            )
+            for masked, (order, counts) in key_visits.items():
+                state = ops.fori_loop(
+                    0, ops.take(counts, i), key_step(masked, order), state
+                )
+            acc, running_max, normalizer = state
             has_keys = ops.greater(normalizer, 0.0)
             safe = ops.where(has_keys, normalizer, 1.0)
             start = i * chunk_size
@@ -181,58 +202,65 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
         def key_step(j, carry):
             grad_q, grad_k, grad_v, grad_inputs = carry
 
-            def query_step(n, state):
-                grad_q, grad_k_tile, grad_v_tile, grad_inputs = state
-                i = ops.take(query_order, j * num_query_blocks + n)
-                q_tile, raw, valid, grids, k_tile, v_tile = tile(
-                    q_scaled, k, v, inputs, i, j
-                )
-                start = (0, 0, i * chunk_size, 0)
-                rows = (batch, heads, chunk_size)
-                lse = ops.slice(log_sum_exp, start[:3], rows)
-                d = ops.slice(delta, start[:3], rows)
-                g_out = ops.slice(grad_output, start, (*rows, value_depth))
-
-                def scores_of(raw, *inputs):
-                    return transform(raw, grids, inputs)
-
-                scores = scores_of(raw, *inputs)
-                weights = ops.where(valid, ops.exp(scores - lse[..., None]), 0.0)
-                grad_v_tile = grad_v_tile + ops.einsum(
-                    "bntc,bntd->bncd", weights, g_out
-                )
-                grad_weights = ops.einsum("bntd,bncd->bntc", g_out, v_tile)
-                grad_scores = weights * (grad_weights - d[..., None])
-                if score_mod is not None:
-                    _, grads = vector_jacobian_product(
-                        scores_of, (raw, *inputs), grad_scores
+            def query_step(masked, order):
+                def step(n, state):
+                    grad_q, grad_k_tile, grad_v_tile, grad_inputs = state
+                    i = ops.take(order, j * num_query_blocks + n)
+                    q_tile, raw, valid, grids, k_tile, v_tile = tile(
+                        q_scaled, k, v, inputs, i, j, masked
                     )
-                    grad_scores = grads[0]
-                    grad_inputs = tuple(
-                        total + ops.cast(g, total.dtype)
-                        for total, g in zip(grad_inputs, grads[1:], strict=True)
-                    )
-                grad_k_tile = grad_k_tile + ops.einsum(
-                    "bntc,bnth->bnch", grad_scores, q_tile
-                )
-                grad_q_tile = ops.slice(grad_q, start, (*rows, depth))
-                grad_q = ops.slice_update(
-                    grad_q,
-                    start,
-                    grad_q_tile + ops.einsum("bntc,bnch->bnth", grad_scores, k_tile),
-                )
-                return grad_q, grad_k_tile, grad_v_tile, grad_inputs
+                    start = (0, 0, i * chunk_size, 0)
+                    rows = (batch, heads, chunk_size)
+                    lse = ops.slice(log_sum_exp, start[:3], rows)
+                    d = ops.slice(delta, start[:3], rows)
+                    g_out = ops.slice(grad_output, start, (*rows, value_depth))
 
-            tiles = (
+                    def scores_of(raw, *inputs):
+                        return transform(raw, grids, inputs)
+
+                    scores = scores_of(raw, *inputs)
+                    weights = ops.exp(scores - lse[..., None])
+                    if masked:
+                        weights = ops.where(valid, weights, 0.0)
+                    grad_v_tile = grad_v_tile + ops.einsum(
+                        "bntc,bntd->bncd", weights, g_out
+                    )
+                    grad_weights = ops.einsum("bntd,bncd->bntc", g_out, v_tile)
+                    grad_scores = weights * (grad_weights - d[..., None])
+                    if score_mod is not None:
+                        _, grads = vector_jacobian_product(
+                            scores_of, (raw, *inputs), grad_scores
+                        )
+                        grad_scores = grads[0]
+                        grad_inputs = tuple(
+                            total + ops.cast(g, total.dtype)
+                            for total, g in zip(grad_inputs, grads[1:], strict=True)
+                        )
+                    grad_k_tile = grad_k_tile + ops.einsum(
+                        "bntc,bnth->bnch", grad_scores, q_tile
+                    )
+                    grad_q_tile = ops.slice(grad_q, start, (*rows, depth))
+                    grad_q = ops.slice_update(
+                        grad_q,
+                        start,
+                        grad_q_tile
+                        + ops.einsum("bntc,bnch->bnth", grad_scores, k_tile),
+                    )
+                    return grad_q, grad_k_tile, grad_v_tile, grad_inputs
+
+                return step
+
+            state = (
+                grad_q,
                 ops.zeros((batch, heads, chunk_size, depth), compute_dtype),
                 ops.zeros((batch, heads, chunk_size, value_depth), compute_dtype),
+                grad_inputs,
             )
-            grad_q, grad_k_tile, grad_v_tile, grad_inputs = ops.fori_loop(
-                0,
-                ops.take(query_counts, j),
-                query_step,
-                (grad_q, *tiles, grad_inputs),
-            )
+            for masked, (order, counts) in query_visits.items():
+                state = ops.fori_loop(
+                    0, ops.take(counts, j), query_step(masked, order), state
+                )
+            grad_q, grad_k_tile, grad_v_tile, grad_inputs = state
             start = (0, 0, j * chunk_size, 0)
             grad_k = ops.slice_update(grad_k, start, grad_k_tile)
             grad_v = ops.slice_update(grad_v, start, grad_v_tile)
