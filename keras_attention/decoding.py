@@ -388,8 +388,12 @@ def _beam_loop(
         logits, state = step(previous, state, index)
         log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
         vocab = ops.shape(log_probs)[-1]
+        # float32 constants: two Python floats would take floatx, and NEG_INF
+        # overflows float16 (to -inf).
         only_padding = ops.where(
-            ops.arange(vocab, dtype="int32") == PAD_ID, 0.0, NEG_INF
+            ops.arange(vocab, dtype="int32") == PAD_ID,
+            ops.convert_to_tensor(0.0, "float32"),
+            ops.convert_to_tensor(NEG_INF, "float32"),
         )
         log_probs = ops.where(finished[:, None], only_padding[None, :], log_probs)
         candidates = ops.reshape(scores[:, None] + log_probs, (batch_size, k * vocab))

@@ -16,6 +16,13 @@ def _int32(value):
     return np.int32(((value & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000)
 
 
+def _tensor(value):
+    """An int32 constant as an int32 tensor. Not the NumPy or Python int: under
+    `keras.config.set_floatx("bfloat16")` Keras' JAX ops convert those to
+    float32 (Keras 3.15), and the hash's bitwise ops refuse floats."""
+    return ops.convert_to_tensor(value, "int32")
+
+
 # The constants of the "lowbias32" finalizer (Chris Wellons' hash prospector)
 # and two words of the golden ratio that keep a zero seed away from a zero key.
 _MUL_1 = _int32(0x7FEB352D)
@@ -27,7 +34,9 @@ _SALT_2 = _int32(0x7F4A7C15)
 def _shift_right(x, bits):
     """Logical right shift of int32 `x`: the arithmetic shift of the backends,
     with the copies of the sign bit masked off."""
-    return ops.bitwise_and(ops.right_shift(x, bits), (1 << (32 - bits)) - 1)
+    return ops.bitwise_and(
+        ops.right_shift(x, _tensor(bits)), _tensor((1 << (32 - bits)) - 1)
+    )
 
 
 def _mix(x, final_shift=True):
@@ -37,9 +46,9 @@ def _mix(x, final_shift=True):
     `final_shift=False` leaves out the last xorshift, which only folds the high
     bits into the low ones."""
     x = ops.bitwise_xor(x, _shift_right(x, 16))
-    x = ops.multiply(x, _MUL_1)
+    x = ops.multiply(x, _tensor(_MUL_1))
     x = ops.bitwise_xor(x, _shift_right(x, 15))
-    x = ops.multiply(x, _MUL_2)
+    x = ops.multiply(x, _tensor(_MUL_2))
     if final_shift:
         x = ops.bitwise_xor(x, _shift_right(x, 16))
     return x
@@ -50,9 +59,9 @@ def _keys(seed):
     reach both keys through the mix, so seeds that differ in one bit (the
     counter a `SeedGenerator` advances) give unrelated keys."""
     seed = ops.cast(draw_seed(seed), "int32")
-    first = _mix(ops.bitwise_xor(seed[0], _SALT_1))
+    first = _mix(ops.bitwise_xor(seed[0], _tensor(_SALT_1)))
     key_1 = _mix(ops.bitwise_xor(first, seed[1]))
-    key_2 = _mix(ops.bitwise_xor(key_1, _SALT_2))
+    key_2 = _mix(ops.bitwise_xor(key_1, _tensor(_SALT_2)))
     return key_1, key_2
 
 
@@ -203,7 +212,7 @@ def dropout(inputs, rate, seed, noise_shape=None):
     if rate == 1:
         return ops.zeros_like(inputs)
     bits = _hash_bits(shape, seed)
-    keep = ops.greater_equal(bits, _keep_threshold(rate))
+    keep = ops.greater_equal(bits, _tensor(_keep_threshold(rate)))
     scaled = ops.multiply(inputs, ops.cast(1.0 / (1.0 - rate), dtype))
     return ops.where(keep, scaled, ops.zeros((), dtype=dtype))
 
@@ -215,9 +224,9 @@ def uniform_from_counter(shape, seed, counter):
     numbers at each step on every backend (a `SeedGenerator`'s state does
     not advance inside JAX's compiled functions) and one compiled function
     serves every seed. 24 random bits per number."""
-    key_1 = _mix(ops.bitwise_xor(ops.cast(seed, "int32"), _SALT_1))
+    key_1 = _mix(ops.bitwise_xor(ops.cast(seed, "int32"), _tensor(_SALT_1)))
     key_2 = _mix(ops.bitwise_xor(key_1, ops.cast(counter, "int32")))
-    key_2 = _mix(ops.bitwise_xor(key_2, _SALT_2))
+    key_2 = _mix(ops.bitwise_xor(key_2, _tensor(_SALT_2)))
     index = ops.reshape(ops.arange(math.prod(shape), dtype="int32"), shape)
     bits = _mix(ops.bitwise_xor(index, key_1))
     bits = _mix(ops.bitwise_xor(bits, key_2))
