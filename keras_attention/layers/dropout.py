@@ -78,21 +78,37 @@ class Dropout(keras.layers.Dropout):
 
 def _checked_noise_shape(noise_shape):
     """`noise_shape` as a tuple (in the config on every release), refused
-    with Keras' own messages, which the older releases do not check."""
+    with Keras' own messages (those of Keras 3.15's
+    `Dropout._validate_noise_shape`, word for word), which the older releases
+    do not check."""
     if noise_shape is None:
         return None
-    problem = None
-    if isinstance(noise_shape, str) or not hasattr(noise_shape, "__iter__"):
-        problem = "Expected a tuple or list of integers."
-    else:
-        noise_shape = tuple(noise_shape)
-        if not all(d is None or isinstance(d, int) for d in noise_shape):
-            problem = "Expected all elements to be integers or None."
-        elif not all(d is None or d > 0 for d in noise_shape):
-            problem = "Expected all dimensions to be positive integers or None."
-    if problem:
+    prefix = "Invalid value received for argument `noise_shape`."
+    if isinstance(noise_shape, str):
         raise ValueError(
-            f"Invalid value received for argument `noise_shape`. {problem} "
+            f"{prefix} Expected a tuple or list of integers. "
             f"Received: noise_shape={noise_shape}"
         )
+    if not isinstance(noise_shape, tuple):
+        try:
+            noise_shape = tuple(noise_shape)
+        except TypeError:
+            raise ValueError(
+                f"{prefix} Expected an iterable of integers (e.g., a tuple or "
+                f"list). Received: noise_shape={noise_shape}"
+            ) from None
+    for i, dim in enumerate(noise_shape):
+        if dim is None:
+            continue
+        if not isinstance(dim, int):
+            raise ValueError(
+                f"{prefix} Expected all elements to be integers or None. "
+                f"Received element at index {i}: {dim} "
+                f"(type: {type(dim).__name__})"
+            )
+        if dim <= 0:
+            raise ValueError(
+                f"{prefix} Expected all dimensions to be positive integers or "
+                f"None. Received negative or zero value at index {i}: {dim}"
+            )
     return noise_shape

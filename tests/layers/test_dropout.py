@@ -136,18 +136,52 @@ def test_fresh_mask_each_step_of_a_compiled_fit():
     assert len(set(losses)) == 4
 
 
-@pytest.mark.parametrize(
-    "noise_shape, message",
-    [
-        ("Invalid", "Expected a tuple or list of integers"),
-        (3, "Expected a tuple or list of integers"),
-        ((20, 1.5, 10), "Expected all elements to be integers or None"),
-        ((20, -1, 10), "Expected all dimensions to be positive integers or None"),
-    ],
-)
+PREFIX = "Invalid value received for argument `noise_shape`. "
+BAD_NOISE_SHAPES = [
+    ("Invalid", "Expected a tuple or list of integers. Received: noise_shape=Invalid"),
+    (
+        3,
+        "Expected an iterable of integers (e.g., a tuple or list). "
+        "Received: noise_shape=3",
+    ),
+    (
+        (20, 1.5, 10),
+        "Expected all elements to be integers or None. "
+        "Received element at index 1: 1.5 (type: float)",
+    ),
+    (
+        [20, -1, 10],
+        "Expected all dimensions to be positive integers or None. "
+        "Received negative or zero value at index 1: -1",
+    ),
+    (
+        (None, 0),
+        "Expected all dimensions to be positive integers or None. "
+        "Received negative or zero value at index 1: 0",
+    ),
+]
+
+
+@pytest.mark.parametrize("noise_shape, message", BAD_NOISE_SHAPES)
 def test_a_bad_noise_shape_is_refused_with_keras_message(noise_shape, message):
-    with pytest.raises(ValueError, match=f"`noise_shape`. {message}"):
+    # Keras 3.15's messages word for word, on every release: what was
+    # expected, what was received and where.
+    with pytest.raises(ValueError) as error:
         Dropout(0.5, noise_shape=noise_shape)
+    assert str(error.value) == PREFIX + message
+
+
+@pytest.mark.parametrize("noise_shape, message", BAD_NOISE_SHAPES)
+def test_a_bad_noise_shape_message_is_keras_own(noise_shape, message):
+    try:
+        keras.layers.Dropout(0.5, noise_shape=noise_shape)
+    except ValueError as error:
+        want = str(error)
+    else:
+        pytest.skip(f"Keras {keras.__version__} accepts noise_shape={noise_shape!r}")
+    with pytest.raises(ValueError) as error:
+        Dropout(0.5, noise_shape=noise_shape)
+    assert str(error.value) == want
 
 
 def test_a_noise_shape_list_becomes_a_tuple():
