@@ -51,6 +51,21 @@ def test_same_outputs_as_keras_after_loading_its_weights(config, use_causal_mask
     np.testing.assert_allclose(np_(ours(QUERY, VALUE, **kwargs)), np_(want), atol=1e-5)
 
 
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "bfloat16", "float32"])
+def test_from_keras_keeps_the_dtype_policy(policy):
+    theirs = keras.layers.GroupQueryAttention(**CONFIGS["grouped"], dtype=policy)
+    want = theirs(QUERY, VALUE, use_causal_mask=True)
+    ours = GroupedQueryAttention.from_keras(theirs)
+    assert ours.dtype_policy.name == policy
+    got = ours(QUERY, VALUE, use_causal_mask=True)
+    assert keras.backend.standardize_dtype(got.dtype) == (
+        keras.backend.standardize_dtype(want.dtype)
+    )
+    np.testing.assert_allclose(np_(got), np_(want), atol=2e-2)
+    explicit = GroupedQueryAttention.from_keras(theirs, dtype="float32")
+    assert explicit.dtype_policy.name == "float32"
+
+
 def test_weights_keep_keras_order_and_shapes():
     skip_unless_keras_accepts(keras.layers.GroupQueryAttention, use_gate=True)
     theirs = keras.layers.GroupQueryAttention(**CONFIGS["gate_no_bias"])

@@ -63,16 +63,40 @@ def test_from_keras_with_causal_mask_and_separate_key():
     np.testing.assert_allclose(np_(got), np_(want), atol=1e-5)
 
 
-@pytest.mark.parametrize("policy", ["mixed_bfloat16", "float16"])
+@pytest.mark.parametrize(
+    "policy", ["mixed_bfloat16", "bfloat16", "mixed_float16", "float16", "float32"]
+)
 def test_from_keras_keeps_the_dtype_policy_and_trainability(policy):
     theirs = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8, dtype=policy)
     theirs.trainable = False
     want = theirs(QUERY, VALUE)
     ours = MultiHeadAttention.from_keras(theirs)
     assert ours.dtype_policy.name == policy and not ours.trainable
+    assert ours.variable_dtype == theirs.variable_dtype
     got = ours(QUERY, VALUE)
     assert backend.standardize_dtype(got.dtype) == backend.standardize_dtype(want.dtype)
     np.testing.assert_allclose(np_(got), np_(want), atol=2e-2)
+    # The converted layer saves and restores the policy.
+    restored = MultiHeadAttention.from_config(ours.get_config())
+    assert restored.dtype_policy.name == policy
+
+
+def test_from_keras_keeps_a_global_policy_and_takes_an_explicit_dtype():
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    theirs = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)
+    want = theirs(QUERY, VALUE)
+    keras.config.set_dtype_policy("float32")
+    ours = MultiHeadAttention.from_keras(theirs)
+    assert ours.dtype_policy.name == "mixed_bfloat16"
+    np.testing.assert_allclose(np_(ours(QUERY, VALUE)), np_(want), atol=2e-2)
+    # An explicit `dtype=` wins over the Keras layer's.
+    theirs = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8, dtype="bfloat16")
+    want = theirs(QUERY, VALUE)
+    ours = MultiHeadAttention.from_keras(theirs, dtype="float32")
+    assert ours.dtype_policy.name == "float32"
+    got = ours(QUERY, VALUE)
+    assert backend.standardize_dtype(got.dtype) == "float32"
+    np.testing.assert_allclose(np_(got), np_(want), atol=5e-2)
 
 
 def test_load_rejects_mismatched_config():
