@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -158,12 +157,14 @@ def steps(backend, length, only=None):
     return {name: make() for name, make in makers.items() if only in (None, name)}
 
 
-def time_in_turn(backend, length, repeats):
+def time_in_turn(backend, length, repeats, only=None):
     import numpy as np
 
     from keras_attention.ops import attention_path
 
     calls = steps(backend, length)
+    if only:
+        calls = {name: step for name, step in calls.items() if name in only}
     for step in calls.values():
         step()  # compiles (XLA) and warms up
     times = {name: [] for name in calls}
@@ -181,20 +182,24 @@ def time_in_turn(backend, length, repeats):
         "speed_vs_sdpa": {
             name: medians[pairs.get(name, "torch_sdpa")] / medians[name]
             for name in medians
+            if pairs.get(name, "torch_sdpa") in medians
         },
     }
 
 
 def peak_memory(backend, length, name):
-    """Peak resident memory of one call of `name` in a process of its own."""
+    """Resident memory before one call of `name` (in a process of its own,
+    after a first call that compiles) and its peak during the call, in MB:
+    Linux's peak (`VmHWM`) is reset first, so that neither the framework's
+    import nor the compilation counts."""
     code = (
-        "import json, resource, sys; sys.path.insert(0, 'benchmarks');"
-        "import cpu_sdpa;"
+        "import json, sys; sys.path.insert(0, 'benchmarks'); import cpu_sdpa;"
         f"step = cpu_sdpa.steps({backend!r}, {length}, only={name!r})[{name!r}];"
-        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
+        "step();"  # compiles (XLA) and warms up
+        "before = cpu_sdpa.resident_mb();"
+        "open('/proc/self/clear_refs', 'w').write('5');"
         "step();"
-        "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
-        "print(json.dumps({'before_mb': before / 1024, 'peak_mb': peak / 1024}))"
+        "print(json.dumps({'before_mb': before, 'peak_mb': cpu_sdpa.peak_mb()}))"
     )
     env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
     done = subprocess.run(
@@ -205,12 +210,32 @@ def peak_memory(backend, length, name):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _status_mb(field):
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def resident_mb():
+    return _status_mb("VmRSS:")
+
+
+def peak_mb():
+    """The peak resident memory since the last reset (`clear_refs`)."""
+    return _status_mb("VmHWM:")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("torch", "tensorflow", "jax"))
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--memory", action="store_true")
+    parser.add_argument(
+        "--only", nargs="+", help="these implementations (and their references)"
+    )
     parser.add_argument("--out", default="runs/bench")
     args = parser.parse_args(argv)
     os.environ["KERAS_BACKEND"] = args.backend
@@ -228,7 +253,11 @@ def main(argv=None):
         "lengths": {},
     }
     for length in args.lengths:
-        row = time_in_turn(args.backend, length, args.repeats)
+        only = None
+        if args.only:
+            only = {*args.only, "torch_sdpa"}
+            only |= {"layer_sdpa"} if "layer_ours" in only else set()
+        row = time_in_turn(args.backend, length, args.repeats, only)
         if args.memory:
             row["memory"] = {
                 name: peak_memory(args.backend, length, name)
@@ -240,11 +269,7 @@ def main(argv=None):
     path = os.path.join(args.out, f"cpu_sdpa_{args.backend}.json")
     with open(path, "w") as f:
         json.dump(results, f, indent=2)
-    print(f"peak resident memory of this process: {_peak_mb():.0f} MB")
-
-
-def _peak_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak resident memory of this process: {peak_mb():.0f} MB")
 
 
 if __name__ == "__main__":
