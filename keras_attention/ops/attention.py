@@ -117,11 +117,12 @@ def dot_product_attention(
             `keras.ops`; `query_offset=S - T` aligns to the lower right).
         flash_attention: True takes a memory-efficient path: the backend's
             fused kernel where one serves the call (PyTorch's
-            `scaled_dot_product_attention`, cuDNN on a GPU with JAX; see
-            `attention_path`), else the chunked path (tiles of `chunk_size`,
-            default 256). False takes the standard path. None (the default)
-            takes the fused kernel where one serves, else the chunked path
-            when `chunk_size` is set, else the standard path.
+            `scaled_dot_product_attention`, cuDNN or this package's Pallas
+            kernel on a GPU with JAX; see `attention_path`), else the chunked
+            path (tiles of `chunk_size`, default 256). False takes the
+            standard path. None (the default) takes the fused kernel where
+            one serves, else the chunked path when `chunk_size` is set, else
+            the standard path.
         attn_logits_soft_cap: if set, scores `s` become
             `cap * tanh(s / cap)` before the softmax (Gemma 2; the tanh of
             JAX's TPU kernels that keras.ops reaches only there).
@@ -303,10 +304,11 @@ def attention_path(
 ):
     """The computation `dot_product_attention` takes for these arguments
     (the same names), on this backend and device: a backend's fused kernel
-    (`"torch_sdpa"`, `"jax_cudnn"`: see `keras_attention.ops.fused`) where
-    the call is plain enough and `flash_attention` is not False, else
-    `"chunked"` (`chunk_size` or `flash_attention=True`) or `"standard"`.
-    An explicit `chunk_size` always takes the chunked path.
+    (`"torch_sdpa"`, `"jax_cudnn"`, `"jax_pallas"`) where one serves the call
+    and `flash_attention` is not False, else `"chunked"` (`chunk_size` or
+    `flash_attention=True`) or `"standard"`; the rules are
+    `keras_attention.ops.plan.plan_kernel`'s. An explicit `chunk_size`
+    always takes the chunked path.
 
     Args:
         query: `(batch, T, num_heads, head_dim)` (its dtype and head size
@@ -328,7 +330,8 @@ def attention_path(
         return_lse: as for `dot_product_attention`.
 
     Returns:
-        `"torch_sdpa"`, `"jax_cudnn"`, `"chunked"` or `"standard"`.
+        One of `keras_attention.ops.plan.PATHS`: `"torch_sdpa"`,
+        `"jax_cudnn"`, `"jax_pallas"`, `"chunked"` or `"standard"`.
 
     Example:
 

@@ -21,7 +21,7 @@ References:
 
 from keras import ops
 
-from keras_attention.ops.plan import is_key_padding
+from keras_attention.ops.plan import is_key_padding, is_zero_offset
 from keras_attention.ops.spec import BlockGrid, dense_mask_part
 
 # The tile of the Pallas kernel: 128 x 128 fills a Hopper SM's tensor cores
@@ -103,8 +103,7 @@ def _jax_pallas(query, key, value, spec, return_lse):
         score_mod_inputs=spec.score_mod_inputs,
         mask_mod=rest.mask_mod,
         query_offset=spec.query_offset,
-        # Off a GPU (a test with the device faked) Pallas only interprets.
-        interpret=_jax_platform() != "gpu",
+        interpret=_pallas_interprets(),
         **native,
     )
     return (output, lse) if return_lse else output
@@ -116,7 +115,7 @@ def _torch_sdpa(query, key, value, spec):
 
     mask, is_causal = spec.mask, spec.is_causal
     causal_alone = spec.mask_kinds() == ("causal",) and mask is None
-    if spec.mask_parts and not (causal_alone and _is_zero(spec.query_offset)):
+    if spec.mask_parts and not (causal_alone and is_zero_offset(spec.query_offset)):
         # PyTorch takes a causal mask only alone and from offset 0; any other
         # part is evaluated on the whole grid.
         mask, is_causal = spec.dense_mask(query, key), False
@@ -154,11 +153,9 @@ def _torch_sdpa(query, key, value, spec):
     return output.transpose(1, 2)
 
 
-def _jax_platform():
+def _pallas_interprets():
+    """Off a GPU (a test with the device faked for the plan) Pallas can only
+    interpret the kernel: Triton compiles for GPUs."""
     import jax
 
-    return jax.default_backend()
-
-
-def _is_zero(offset):
-    return isinstance(offset, int) and offset == 0
+    return jax.default_backend() != "gpu"

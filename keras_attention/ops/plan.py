@@ -135,7 +135,7 @@ def _cudnn_takes(spec, query, value):
         and spec.bias is None
         and not spec.score_parts
         and all(kind in STRUCTURAL_MASKS for kind in kinds)
-        and (not kinds or _is_zero(spec.query_offset))
+        and (not kinds or is_zero_offset(spec.query_offset))
         and backend.standardize_dtype(query.dtype) in CUDNN_DTYPES
         and head_dim is not None
         and head_dim <= CUDNN_MAX_HEAD_DIM
@@ -143,7 +143,9 @@ def _cudnn_takes(spec, query, value):
     )
 
 
-def _is_zero(offset):
+def is_zero_offset(offset):
+    """Whether `query_offset` is known to be 0 (a Python int): kernels that
+    align the causal mask to the upper left take only that."""
     return isinstance(offset, int) and offset == 0
 
 
