@@ -47,6 +47,18 @@ def _seed():
     keras.config.set_dtype_policy("float32")
 
 
+@pytest.fixture(params=["bfloat16", "float16"])
+def floatx(request):
+    """A 16-bit `keras.config.floatx()` for one test, as a user sets it."""
+    before = keras.config.floatx()
+    keras.config.set_floatx(request.param)
+    # What set_floatx alone gives a user: the default policy follows floatx
+    # (the float32 global policy that `_seed` leaves behind would not).
+    keras.config.set_dtype_policy(request.param)
+    yield request.param
+    keras.config.set_floatx(before)
+
+
 def trainable_gradients(variables, loss_fn):
     """Gradients of `loss_fn()` with respect to `variables` on any backend, as
     NumPy arrays."""

@@ -26,17 +26,6 @@ def segments():
     return keras.ops.convert_to_tensor(SEGMENTS, "int32")
 
 
-@pytest.fixture(params=["bfloat16", "float16"])
-def floatx(request):
-    before = keras.config.floatx()
-    keras.config.set_floatx(request.param)
-    # What set_floatx alone gives a user: the default policy follows floatx
-    # (conftest leaves a float32 global policy behind, which would not).
-    keras.config.set_dtype_policy(request.param)
-    yield request.param
-    keras.config.set_floatx(before)
-
-
 def mha(**options):
     return layers.MultiHeadAttention(num_heads=2, key_dim=8, **options)
 

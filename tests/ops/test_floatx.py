@@ -22,17 +22,6 @@ QUERY, KEY, VALUE = (rng.normal(size=(B, T, N, H)).astype("float32") for _ in "q
 SEGMENTS = np.array([[0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 1, 1]], "int32")
 
 
-@pytest.fixture(params=["bfloat16", "float16"])
-def floatx(request):
-    before = keras.config.floatx()
-    keras.config.set_floatx(request.param)
-    # What set_floatx alone gives a user: the default policy follows floatx
-    # (conftest sets a float32 global policy back after each test).
-    keras.config.set_dtype_policy(request.param)
-    yield request.param
-    keras.config.set_floatx(before)
-
-
 def int32(array):
     # A tensor, not the NumPy array: Keras' JAX `convert_to_tensor` turns an
     # int NumPy array into a float under a 16-bit floatx.
