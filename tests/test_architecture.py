@@ -17,6 +17,7 @@ LIBRARY = (
     "decoding",
     "speculative",
     "evaluation",
+    "integrations",
     "utils",
 )
 APPLICATIONS = ("names", "data", "tasks", "bench", "viz", "cli")
@@ -29,6 +30,7 @@ ALLOWED = {
     "decoding": {"_checks", "utils", "ops"},
     "speculative": {"_checks", "utils", "ops", "decoding"},
     "evaluation": {"_checks", "utils", "ops", "layers", "models"},
+    "integrations": {"_checks", "utils", "ops", "layers", "decoding"},
 }
 
 

@@ -29,7 +29,8 @@ def op_path(
     that take it.
 
     `arguments` are `dot_product_attention`'s masks and biases (`mask`,
-    `is_causal`, `sliding_window`, `bias`, `alibi_slopes`, `segment_ids`);
+    `is_causal`, `sliding_window`, `bias`, `alibi_slopes`, `segment_ids`,
+    `attn_logits_soft_cap`);
     `flash_attention` and `chunk_size` the layer's; `own_bias` whether `bias`
     holds a bias the layer made itself (T5's, or ALiBi's where the op cannot
     compute it), which keeps the standard path.
@@ -79,6 +80,7 @@ def attend_with_weights(
     bias,
     alibi_slopes,
     segment_ids,
+    attn_logits_soft_cap,
 ):
     """`(output, weights)` on the standard path, every mask materialized
     (`mask`: None or `(B, N, T, S)`; the documents and the window added to
@@ -93,7 +95,14 @@ def attend_with_weights(
         )
         mask = merge_masks(mask, band[None, None])
     weights = attention_weights(
-        query, key, mask, is_causal, scale, bias=bias, alibi_slopes=alibi_slopes
+        query,
+        key,
+        mask,
+        is_causal,
+        scale,
+        bias=bias,
+        alibi_slopes=alibi_slopes,
+        attn_logits_soft_cap=attn_logits_soft_cap,
     )
     kept = dropout(weights)
     return apply_attention_weights(kept, value, mask, is_causal), weights

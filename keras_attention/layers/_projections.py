@@ -16,6 +16,10 @@ import string
 import keras
 
 from keras_attention._checks import check_attention_shapes
+from keras_attention.layers._attention_options import (
+    heads_first_equation,
+    settle_head_size,
+)
 from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.key_value_cache import cache_slots, cache_spec
 from keras_attention.ops.multi_axis import attention_equations
@@ -29,10 +33,21 @@ class EinsumProjections:
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
         check_attention_shapes(query_shape, value_shape, key_shape)
+        settle_head_size(self, query_shape)
         heads, kv_heads = self.num_heads, self._num_key_value_heads
-        # Keras' order of the weights: query, key, gate, value, output.
+        options = self._options
+        # Keras' order of the weights: query, key, gate, value, output; a
+        # query or key norm right after its projection.
         self._query_dense = self._projection("query", query_shape, heads, self.key_dim)
+        if options["query_norm"] is not None:
+            self.query_norm = options["query_norm"]
+            if not self.query_norm.built:  # deserialized layers come built
+                self.query_norm.build((*query_shape[:-1], heads, self.key_dim))
         self._key_dense = self._projection("key", key_shape, kv_heads, self.key_dim)
+        if options["key_norm"] is not None:
+            self.key_norm = options["key_norm"]
+            if not self.key_norm.built:  # deserialized layers come built
+                self.key_norm.build((*key_shape[:-1], kv_heads, self.key_dim))
         if self._use_gate:
             self._gate_dense = self._projection(
                 "gate", query_shape, heads, self.value_dim, activation="sigmoid"
@@ -44,21 +59,29 @@ class EinsumProjections:
         if self._relative_bias is not None:
             self._relative_bias.build(query_shape, key_shape)
         output_dims = self._output_dims or (query_shape[-1],)
+        output_bias = options["use_output_bias"]
         self._output_dense = self._dense(
             projection_equation(len(query_shape) - 1, 2, len(output_dims)),
             output_dims,
             "attention_output",
+            use_bias=self.use_bias if output_bias is None else output_bias,
         )
         self._output_dense.build((*query_shape[:-1], heads, self.value_dim))
+        if options["rotary_embedding"] is not None:
+            self.rotary_embedding = options["rotary_embedding"]
 
     def _projection(self, name, input_shape, heads, size, activation=None):
         """`(B, ..., dim)` -> `(B, ..., heads, size)`."""
-        equation = projection_equation(len(input_shape) - 1, 1, 2)
+        if self._options["kernel_layout"] == "heads_first":
+            equation = heads_first_equation(len(input_shape) - 1)
+        else:
+            equation = projection_equation(len(input_shape) - 1, 1, 2)
         dense = self._dense(equation, (heads, size), name, activation)
         dense.build(input_shape)
         return dense
 
-    def _dense(self, equation, output_dims, name, activation=None):
+    def _dense(self, equation, output_dims, name, activation=None, use_bias=None):
+        use_bias = self.use_bias if use_bias is None else use_bias
         free = len(equation.split("->")[1]) - len(output_dims)
         arguments = dict(self._dense_arguments)
         # Each projection gets its own initializers: a seeded one shared by
@@ -68,7 +91,7 @@ class EinsumProjections:
         return keras.layers.EinsumDense(
             equation,
             output_shape=(None,) * (free - 1) + tuple(output_dims),
-            bias_axes=equation[-len(output_dims) :] if self.use_bias else None,
+            bias_axes=equation[-len(output_dims) :] if use_bias else None,
             activation=activation,
             name=name,
             dtype=self.dtype_policy,
@@ -98,6 +121,16 @@ class EinsumProjections:
         self._dropout_layer = Dropout(
             rate=self.dropout, dtype=self.dtype_policy, seed=self.seed
         )
+        rate = self._options["output_dropout"]
+        if rate:
+            self.output_dropout = Dropout(
+                rate=rate, dtype=self.dtype_policy, seed=self.seed
+            )
+        if self._options["soft_cap"] is not None and len(self._attention_axes) != 1:
+            raise ValueError(
+                "`soft_cap` needs one attention axis; received "
+                f"attention_axes={self._attention_axes}."
+            )
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         check_attention_shapes(query_shape, value_shape, key_shape)

@@ -3,6 +3,7 @@ from operator import attrgetter
 import keras
 from keras import constraints, initializers, ops, regularizers
 
+from keras_attention.layers._attention_options import options_config
 from keras_attention.layers.multi_head_attention import MultiHeadAttention
 
 _SERIALIZERS = {
@@ -198,4 +199,5 @@ class GroupedQueryAttention(MultiHeadAttention):
             config["attention_positions"] = self._attention_positions
             config["max_wavelength"] = self._max_wavelength
             config["alibi_bias_max"] = self._alibi_bias_max
+        config.update(options_config(self._options))
         return config

@@ -1,5 +1,4 @@
 import functools
-import math
 from operator import attrgetter
 
 import keras
@@ -11,7 +10,7 @@ from keras_attention._checks import (
     check_rate,
     static_shape,
 )
-from keras_attention.layers import _keras_conversion
+from keras_attention.layers import _attention_options, _keras_conversion
 from keras_attention.layers._attention_paths import (
     attend_over_axes,
     attend_with_weights,
@@ -266,12 +265,21 @@ class MultiHeadAttention(
         max_wavelength=10000,
         alibi_bias_max=8,
         cache_dtype=None,
+        scale=None,
+        soft_cap=None,
+        query_norm=None,
+        key_norm=None,
+        rotary_embedding=None,
+        output_dropout=0.0,
+        use_output_bias=None,
+        kernel_layout="input_first",
         **kwargs,
     ):
         keras_internals.require("get_keras_mask", "set_keras_mask")
         check_cache_dtype(cache_dtype)
-        for name, value in (("num_heads", num_heads), ("key_dim", key_dim)):
-            check_size_argument(name, value)
+        check_size_argument("num_heads", num_heads)
+        if key_dim is not None:
+            check_size_argument("key_dim", key_dim)
         if value_dim is not None:
             check_size_argument("value_dim", value_dim)
         check_rate("dropout", dropout)
@@ -285,6 +293,17 @@ class MultiHeadAttention(
         )
         check_key_value_heads(num_heads, num_key_value_heads)
         ATTENTION_POSITIONS.check(attention_positions)
+        options = {
+            "scale": scale,
+            "soft_cap": soft_cap,
+            "query_norm": query_norm,
+            "key_norm": key_norm,
+            "rotary_embedding": rotary_embedding,
+            "output_dropout": output_dropout,
+            "use_output_bias": use_output_bias,
+            "kernel_layout": kernel_layout,
+        }
+        _attention_options.check_options(options, attention_positions)
         if flash_attention not in (None, True, False):
             raise ValueError(
                 f"`flash_attention` must be None, True or False; received "
@@ -305,7 +324,7 @@ class MultiHeadAttention(
         # and calls itself.
         super().__init__(
             num_heads,
-            key_dim,
+            key_dim or 1,  # Keras refuses None; settled in `build` then
             value_dim,
             dropout,
             use_bias,
@@ -317,6 +336,8 @@ class MultiHeadAttention(
             **kwargs,
         )
         self._dense_arguments = dense_arguments
+        if key_dim is None:
+            self._key_dim, self._value_dim = None, value_dim
         self._output_dims = as_output_dims(output_shape)
         self._use_gate = use_gate
         self._sliding_window = sliding_window
@@ -343,6 +364,11 @@ class MultiHeadAttention(
                 dtype=self.dtype_policy,
             )
         )
+        # Past Keras' attribute tracking until `build` (see
+        # `layers._attention_options`).
+        self.__dict__["_options"] = options
+        if rotary_embedding is not None:
+            self.__dict__["_rotary"] = rotary_embedding
 
     chunk_size = property(attrgetter("_chunk_size"))
     num_key_value_heads = property(attrgetter("_num_key_value_heads"))
@@ -459,6 +485,8 @@ class MultiHeadAttention(
         )
 
         # 4. Gate and output projection.
+        if self._options["output_dropout"]:
+            output = self.output_dropout(output, training=training)
         if gate is not None:
             output = output * ops.cast(gate, output.dtype)
         results = [self._output_dense(output)]
@@ -500,11 +528,17 @@ class MultiHeadAttention(
     def _project_query(self, query, start_index=0, positions=None):
         """The query projection, rotated by position with a rotary encoding
         (from `start_index`, or at `positions` `(B, T)` when given)."""
-        return rotate(self._rotary, self._query_dense(query), start_index, positions)
+        projected = self._query_dense(query)
+        if self._options["query_norm"] is not None:
+            projected = self.query_norm(projected)
+        return rotate(self._rotary, projected, start_index, positions)
 
     def _project_key(self, key, start_index=0, positions=None):
         """The key projection, rotated as the query's."""
-        return rotate(self._rotary, self._key_dense(key), start_index, positions)
+        projected = self._key_dense(key)
+        if self._options["key_norm"] is not None:
+            projected = self.key_norm(projected)
+        return rotate(self._rotary, projected, start_index, positions)
 
     def _apply_cache(self, cache, cache_update_index, key, value):
         """`(cache, keys, values)`: the cache after writing the projected
@@ -595,7 +629,7 @@ class MultiHeadAttention(
             )
         if attention_mask is not None:
             attention_mask = ops.cast(attention_mask, "bool")
-        scale = 1.0 / math.sqrt(self.key_dim)
+        scale = _attention_options.attention_scale(self._options, self.key_dim)
         dropout = functools.partial(self._dropout_layer, training=training)
         if len(query.shape) != 4:
             self._record_path("multi_axis")
@@ -612,6 +646,7 @@ class MultiHeadAttention(
             "bias": attention_bias,
             "alibi_slopes": alibi_slopes,
             "segment_ids": segment_ids,
+            "attn_logits_soft_cap": self._options["soft_cap"],
         }
         if self._needs_weights(return_attention_scores, training):
             self._record_path("standard")
@@ -691,6 +726,11 @@ class MultiHeadAttention(
                 "max_wavelength": self._max_wavelength,
                 "alibi_bias_max": self._alibi_bias_max,
                 "cache_dtype": self._cache_dtype,
+                **_attention_options.options_config(self._options),
             }
         )
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        return super().from_config(_attention_options.deserialize_layers(config))

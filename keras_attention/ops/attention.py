@@ -680,12 +680,19 @@ def _weights(query, key, spec, return_lse=False):
 
 
 def attention_weights(
-    query, key, mask=None, is_causal=False, scale=None, bias=None, alibi_slopes=None
+    query,
+    key,
+    mask=None,
+    is_causal=False,
+    scale=None,
+    bias=None,
+    alibi_slopes=None,
+    attn_logits_soft_cap=None,
 ):
     """The weights `softmax(scale * Q K^T + bias)` `(B, N, T, S)` of
-    `dot_product_attention` (same arguments), for code that transforms them,
-    e.g. dropout, before `apply_attention_weights`. Keys at positions no query
-    may attend to are never read."""
+    `dot_product_attention` (same arguments, the soft cap included), for code
+    that transforms them, e.g. dropout, before `apply_attention_weights`. Keys
+    at positions no query may attend to are never read."""
     query, key = ops.convert_to_tensor(query), ops.convert_to_tensor(key)
     if mask is not None:
         mask = ops.convert_to_tensor(mask)
@@ -703,6 +710,7 @@ def attention_weights(
         bias=bias,
         is_causal=is_causal,
         alibi_slopes=alibi_slopes,
+        soft_cap=attn_logits_soft_cap,
     )
     return _weights(query, key, spec)[0]
 

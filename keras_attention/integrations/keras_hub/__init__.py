@@ -1,0 +1,110 @@
+"""keras-hub's models with keras_attention's attention: `swap_attention`.
+
+keras-hub is imported here only; the rest of the package never needs it.
+Import this module before loading a `.keras` file of a swapped model: it
+registers the swapped backbone classes.
+"""
+
+try:
+    import keras_hub
+except ImportError as error:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "keras_attention.integrations.keras_hub needs keras-hub "
+        "(`pip install keras-hub`); the rest of keras_attention does not."
+    ) from error
+
+from keras_attention.integrations.keras_hub import llama
+from keras_attention.integrations.keras_hub.swap import (
+    copy_weights,
+    swapped_backbone_class,
+)
+
+FAMILIES = (llama.FAMILY,)
+
+
+def family_of(backbone_class):
+    """The `Family` whose backbones `backbone_class` is (or subclasses), or
+    None."""
+    for family in FAMILIES:
+        if issubclass(backbone_class, family.backbone_classes()):
+            return family
+    return None
+
+
+def swap_attention(model, **attention_options):
+    """A copy of a keras-hub backbone or task with our attention in every
+    block, the same weights.
+
+    The copy is built as keras-hub builds the model, with our attention layer
+    (a `GroupedQueryAttention`) in each block in place of keras-hub's: the
+    same layer names, variable paths and weight order, so its outputs equal
+    the original's to float tolerance, `generate` gives the same tokens, and
+    LoRA (`enable_lora`), quantization (`quantize`) and keras-hub's
+    `layout_map` apply as before. The blocks hand the attention the causal
+    mask and the padding as such, not a dense `(B, T, S)` mask, so long
+    sequences take the memory-efficient path (on every backend and on CPU) or
+    a fused kernel. It saves to `.keras` and loads (safe mode included) as a
+    swapped model once this module is imported.
+
+    Args:
+        model: a keras-hub `Backbone` or `Task` (e.g. `CausalLM`) of a
+            family in `FAMILIES`.
+        **attention_options: arguments of our `GroupedQueryAttention` for
+            every attention layer, e.g. `chunk_size=512`,
+            `cache_dtype="int8"`, `flash_attention=True`; kept in the
+            backbone's config.
+
+    Returns:
+        A new model of the same class (for a backbone, a registered subclass
+        of keras-hub's), with the original's weights; a task keeps its
+        preprocessor. Compile it again to train (the optimizer is not
+        copied).
+
+    Example:
+
+    ```python
+    causal_lm = keras_hub.models.LlamaCausalLM.from_preset("llama3_8b_en")
+    causal_lm = swap_attention(causal_lm, cache_dtype="int8")
+    causal_lm.generate("What is attention?", max_length=64)
+    ```
+
+    References:
+        - [Rabe & Staats, 2021. Self-attention Does Not Need O(n^2) Memory](
+          https://arxiv.org/abs/2112.05682)
+    """
+    if isinstance(model, keras_hub.models.Task):
+        backbone = model.backbone
+    elif isinstance(model, keras_hub.models.Backbone):
+        backbone = model
+    else:
+        raise ValueError(
+            "`swap_attention` takes a keras-hub Backbone or Task; received "
+            f"{type(model).__name__}."
+        )
+    family = family_of(type(backbone))
+    if family is None:
+        names = ", ".join(family.name for family in FAMILIES)
+        raise ValueError(
+            f"`swap_attention` takes the families {names}; received a "
+            f"{type(backbone).__name__}."
+        )
+    swapped_class = swapped_backbone_class(family, _keras_hub_class(backbone))
+    config = backbone.get_config()
+    config.pop("attention_options", None)
+    swapped = swapped_class.from_config(
+        {**config, "attention_options": attention_options}
+    )
+    copy_weights(backbone, swapped)
+    if model is backbone:
+        return swapped
+    task_config = model.get_config()
+    task_config.update(backbone=swapped, preprocessor=model.preprocessor)
+    task = type(model).from_config(task_config)
+    copy_weights(model, task)
+    return task
+
+
+def _keras_hub_class(backbone):
+    """keras-hub's own class of `backbone` (for a swapped one, its base)."""
+    cls = type(backbone)
+    return cls.__bases__[0] if hasattr(cls, "family") else cls

@@ -1,0 +1,102 @@
+"""Llama (keras-hub's `LlamaBackbone`, `Llama3Backbone`) with our attention.
+
+References:
+    - [Touvron et al., 2023. LLaMA](https://arxiv.org/abs/2302.13971)
+    - [Grattafiori et al., 2024. The Llama 3 Herd of Models](
+      https://arxiv.org/abs/2407.21783)
+"""
+
+import keras
+from keras_hub.src.models.llama import llama_decoder
+from keras_hub.src.models.llama.llama_rotary_embedding import LlamaRotaryEmbedding
+
+from keras_attention.integrations.keras_hub.attention import KerasHubAttention
+from keras_attention.integrations.keras_hub.masks import DecoderMask
+from keras_attention.integrations.keras_hub.swap import Family
+from keras_attention.utils.keras_internals import get_keras_mask
+
+
+class LlamaAttention(KerasHubAttention):
+    """keras-hub's `LlamaAttention` as our `GroupedQueryAttention`: no biases,
+    the head size `dim / num_query_heads`, keras-hub's rotary embedding (with
+    Llama 3.1's frequency adjustment), dropout on the attention output.
+
+    Args:
+        num_query_heads, num_key_value_heads, rope_max_wavelength,
+        rope_position_scaling_factor, rope_frequency_adjustment_factor,
+        rope_low_freq_factor, rope_high_freq_factor,
+        rope_pretraining_sequence_length, kernel_initializer, dropout:
+            keras-hub's `LlamaAttention`'s.
+        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
+            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+    """
+
+    def __init__(
+        self,
+        num_query_heads,
+        num_key_value_heads,
+        rope_max_wavelength=10000,
+        rope_position_scaling_factor=1.0,
+        rope_frequency_adjustment_factor=None,
+        rope_low_freq_factor=None,
+        rope_high_freq_factor=None,
+        rope_pretraining_sequence_length=None,
+        kernel_initializer="glorot_uniform",
+        dropout=0,
+        **kwargs,
+    ):
+        rope = {
+            "max_wavelength": rope_max_wavelength,
+            "position_scaling_factor": rope_position_scaling_factor,
+            "frequency_adjustment_factor": rope_frequency_adjustment_factor,
+            "low_freq_factor": rope_low_freq_factor,
+            "high_freq_factor": rope_high_freq_factor,
+            "pretraining_sequence_length": rope_pretraining_sequence_length,
+        }
+        super().__init__(
+            {
+                "num_query_heads": num_query_heads,
+                "num_key_value_heads": num_key_value_heads,
+                **{f"rope_{name}": value for name, value in rope.items()},
+                "kernel_initializer": keras.initializers.serialize(
+                    keras.initializers.get(kernel_initializer)
+                ),
+                "dropout": dropout,
+            },
+            head_dim=None,
+            num_query_heads=num_query_heads,
+            num_key_value_heads=num_key_value_heads,
+            use_bias=False,
+            output_dropout=dropout,
+            kernel_initializer=kernel_initializer,
+            rotary_embedding=LlamaRotaryEmbedding(**rope, dtype=kwargs.get("dtype")),
+            **kwargs,
+        )
+
+
+class LlamaTransformerDecoder(llama_decoder.LlamaTransformerDecoder):
+    """keras-hub's Llama block, handing its attention the mask's parts."""
+
+    def _compute_self_attention_mask(
+        self,
+        decoder_sequence,
+        decoder_padding_mask,
+        decoder_attention_mask,
+        self_attention_cache,
+        self_attention_cache_update_index,
+    ):
+        if decoder_padding_mask is None:
+            decoder_padding_mask = get_keras_mask(decoder_sequence)
+        return DecoderMask(decoder_padding_mask, decoder_attention_mask)
+
+
+FAMILY = Family(
+    name="Llama",
+    backbones=("keras_hub.src.models.llama.llama_backbone:LlamaBackbone",),
+    replacements={
+        "keras_hub.src.models.llama.llama_decoder:LlamaAttention": LlamaAttention,
+        "keras_hub.src.models.llama.llama_backbone:LlamaTransformerDecoder": (
+            LlamaTransformerDecoder
+        ),
+    },
+)

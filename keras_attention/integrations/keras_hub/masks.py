@@ -1,0 +1,61 @@
+"""The self-attention mask of a keras-hub decoder block, kept in its parts.
+
+keras-hub's decoder blocks merge the padding mask, the causal mask and a
+caller's attention mask into one dense boolean `(B, T, S)` tensor before the
+attention sees it, which is O(T * S) memory and hides its structure: the
+chunked path cannot skip the tiles above the diagonal, and the fused kernels
+take a dense mask or none. The blocks of a swapped model hand their attention
+a `DecoderMask` instead, the parts as such, which `attention_call_arguments`
+turns into our layers' own arguments (`use_causal_mask`, `key_mask`,
+`attention_mask`).
+"""
+
+from keras import ops
+
+
+class DecoderMask:
+    """The parts of a decoder block's self-attention mask.
+
+    Args:
+        padding_mask: None or `(B, S)`, nonzero = a real token (a key that
+            may be attended to), as keras-hub's `padding_mask`.
+        attention_mask: None or a caller's `(B, T, S)` mask, True = attend.
+        causal: whether query `t` attends only to keys `<= offset + t`, the
+            offset being the cache update index (keras-hub's decoders always
+            are; an encoder is not).
+    """
+
+    def __init__(self, padding_mask=None, attention_mask=None, causal=True):
+        self.padding_mask = padding_mask
+        self.attention_mask = attention_mask
+        self.causal = causal
+
+
+def attention_call_arguments(mask, query, cache):
+    """`MultiHeadAttention.call`'s mask arguments for keras-hub's
+    `attention_mask`: a `DecoderMask`, a dense `(B, T, S)` mask (True or
+    nonzero = attend) or None; `query` `(B, T, dim)`; `cache` the layer's
+    cache or None."""
+    if mask is None:
+        return {}
+    if not isinstance(mask, DecoderMask):
+        return {"attention_mask": ops.cast(mask, "bool")}
+    arguments = {"use_causal_mask": mask.causal}
+    dense = mask.attention_mask
+    if dense is not None:
+        dense = ops.cast(dense, "bool")
+    padding = mask.padding_mask
+    if padding is not None:
+        padding = ops.cast(padding, "bool")
+        if cache is None:
+            arguments["key_mask"] = padding
+        else:
+            # With a cache the keys are its slots, which the new inputs'
+            # masks do not describe: keras-hub then reads the padding as a
+            # mask over the slots, as this does.
+            query_length = ops.shape(query)[1]
+            keys = ops.repeat(padding[:, None, :], query_length, axis=1)
+            dense = keys if dense is None else ops.logical_and(dense, keys)
+    if dense is not None:
+        arguments["attention_mask"] = dense
+    return arguments

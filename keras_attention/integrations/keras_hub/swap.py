@@ -1,0 +1,159 @@
+"""How a keras-hub model gets our attention: each family names the classes
+its backbone builds its blocks and attention from, and a swapped backbone is
+built with ours in their place, as keras-hub builds it (the same layer names,
+variable paths and weight order), then takes the original's weights.
+
+keras-hub's backbones build their blocks in `__init__` from classes their
+modules import (`llama_backbone.LlamaTransformerDecoder`,
+`llama_decoder.LlamaAttention`); a `Family` replaces those module names with
+ours while a swapped backbone is constructed, under a lock, and restores them
+after. The swapped backbone class is a registered subclass of keras-hub's,
+with keras-hub's config plus `attention_options`, so a `.keras` file of a
+swapped model loads (in safe mode) with our attention again, once this module
+is imported.
+"""
+
+import contextlib
+import dataclasses
+import importlib
+import threading
+
+import keras
+
+_LOCK = threading.RLock()
+# keras-hub's backbone class -> the swapped subclass of it.
+_SWAPPED = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A keras-hub model family our attention replaces the attention of.
+
+    Args:
+        name: the family's name in messages (`"Llama"`).
+        backbones: keras-hub backbone classes of the family, as
+            `"module:ClassName"` (subclasses are taken too).
+        replacements: `{"module:Name": ours}`, the classes the backbone's
+            modules name that are replaced while a swapped backbone is built:
+            the attention layer, and the decoder block (whose subclass hands
+            the attention a `masks.DecoderMask`).
+    """
+
+    name: str
+    backbones: tuple
+    replacements: dict
+
+    def backbone_classes(self):
+        return tuple(_resolve(path) for path in self.backbones)
+
+    @contextlib.contextmanager
+    def replaced(self, attention_options):
+        """keras-hub's classes replaced by ours (with `attention_options`
+        given to every attention layer) while inside."""
+        with _LOCK:
+            saved = []
+            try:
+                for path, ours in self.replacements.items():
+                    module, name = _module_and_name(path)
+                    saved.append((module, name, getattr(module, name)))
+                    setattr(module, name, _with_options(ours, attention_options))
+                yield
+            finally:
+                for module, name, original in reversed(saved):
+                    setattr(module, name, original)
+
+
+def _module_and_name(path):
+    module, name = path.split(":")
+    return importlib.import_module(module), name
+
+
+def _resolve(path):
+    module, name = _module_and_name(path)
+    return getattr(module, name)
+
+
+def _with_options(ours, options):
+    """`ours`, or for an attention layer class a factory that adds
+    `options` to the arguments keras-hub's block gives it."""
+    if not options or not getattr(ours, "takes_attention_options", False):
+        return ours
+
+    def build(*args, **kwargs):
+        return ours(*args, **{**options, **kwargs})
+
+    return build
+
+
+def swapped_backbone_class(family, backbone_class):
+    """The registered subclass of `backbone_class` built with `family`'s
+    replacements (one per keras-hub class)."""
+    with _LOCK:
+        if backbone_class not in _SWAPPED:
+            _SWAPPED[backbone_class] = _make_swapped_class(family, backbone_class)
+        return _SWAPPED[backbone_class]
+
+
+def _make_swapped_class(family, backbone_class):
+    def __init__(self, *args, attention_options=None, **kwargs):
+        options = dict(attention_options or {})
+        with family.replaced(options):
+            backbone_class.__init__(self, *args, **kwargs)
+        self.attention_options = options
+
+    def get_config(self):
+        config = backbone_class.get_config(self)
+        if self.attention_options:
+            config["attention_options"] = dict(self.attention_options)
+        return config
+
+    swapped = type(
+        backbone_class.__name__,
+        (backbone_class,),
+        {
+            "__init__": __init__,
+            "get_config": get_config,
+            "__module__": __name__,
+            "__doc__": (
+                f"keras-hub's `{backbone_class.__name__}` with keras_attention's "
+                "attention (`keras_attention.integrations.keras_hub."
+                "swap_attention`); the same arguments, plus "
+                "`attention_options`, the arguments given to every attention "
+                "layer (e.g. `chunk_size`, `cache_dtype`, `flash_attention`)."
+            ),
+            "family": family,
+        },
+    )
+    swapped.__qualname__ = backbone_class.__name__
+    return keras.saving.register_keras_serializable(
+        package="keras_attention_keras_hub"
+    )(swapped)
+
+
+def copy_weights(source, target):
+    """Assigns `source`'s weights to `target`'s: by variable path where the
+    two models have the same paths, else in order; refuses a mismatch of
+    count or shape, naming the first."""
+    source_weights, target_weights = source.weights, target.weights
+    if len(source_weights) != len(target_weights):
+        raise ValueError(
+            f"The swapped model has {len(target_weights)} weights where "
+            f"{source.name} has {len(source_weights)}; the attention swap "
+            "supports models as keras-hub builds them (enable LoRA after "
+            "swapping, not before)."
+        )
+    by_path = {w.path: w for w in source_weights}
+    if len(by_path) == len(source_weights) and all(
+        w.path in by_path for w in target_weights
+    ):
+        pairs = [(by_path[w.path], w) for w in target_weights]
+    else:
+        pairs = list(zip(source_weights, target_weights, strict=True))
+    for old, new in pairs:
+        if tuple(old.shape) != tuple(new.shape):
+            raise ValueError(
+                f"Weight {old.path} has shape {tuple(old.shape)} in "
+                f"{source.name} but {tuple(new.shape)} in the swapped model."
+            )
+    for old, new in pairs:
+        new.assign(old.value)

@@ -1,0 +1,114 @@
+"""The options of `MultiHeadAttention` beyond Keras' layer that pretrained
+models' attention needs (Gemma's soft cap and scale, Qwen's projection
+biases, Qwen 3's and Gemma 3's query/key normalization, a model's own rotary
+embedding, Gemma's kernel layout, keras-hub's dropout on the attention
+output): their checks, their defaults and their config.
+
+The layer arguments (`query_norm`, `key_norm`, `rotary_embedding`) are kept
+out of Keras' attribute tracking until `build`, which tracks each right after
+the projection it follows, so the weights keep the order of the models they
+come from (query, its norm, key, its norm, value, output).
+"""
+
+import math
+
+import keras
+
+from keras_attention._checks import check_positive_number, check_rate
+
+KERNEL_LAYOUTS = ("input_first", "heads_first")
+
+# The options with their defaults; the config lists those set otherwise.
+DEFAULTS = {
+    "scale": None,
+    "soft_cap": None,
+    "query_norm": None,
+    "key_norm": None,
+    "rotary_embedding": None,
+    "output_dropout": 0.0,
+    "use_output_bias": None,
+    "kernel_layout": "input_first",
+}
+LAYER_OPTIONS = ("query_norm", "key_norm", "rotary_embedding")
+
+
+def check_options(options, attention_positions):
+    """Raises a ValueError naming the option for a value it cannot take."""
+    check_positive_number("scale", options["scale"], allow_none=True)
+    check_positive_number("soft_cap", options["soft_cap"], allow_none=True)
+    check_rate("output_dropout", options["output_dropout"])
+    if options["kernel_layout"] not in KERNEL_LAYOUTS:
+        raise ValueError(
+            f"`kernel_layout` must be one of {KERNEL_LAYOUTS}; received "
+            f"{options['kernel_layout']!r}."
+        )
+    if options["use_output_bias"] not in (None, True, False):
+        raise ValueError(
+            "`use_output_bias` must be None (as `use_bias`), True or False; "
+            f"received {options['use_output_bias']!r}."
+        )
+    for name in LAYER_OPTIONS:
+        value = options[name]
+        if value is not None and not isinstance(value, keras.layers.Layer):
+            raise ValueError(
+                f"`{name}` must be a Keras layer (or None); received "
+                f"{value!r} of type {type(value).__name__}."
+            )
+    if options["rotary_embedding"] is not None and attention_positions is not None:
+        raise ValueError(
+            "`rotary_embedding` is the layer's own rotary encoding: it "
+            "replaces `attention_positions`, which must then be None; "
+            f"received attention_positions={attention_positions!r}."
+        )
+
+
+def deserialize_layers(config):
+    """`config` with the layer options' configs turned into layers."""
+    config = dict(config)
+    for name in LAYER_OPTIONS:
+        if isinstance(config.get(name), dict):
+            config[name] = keras.saving.deserialize_keras_object(config[name])
+    return config
+
+
+def options_config(options):
+    """The options set to other than their defaults, layers serialized."""
+    config = {}
+    for name, default in DEFAULTS.items():
+        value = options[name]
+        if value is default or value == default and name not in LAYER_OPTIONS:
+            continue
+        if name in LAYER_OPTIONS:
+            value = keras.saving.serialize_keras_object(value)
+        config[name] = value
+    return config
+
+
+def attention_scale(options, key_dim):
+    """The scores' scale: the option, else `1 / sqrt(key_dim)`."""
+    scale = options["scale"]
+    return 1.0 / math.sqrt(key_dim) if scale is None else scale
+
+
+def settle_head_size(layer, query_shape):
+    """`key_dim` (and `value_dim`) left None: `dim / num_heads`, as keras-hub's
+    models settle it when they see the input size."""
+    if layer._key_dim is not None:
+        return
+    dim = query_shape[-1]
+    if dim is None or dim % layer.num_heads:
+        raise ValueError(
+            "`key_dim=None` takes the head size as the query's last axis "
+            f"divided by `num_heads`; received a last axis of {dim} and "
+            f"num_heads={layer.num_heads}."
+        )
+    layer._key_dim = dim // layer.num_heads
+    if layer._value_dim is None:
+        layer._value_dim = layer._key_dim
+
+
+def heads_first_equation(free_dims):
+    """`(B, ..., dim)` -> `(B, ..., heads, size)` with a kernel `(heads, dim,
+    size)` (Gemma's layout)."""
+    free = "abcdefg"[:free_dims]
+    return f"{free}m,nmh->{free}nh"
