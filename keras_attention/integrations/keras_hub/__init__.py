@@ -13,13 +13,26 @@ except ImportError as error:  # pragma: no cover - depends on the install
         "(`pip install keras-hub`); the rest of keras_attention does not."
     ) from error
 
-from keras_attention.integrations.keras_hub import llama
+import importlib
+import pkgutil
+
 from keras_attention.integrations.keras_hub.swap import (
     copy_weights,
     swapped_backbone_class,
 )
 
-FAMILIES = (llama.FAMILY,)
+
+def _families():
+    """The `FAMILIES` of this package's modules, in their names' order: one
+    module per family or group of families."""
+    families = []
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        families.extend(getattr(module, "FAMILIES", ()))
+    return tuple(families)
+
+
+FAMILIES = _families()
 
 
 def family_of(backbone_class):
@@ -29,6 +42,20 @@ def family_of(backbone_class):
         if issubclass(backbone_class, family.backbone_classes()):
             return family
     return None
+
+
+def swapped_class(backbone_class):
+    """The registered subclass of a keras-hub backbone class built with our
+    attention: the same constructor (plus `attention_options`), e.g.
+    `swapped_class(keras_hub.models.LlamaBackbone)(vocabulary_size=...)`."""
+    family = family_of(backbone_class)
+    if family is None:
+        names = ", ".join(family.name for family in FAMILIES)
+        raise ValueError(
+            f"`swap_attention` takes the families {names}; received a "
+            f"{backbone_class.__name__}."
+        )
+    return swapped_backbone_class(family, _keras_hub_class(backbone_class))
 
 
 def swap_attention(model, **attention_options):
@@ -81,19 +108,10 @@ def swap_attention(model, **attention_options):
             "`swap_attention` takes a keras-hub Backbone or Task; received "
             f"{type(model).__name__}."
         )
-    family = family_of(type(backbone))
-    if family is None:
-        names = ", ".join(family.name for family in FAMILIES)
-        raise ValueError(
-            f"`swap_attention` takes the families {names}; received a "
-            f"{type(backbone).__name__}."
-        )
-    swapped_class = swapped_backbone_class(family, _keras_hub_class(backbone))
+    cls = swapped_class(type(backbone))
     config = backbone.get_config()
     config.pop("attention_options", None)
-    swapped = swapped_class.from_config(
-        {**config, "attention_options": attention_options}
-    )
+    swapped = cls.from_config({**config, "attention_options": attention_options})
     copy_weights(backbone, swapped)
     if model is backbone:
         return swapped
@@ -104,7 +122,7 @@ def swap_attention(model, **attention_options):
     return task
 
 
-def _keras_hub_class(backbone):
-    """keras-hub's own class of `backbone` (for a swapped one, its base)."""
-    cls = type(backbone)
+def _keras_hub_class(cls):
+    """keras-hub's own class of a backbone class (for a swapped one, its
+    base)."""
     return cls.__bases__[0] if hasattr(cls, "family") else cls

@@ -29,9 +29,10 @@ class KerasHubAttention(GroupedQueryAttention):
     # `swap_attention`'s options (chunk_size, cache_dtype, ...) reach it.
     takes_attention_options = True
 
-    def __init__(self, keras_hub_config, **kwargs):
+    def __init__(self, keras_hub_config, packed=False, **kwargs):
         super().__init__(**kwargs)
         self.keras_hub_config = keras_hub_config
+        self.packed = packed
 
     def build(self, inputs_shape, value_shape=None, key_shape=None):
         super().build(inputs_shape, value_shape or inputs_shape, key_shape)
@@ -50,7 +51,9 @@ class KerasHubAttention(GroupedQueryAttention):
             cache=cache,
             cache_update_index=cache_update_index,
             training=training,
-            **attention_call_arguments(attention_mask, hidden_states, cache),
+            **attention_call_arguments(
+                attention_mask, hidden_states, cache, self.packed
+            ),
         )
 
     def compute_output_shape(self, inputs_shape):
@@ -62,4 +65,6 @@ class KerasHubAttention(GroupedQueryAttention):
     def get_config(self):
         config = keras.layers.Layer.get_config(self)
         config.update(self.keras_hub_config)
+        if self.packed:
+            config["packed"] = True
         return config

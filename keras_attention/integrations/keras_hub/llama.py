@@ -90,13 +90,15 @@ class LlamaTransformerDecoder(llama_decoder.LlamaTransformerDecoder):
         return DecoderMask(decoder_padding_mask, decoder_attention_mask)
 
 
-FAMILY = Family(
-    name="Llama",
-    backbones=("keras_hub.src.models.llama.llama_backbone:LlamaBackbone",),
-    replacements={
-        "keras_hub.src.models.llama.llama_decoder:LlamaAttention": LlamaAttention,
-        "keras_hub.src.models.llama.llama_backbone:LlamaTransformerDecoder": (
-            LlamaTransformerDecoder
-        ),
-    },
+FAMILIES = (
+    Family(
+        name="Llama",
+        backbones=("keras_hub.src.models.llama.llama_backbone:LlamaBackbone",),
+        replacements={
+            "keras_hub.src.models.llama.llama_decoder:LlamaAttention": LlamaAttention,
+            "keras_hub.src.models.llama.llama_backbone:LlamaTransformerDecoder": (
+                LlamaTransformerDecoder
+            ),
+        },
+    ),
 )

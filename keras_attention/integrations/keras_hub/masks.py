@@ -31,11 +31,12 @@ class DecoderMask:
         self.causal = causal
 
 
-def attention_call_arguments(mask, query, cache):
+def attention_call_arguments(mask, query, cache, packed=False):
     """`MultiHeadAttention.call`'s mask arguments for keras-hub's
     `attention_mask`: a `DecoderMask`, a dense `(B, T, S)` mask (True or
     nonzero = attend) or None; `query` `(B, T, dim)`; `cache` the layer's
-    cache or None."""
+    cache or None. `packed`: the padding mask holds document ids (0 =
+    padding), which become `segment_ids` without a cache."""
     if mask is None:
         return {}
     if not isinstance(mask, DecoderMask):
@@ -45,7 +46,11 @@ def attention_call_arguments(mask, query, cache):
     if dense is not None:
         dense = ops.cast(dense, "bool")
     padding = mask.padding_mask
-    if padding is not None:
+    if packed and padding is not None and cache is None:
+        # A query attends to the keys of its own document only; padding
+        # (id 0) only to padding, which no document reads.
+        arguments["segment_ids"] = ops.cast(padding, "int32")
+    elif padding is not None:
         padding = ops.cast(padding, "bool")
         if cache is None:
             arguments["key_mask"] = padding
