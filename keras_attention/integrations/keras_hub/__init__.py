@@ -16,6 +16,7 @@ except ImportError as error:  # pragma: no cover - depends on the install
 import importlib
 import pkgutil
 
+from keras_attention.integrations.keras_hub.generation import quantized_cache_class
 from keras_attention.integrations.keras_hub.swap import (
     copy_weights,
     swapped_backbone_class,
@@ -23,16 +24,24 @@ from keras_attention.integrations.keras_hub.swap import (
 
 
 def _families():
-    """The `FAMILIES` of this package's modules, in their names' order: one
-    module per family or group of families."""
-    families = []
+    """The `FAMILIES` of this package's modules, in their names' order (one
+    module per family or group of families), and `{module: reason}` for the
+    modules whose keras-hub classes the installed keras-hub lacks."""
+    families, missing = [], {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"{__name__}.{info.name}")
+        try:
+            module = importlib.import_module(f"{__name__}.{info.name}")
+        except ImportError as error:
+            if not (error.name or "").startswith("keras_hub"):
+                raise
+            missing[info.name] = f"keras-hub {keras_hub.__version__} lacks {error.name}"
+            continue
         families.extend(getattr(module, "FAMILIES", ()))
-    return tuple(families)
+    return tuple(families), missing
 
 
-FAMILIES = _families()
+# The families this keras-hub has, and the modules of those it lacks.
+FAMILIES, UNAVAILABLE = _families()
 
 
 def family_of(backbone_class):
@@ -117,7 +126,11 @@ def swap_attention(model, **attention_options):
         return swapped
     task_config = model.get_config()
     task_config.update(backbone=swapped, preprocessor=model.preprocessor)
-    task = type(model).from_config(task_config)
+    task_class = getattr(type(model), "keras_hub_task_class", type(model))
+    if attention_options.get("cache_dtype") is not None:
+        # keras-hub's tasks build a float cache: ours builds the quantized one.
+        task_class = quantized_cache_class(task_class)
+    task = task_class.from_config(task_config)
     copy_weights(model, task)
     return task
 
