@@ -1,0 +1,147 @@
+"""Mistral (keras-hub's `MistralBackbone`) with our attention.
+
+keras-hub's Mistral block restricts each query to the `sliding_window` most
+recent keys (itself included) by a banded dense mask, `i - w < j <= i`. Our
+attention's `sliding_window=w` is the symmetric band `|i - j| < w`, which
+with the causal mask is the same band; the swapped block hands the attention
+the causal mask and the padding as such (`masks.DecoderMask`) and the
+attention applies the window itself (from the cache update index while
+decoding), so the chunked path skips the tiles outside the band.
+
+References:
+    - [Jiang et al., 2023. Mistral 7B](https://arxiv.org/abs/2310.06825)
+"""
+
+import keras
+from keras_hub.src.layers.modeling.rotary_embedding import RotaryEmbedding
+from keras_hub.src.models.mistral import mistral_transformer_decoder
+
+from keras_attention.integrations.keras_hub.attention import KerasHubAttention
+from keras_attention.integrations.keras_hub.masks import DecoderMask
+from keras_attention.integrations.keras_hub.swap import Family
+from keras_attention.utils.keras_internals import get_keras_mask
+
+
+class MistralAttention(KerasHubAttention):
+    """keras-hub's `CachedMistralAttention` as our `GroupedQueryAttention`:
+    no biases, the head size `head_dim` (else `dim / num_query_heads`),
+    keras-hub's rotary embedding, the causal sliding window, dropout on the
+    attention output.
+
+    Args:
+        num_query_heads, num_key_value_heads, rope_max_wavelength,
+        rope_scaling_factor, kernel_initializer, sliding_window, dropout,
+        head_dim: keras-hub's `CachedMistralAttention`'s; `sliding_window`
+            (None: no window) keeps a query to the `sliding_window` most
+            recent keys, itself included.
+        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
+            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+    """
+
+    def __init__(
+        self,
+        num_query_heads,
+        num_key_value_heads,
+        rope_max_wavelength=10000,
+        rope_scaling_factor=1.0,
+        kernel_initializer="glorot_uniform",
+        sliding_window=512,
+        dropout=0,
+        head_dim=None,
+        **kwargs,
+    ):
+        super().__init__(
+            {
+                "num_query_heads": num_query_heads,
+                "num_key_value_heads": num_key_value_heads,
+                "rope_max_wavelength": rope_max_wavelength,
+                "rope_scaling_factor": rope_scaling_factor,
+                "kernel_initializer": keras.initializers.serialize(
+                    keras.initializers.get(kernel_initializer)
+                ),
+                "sliding_window": sliding_window,
+                "dropout": dropout,
+                "head_dim": head_dim,
+            },
+            **sliding_window_attention_arguments(
+                num_query_heads,
+                num_key_value_heads,
+                rope_max_wavelength,
+                rope_scaling_factor,
+                kernel_initializer,
+                sliding_window,
+                dropout,
+                head_dim,
+                kwargs.get("dtype"),
+            ),
+            **kwargs,
+        )
+
+
+def sliding_window_attention_arguments(
+    num_query_heads,
+    num_key_value_heads,
+    rope_max_wavelength,
+    rope_scaling_factor,
+    kernel_initializer,
+    sliding_window,
+    dropout,
+    head_dim,
+    dtype,
+):
+    """`GroupedQueryAttention`'s arguments for keras-hub's Mistral and
+    Mixtral attention (the two differ in their constructors only)."""
+    return {
+        "head_dim": head_dim,
+        "num_query_heads": num_query_heads,
+        "num_key_value_heads": num_key_value_heads,
+        "use_bias": False,
+        "sliding_window": sliding_window,
+        "output_dropout": dropout,
+        "kernel_initializer": kernel_initializer,
+        "rotary_embedding": RotaryEmbedding(
+            max_wavelength=rope_max_wavelength,
+            scaling_factor=rope_scaling_factor,
+            dtype=dtype,
+        ),
+    }
+
+
+def decoder_mask(decoder_sequence, decoder_padding_mask, decoder_attention_mask):
+    """The `DecoderMask` of a keras-hub decoder block's self-attention: its
+    padding (else the sequence's Keras mask) and a caller's mask; the
+    attention adds the causal mask and its window."""
+    if decoder_padding_mask is None:
+        decoder_padding_mask = get_keras_mask(decoder_sequence)
+    return DecoderMask(decoder_padding_mask, decoder_attention_mask)
+
+
+class MistralTransformerDecoder(mistral_transformer_decoder.MistralTransformerDecoder):
+    """keras-hub's Mistral block, handing its attention the mask's parts (the
+    window is the attention's own)."""
+
+    def _compute_self_attention_mask(
+        self,
+        decoder_sequence,
+        decoder_padding_mask,
+        decoder_attention_mask,
+        self_attention_cache,
+        self_attention_cache_update_index,
+    ):
+        return decoder_mask(
+            decoder_sequence, decoder_padding_mask, decoder_attention_mask
+        )
+
+
+FAMILIES = (
+    Family(
+        name="Mistral",
+        backbones=("keras_hub.src.models.mistral.mistral_backbone:MistralBackbone",),
+        replacements={
+            "keras_hub.src.models.mistral.mistral_transformer_decoder:"
+            "CachedMistralAttention": MistralAttention,
+            "keras_hub.src.models.mistral.mistral_backbone:"
+            "MistralTransformerDecoder": MistralTransformerDecoder,
+        },
+    ),
+)
