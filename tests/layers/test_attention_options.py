@@ -1,0 +1,224 @@
+"""MultiHeadAttention's options for pretrained models' attention (scale, soft
+cap, query/key norms, a rotary layer, output dropout, output bias, kernel
+layout, the head size settled in build), each against what it stands for."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attention.layers import (
+    GroupedQueryAttention,
+    MultiHeadAttention,
+    RotaryEmbedding,
+)
+from keras_attention.ops.attention import dot_product_attention
+
+
+def numpy(t):
+    return ops.convert_to_numpy(t)
+
+
+def close(actual, expected, atol):
+    np.testing.assert_allclose(numpy(actual), numpy(expected), atol=atol, rtol=0)
+
+
+def x(batch=2, length=7, dim=16, seed=0):
+    return (
+        np.random.default_rng(seed).normal(size=(batch, length, dim)).astype("float32")
+    )
+
+
+def layer(**kwargs):
+    keras.utils.set_random_seed(0)
+    return GroupedQueryAttention(
+        **{"head_dim": 4, "num_query_heads": 4, "num_key_value_heads": 2, **kwargs}
+    )
+
+
+def projections(attention, inputs):
+    """The projected queries, keys and values of `attention`."""
+    return (
+        attention._query_dense(inputs),
+        attention._key_dense(inputs),
+        attention._value_dense(inputs),
+    )
+
+
+@pytest.mark.parametrize("weights", [False, True], ids=["op", "weights"])
+def test_scale_and_soft_cap_reach_the_attention(weights):
+    attention = layer(scale=0.7, soft_cap=2.0)
+    inputs = x()
+    output = attention(
+        inputs, inputs, use_causal_mask=True, return_attention_scores=weights
+    )
+    output = output[0] if weights else output
+    q, k, v = projections(attention, inputs)
+    expected = dot_product_attention(
+        q, k, v, scale=0.7, is_causal=True, attn_logits_soft_cap=2.0
+    )
+    expected = attention._output_dense(expected)
+    close(output, expected, 1e-5)
+    plain = dot_product_attention(q, k, v, is_causal=True)
+    assert np.abs(numpy(attention._output_dense(plain) - output)).max() > 1e-3
+
+
+def test_soft_cap_on_the_chunked_path_equals_the_standard_path():
+    inputs = x(length=40)
+    chunked = layer(soft_cap=1.5, chunk_size=8)
+    standard = layer(soft_cap=1.5, flash_attention=False)
+    out = chunked(inputs, inputs, use_causal_mask=True)
+    standard(inputs, inputs)
+    standard.set_weights(chunked.get_weights())
+    close(out, standard(inputs, inputs, use_causal_mask=True), 1e-5)
+    assert chunked.attention_path == "chunked"
+
+
+def test_query_and_key_norms_apply_before_attention_in_weight_order():
+    attention = layer(
+        query_norm=keras.layers.LayerNormalization(name="q_norm"),
+        key_norm=keras.layers.LayerNormalization(name="k_norm"),
+    )
+    inputs = x()
+    output = attention(inputs, inputs)
+    names = [w.path.split("/", 1)[1] for w in attention.weights]
+    assert names[:6] == [
+        "query/kernel",
+        "query/bias",
+        "q_norm/gamma",
+        "q_norm/beta",
+        "key/kernel",
+        "key/bias",
+    ]
+    q, k, v = projections(attention, inputs)
+    expected = dot_product_attention(attention.query_norm(q), attention.key_norm(k), v)
+    close(output, attention._output_dense(expected), 1e-5)
+
+
+def test_a_rotary_layer_equals_the_built_in_rotary_encoding():
+    inputs = x()
+    built_in = layer(attention_positions="rotary", max_wavelength=100)
+    given = layer(rotary_embedding=RotaryEmbedding(max_wavelength=100))
+    expected = built_in(inputs, inputs, use_causal_mask=True)
+    given(inputs, inputs)
+    given.set_weights(built_in.get_weights())
+    close(given(inputs, inputs, use_causal_mask=True), expected, 1e-6)
+    plain = layer()
+    plain(inputs, inputs)
+    plain.set_weights(built_in.get_weights())
+    assert np.abs(numpy(plain(inputs, inputs) - expected)).max() > 1e-3
+
+
+def test_output_dropout_drops_only_in_training():
+    attention = layer(output_dropout=0.5, seed=1)
+    inputs = x()
+    inference = attention(inputs, inputs)
+    again = attention(inputs, inputs, training=False)
+    close(inference, again, 0)
+    trained = attention(inputs, inputs, training=True)
+    assert np.abs(numpy(trained - inference)).max() > 1e-3
+    # Dropout on the output needs no weights: training keeps the chunked
+    # path, where dropout on the weights takes the standard one.
+    for rates in ({"output_dropout": 0.5}, {"dropout": 0.5}):
+        chunked = layer(chunk_size=4, **rates)
+        chunked(inputs, inputs, training=True)
+        expected = "chunked" if "output_dropout" in rates else "standard"
+        assert chunked.attention_path == expected
+
+
+def test_separate_output_bias():
+    attention = layer(use_bias=True, use_output_bias=False)
+    attention(x(), x())
+    names = [w.path.split("/", 1)[1] for w in attention.weights]
+    assert "query/bias" in names and "value/bias" in names
+    assert "attention_output/bias" not in names
+
+
+def test_heads_first_kernel_layout_equals_input_first_transposed():
+    inputs = x()
+    input_first = layer()
+    heads_first = layer(kernel_layout="heads_first")
+    expected = input_first(inputs, inputs)
+    heads_first(inputs, inputs)
+    assert tuple(heads_first._query_dense.kernel.shape) == (4, 16, 4)
+    weights = [
+        np.transpose(w, (1, 0, 2)) if w.ndim == 3 and w.shape[0] == 16 else w
+        for w in input_first.get_weights()
+    ]
+    heads_first.set_weights(weights)
+    close(heads_first(inputs, inputs), expected, 1e-6)
+
+
+def test_head_size_settled_in_build():
+    attention = MultiHeadAttention(num_heads=4, key_dim=None)
+    attention(x(), x())
+    assert attention.key_dim == 4 and attention.value_dim == 4
+    assert attention.get_config()["key_dim"] == 4
+    with pytest.raises(ValueError, match="last axis of 15 and num_heads=4"):
+        MultiHeadAttention(num_heads=4, key_dim=None)(x(dim=15), x(dim=15))
+
+
+def test_config_round_trip_keeps_the_options(tmp_path):
+    attention = layer(
+        scale=0.5,
+        soft_cap=3.0,
+        query_norm=keras.layers.LayerNormalization(name="q_norm"),
+        rotary_embedding=RotaryEmbedding(max_wavelength=50),
+        output_dropout=0.1,
+        use_output_bias=False,
+        kernel_layout="heads_first",
+    )
+    inputs = x()
+    expected = attention(inputs, inputs, use_causal_mask=True)
+    config = attention.get_config()
+    assert config["scale"] == 0.5 and config["kernel_layout"] == "heads_first"
+    assert "key_norm" not in config  # defaults are left out, as Keras' own
+    inputs_layer = keras.Input((7, 16))
+    model = keras.Model(
+        inputs_layer, attention(inputs_layer, inputs_layer, use_causal_mask=True)
+    )
+    path = str(tmp_path / "options.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    close(loaded(inputs), expected, 0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"scale": -1.0}, "scale"),
+        ({"soft_cap": 0}, "soft_cap"),
+        ({"output_dropout": 1.5}, "output_dropout"),
+        ({"kernel_layout": "nhd"}, "`kernel_layout` must be one of"),
+        ({"use_output_bias": "yes"}, "`use_output_bias` must be None"),
+        ({"query_norm": "rms"}, "`query_norm` must be a Keras layer"),
+        (
+            {"rotary_embedding": RotaryEmbedding(), "attention_positions": "rotary"},
+            "replaces `attention_positions`",
+        ),
+    ],
+)
+def test_bad_options_are_refused_naming_them(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        layer(**kwargs)
+
+
+def test_options_under_jit_compile_and_mixed_precision():
+    inputs = x()
+    attention = layer(
+        soft_cap=2.0,
+        scale=1 / math.sqrt(8),
+        query_norm=keras.layers.LayerNormalization(),
+        dtype="mixed_bfloat16",
+    )
+    eager = attention(inputs, inputs, use_causal_mask=True)
+    assert keras.backend.standardize_dtype(eager.dtype) == "bfloat16"
+    model = keras.Model(
+        inputs_layer := keras.Input((7, 16)),
+        attention(inputs_layer, inputs_layer, use_causal_mask=True),
+    )
+    model.compile(jit_compile=True)
+    compiled = model.predict(inputs, verbose=0)
+    close(ops.cast(eager, "float32"), compiled, 3e-2)
