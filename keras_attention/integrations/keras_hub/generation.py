@@ -49,11 +49,12 @@ _LOCK = threading.RLock()
 _QUANTIZED = {}
 
 
-def attention_layers(causal_lm):
-    """Our attention layer of each block of a swapped task's backbone, in
+def attention_layers(model):
+    """Our attention layer of each block of a swapped backbone or task, in
     order (one per block)."""
+    backbone = getattr(model, "backbone", model)
     layers = []
-    for block in causal_lm.backbone.transformer_layers:
+    for block in backbone.transformer_layers:
         found = [
             value
             for value in vars(block).values()
