@@ -190,3 +190,20 @@ def test_other_families_are_refused_naming_those_taken():
         swap_attention(model)
     with pytest.raises(ValueError, match="takes a keras-hub Backbone or Task"):
         swap_attention(keras.Sequential([]))
+
+
+@pytest.mark.skipif(keras.config.backend() != "jax", reason="the Pallas kernel, on JAX")
+def test_on_a_gpu_the_swapped_blocks_take_the_fused_kernel(monkeypatch):
+    """The causal mask and the padding reach the attention as such, so the
+    fused kernel takes them (the device faked as a GPU: Pallas' interpreter
+    runs it here), with keras-hub's outputs."""
+    from keras_attention.ops import plan
+
+    original = backbone()
+    x = inputs(length=16, real=11)
+    expected = np.asarray(original(x))
+    monkeypatch.setattr(plan, "_jax_platform", lambda: "gpu")
+    swapped = swap_attention(original, flash_attention=True)
+    got = np.asarray(swapped(x))
+    assert {a.attention_path for a in attention_layers(swapped)} == {"jax_pallas"}
+    np.testing.assert_allclose(got[:, :11], expected[:, :11], atol=2e-5)
