@@ -31,7 +31,8 @@ Usage: `python benchmarks/keras_hub_long_context.py --backend tensorflow
 [--model llama] [--lengths 4096 8192 16384 32768] [--limit-gib 8] [--steps 2] [--out
 docs/data] [--plot docs/images/keras-hub-long-context.png]` (writes
 `OUT/keras-hub-long-context.json`; with several backends in one file, each
-run adds or replaces its backend's rows).
+run adds or replaces its backend's rows of the cases and lengths it
+measures).
 """
 
 import argparse
@@ -270,7 +271,8 @@ def main(argv=None):
             "note": "shared machine: memory reliable, times not",
         },
     )
-    rows = []
+    # A run replaces the rows of the (case, length) pairs it measures.
+    rows = results["backends"].get(args.backend, [])
     for length in args.lengths:
         for case in args.cases:
             row = run_in_process(
@@ -283,7 +285,10 @@ def main(argv=None):
                 args.model,
             )
             print(args.backend, json.dumps(row), flush=True)
-            rows.append(row)
+            rows = [r for r in rows if (r["case"], r["length"]) != (case, length)] + [
+                row
+            ]
+            rows.sort(key=lambda r: (r["length"], CASES.index(r["case"])))
             results["backends"][args.backend] = rows
             os.makedirs(args.out, exist_ok=True)
             with open(path, "w") as f:
