@@ -3,7 +3,17 @@
 keras-hub is imported here only; the rest of the package never needs it.
 Import this module before loading a `.keras` file of a swapped model: it
 registers the swapped backbone classes.
+
+The keras-hub releases tested (CI runs `tests/integrations` on both, see
+`.ci/run`) are `OLDEST_TESTED` to `NEWEST_TESTED`; `setup.cfg`'s
+`keras-hub` extra admits them. The adapters follow keras-hub's attention
+layers, whose constructors and blocks change between releases: a family
+whose classes the installed keras-hub lacks is left out of `FAMILIES` and
+named in `UNAVAILABLE`.
 """
+
+OLDEST_TESTED = "0.23.0"
+NEWEST_TESTED = "0.32.0"
 
 try:
     import keras_hub
