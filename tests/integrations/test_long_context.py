@@ -56,11 +56,11 @@ def test_chunked_training_step_equals_keras_hubs():
     causal_lm = keras_hub.models.LlamaCausalLM(
         keras_hub.models.LlamaBackbone(**CONFIG), preprocessor=None
     )
-    ours = swap_attention(causal_lm, chunk_size=64)
-    length = 256
+    ours = swap_attention(causal_lm, chunk_size=32)
+    length = 128
     tokens = np.random.default_rng(0).integers(1, 100, size=(2, length + 1))
     mask = np.ones((2, length), "int32")
-    mask[1, 200:] = 0
+    mask[1, 100:] = 0
     x = {"token_ids": tokens[:, :-1].astype("int32"), "padding_mask": mask}
     y = tokens[:, 1:].astype("int32")
     expected_loss, expected = _loss_and_gradients(causal_lm, x, y)
