@@ -133,3 +133,19 @@ def test_saves_and_loads_in_safe_mode_and_takes_lora(tmp_path):
     lora = [w.path for w in loaded.trainable_weights]
     assert any("attention/query/lora_kernel_a" in p for p in lora)
     assert any("attention/value/lora_kernel_b" in p for p in lora)
+
+
+def test_int8_cache_generate_gives_keras_hubs_tokens():
+    # Phi-3's task hands its blocks `attention_cache`, not Llama's
+    # `self_attention_cache`.
+    original = keras_hub.models.Phi3CausalLM(
+        backbone=backbone(num_layers=1, **SU), preprocessor=None
+    )
+    swapped = swap_attention(original, cache_dtype="int8")
+    assert isinstance(swapped, keras_hub.models.Phi3CausalLM)
+    prompt = inputs(length=12, real=4)
+    for model in (original, swapped):
+        model.compile(sampler="greedy")
+    expected = original.generate(prompt, stop_token_ids=None)["token_ids"]
+    got = swapped.generate(prompt, stop_token_ids=None)["token_ids"]
+    np.testing.assert_array_equal(got, expected)

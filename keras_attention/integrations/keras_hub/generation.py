@@ -15,7 +15,8 @@ decodes with the quantized cache.
 The tasks taken are those whose `call_with_cache` is Llama's (embed, the
 blocks with `self_attention_cache`, the final norm, the reversed embedding)
 or Gemma's (the embedding scaled by `sqrt(hidden_dim)`, the blocks with
-`cache`): `QUANTIZED_CACHE_TASKS`.
+`cache`), Phi-3's being Llama's with the blocks' `attention_cache`:
+`QUANTIZED_CACHE_TASKS`.
 """
 
 import importlib
@@ -32,11 +33,12 @@ from keras_attention.layers.key_value_cache import is_quantized_cache
 # by sqrt(hidden_dim), and the blocks' cache keywords.
 _LLAMA = (False, "self_attention_cache", "self_attention_cache_update_index")
 _GEMMA = (True, "cache", "cache_update_index")
+_PHI3 = (False, "attention_cache", "attention_cache_update_index")
 QUANTIZED_CACHE_TASKS = {
     "keras_hub.src.models.llama.llama_causal_lm:LlamaCausalLM": _LLAMA,
     "keras_hub.src.models.mistral.mistral_causal_lm:MistralCausalLM": _LLAMA,
     "keras_hub.src.models.mixtral.mixtral_causal_lm:MixtralCausalLM": _LLAMA,
-    "keras_hub.src.models.phi3.phi3_causal_lm:Phi3CausalLM": _LLAMA,
+    "keras_hub.src.models.phi3.phi3_causal_lm:Phi3CausalLM": _PHI3,
     "keras_hub.src.models.qwen.qwen_causal_lm:QwenCausalLM": _LLAMA,
     "keras_hub.src.models.qwen3.qwen3_causal_lm:Qwen3CausalLM": _LLAMA,
     "keras_hub.src.models.qwen_moe.qwen_moe_causal_lm:QwenMoeCausalLM": _LLAMA,
