@@ -50,7 +50,11 @@ def trained(name, epochs=12):
 @pytest.fixture(scope="session")
 def trained_han():
     keras.utils.set_random_seed(0)
-    return trained("han")
+    # 6 epochs: measured per epoch to 12, test accuracy 1.000 from the third,
+    # the keyword's sentence on top 0.887 and the keyword on top 0.687 from
+    # the fifth to the twelfth (the thresholds below: 0.9, 0.8, 0.5; after
+    # one epoch 0.693, 0.640, 0.253).
+    return trained("han", epochs=6)
 
 
 @pytest.mark.slow
@@ -58,7 +62,10 @@ def trained_han():
     "name", ["transformer-mean", "transformer-cls", "bilstm", "bag"]
 )
 def test_model_learns_keyword_task(name):
-    model = trained(name)
+    # 4 epochs: each of these reached 1.000 test accuracy by its second (the
+    # BiLSTM 0.847 after one, the others 0.977-1.000; measured to 12 epochs,
+    # 1.000 throughout), and an untrained model guesses one of 3 classes.
+    model = trained(name, epochs=4)
     test = task(name, 300, seed=1)
     predictions = np.argmax(model.predict(test["token_ids"], verbose=0), axis=-1)
     assert np.mean(predictions == test["labels"]) > 0.9
