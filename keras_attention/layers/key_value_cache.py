@@ -1,12 +1,16 @@
 """The decoding cache of the attention layers: keys and values stacked in one
 tensor `(B, 2, S, num_key_value_heads, key_dim)`, in the compute dtype or
-quantized to int8 with one scale per row (`cache_dtype="int8"`).
+quantized to int8 with one scale per row (`cache_dtype="int8"`); or, in
+keras-hub's layout (Gemma 3's), the pair `(keys, values)` of two tensors
+`(B, S, num_key_value_heads, key_dim)`.
 
 A float cache is one tensor; a quantized one is the pair `(values, scales)`:
 int8 values of the same shape and the int16 code of each row's scale
-`(B, 2, S, num_key_value_heads)`. The functions here make, check, write and
-read either kind, so that the layers (`MultiHeadAttention` and its family,
-`TransformerDecoder`, the models' `generate`) treat both alike; and check
+`(B, 2, S, num_key_value_heads)`; a pair cache is `(keys, values)`, two
+float tensors of rank 4 (told from a quantized pair by the rank of its first
+part: 5 there). The functions here make, check, write and read each kind,
+so that the layers (`MultiHeadAttention` and its family,
+`TransformerDecoder`, the models' `generate`) treat them alike; and check
 the cache arguments of a layer's call.
 
 References:
@@ -50,27 +54,45 @@ def check_cache_dtype(cache_dtype):
     )
 
 
+# The layouts of a cache (`empty_cache`, `MultiHeadAttention.initial_cache`):
+# ours, keys and values stacked in one tensor (or its quantized pair), and
+# keras-hub's pair of a keys and a values tensor.
+CACHE_LAYOUTS = ("stacked", "pair")
+
+
+def is_pair_cache(cache):
+    """Whether `cache` is keras-hub's layout, the pair `(keys, values)` of
+    `(B, S, N_kv, key_dim)` tensors (rank 4, where a quantized cache's values
+    have rank 5)."""
+    return isinstance(cache, (tuple, list)) and len(cache[0].shape) == 4
+
+
 def is_quantized_cache(cache):
     """Whether `cache` is a quantized cache `(values, scales)`."""
-    return isinstance(cache, (tuple, list))
+    return isinstance(cache, (tuple, list)) and not is_pair_cache(cache)
 
 
 def stored_keys_values(cache):
     """The tensor holding a cache's keys and values (the int8 values of a
-    quantized one)."""
-    return cache[0] if is_quantized_cache(cache) else cache
+    quantized one, the keys of a pair)."""
+    return cache[0] if isinstance(cache, (tuple, list)) else cache
+
+
+def _slot_axis(cache):
+    """The axis of the positions in the tensors of `cache`."""
+    return 1 if is_pair_cache(cache) else 2
 
 
 def cache_slots(cache):
-    """The number of positions `S` a cache `(B, 2, S, ...)` holds (static,
-    or None)."""
-    return stored_keys_values(cache).shape[2]
+    """The number of positions `S` a cache `(B, 2, S, ...)` (or a pair of
+    `(B, S, ...)`) holds (static, or None)."""
+    return stored_keys_values(cache).shape[_slot_axis(cache)]
 
 
 def cache_length(cache):
-    """The number of positions `S` a cache `(B, 2, S, ...)` holds, as a
-    tensor where it is not known when tracing."""
-    return ops.shape(stored_keys_values(cache))[2]
+    """The number of positions `S` a cache `(B, 2, S, ...)` (or a pair of
+    `(B, S, ...)`) holds, as a tensor where it is not known when tracing."""
+    return ops.shape(stored_keys_values(cache))[_slot_axis(cache)]
 
 
 def cache_spec(cache):
@@ -80,9 +102,36 @@ def cache_spec(cache):
     )
 
 
-def empty_cache(batch_size, max_length, num_key_value_heads, key_dim, dtype):
+def check_cache_layout(layout, dtype=None):
+    """Returns `layout`; raises a ValueError unless it is one of
+    `CACHE_LAYOUTS` (and, for a pair, `dtype` is not quantized)."""
+    if layout not in CACHE_LAYOUTS:
+        raise ValueError(
+            f"Unknown cache `layout`: {layout!r}. Expected one of "
+            f"{CACHE_LAYOUTS}: keys and values stacked in one tensor "
+            "(B, 2, S, N_kv, key_dim), or the pair (keys, values) of "
+            "(B, S, N_kv, key_dim) tensors (keras-hub's Gemma 3 layout)."
+        )
+    if layout == "pair" and dtype in QUANTIZED_CACHE_DTYPES:
+        raise ValueError(
+            f"A pair cache (keras-hub's layout) is not quantized; received "
+            f"layout='pair' with dtype={dtype!r}. A quantized cache is "
+            "stacked."
+        )
+    return layout
+
+
+def empty_cache(
+    batch_size, max_length, num_key_value_heads, key_dim, dtype, layout="stacked"
+):
     """An empty cache `(B, 2, max_length, num_key_value_heads, key_dim)` in
-    `dtype`; for a quantized dtype the pair `(values, scales)`."""
+    `dtype`; for a quantized dtype the pair `(values, scales)`; with
+    `layout="pair"`, keras-hub's pair `(keys, values)` of `(B, max_length,
+    num_key_value_heads, key_dim)` tensors."""
+    check_cache_layout(layout, dtype)
+    if layout == "pair":
+        shape = (batch_size, max_length, num_key_value_heads, key_dim)
+        return (ops.zeros(shape, dtype=dtype), ops.zeros(shape, dtype=dtype))
     shape = (batch_size, 2, max_length, num_key_value_heads, key_dim)
     if dtype in QUANTIZED_CACHE_DTYPES:
         return (
@@ -94,7 +143,11 @@ def empty_cache(batch_size, max_length, num_key_value_heads, key_dim, dtype):
 
 def check_cache(cache, num_key_value_heads, key_dim, value_dim):
     """Raises a ValueError naming what it got unless `cache` is a cache of a
-    layer of these sizes (float, or a well-formed quantized pair)."""
+    layer of these sizes (float, a well-formed quantized pair, or a pair
+    `(keys, values)`)."""
+    if is_pair_cache(cache):
+        _check_pair_cache(cache, num_key_value_heads, key_dim, value_dim)
+        return
     check_cache_shape(
         static_shape(stored_keys_values(cache)), num_key_value_heads, key_dim, value_dim
     )
@@ -127,6 +180,39 @@ def check_cache(cache, num_key_value_heads, key_dim, value_dim):
         )
 
 
+def _check_pair_cache(cache, num_key_value_heads, key_dim, value_dim):
+    """The checks of a pair cache `(keys, values)` (keras-hub's layout)."""
+    if len(cache) != 2:
+        raise ValueError(
+            f"A pair cache is (keys, values); received a sequence of {len(cache)}."
+        )
+    keys, values = cache
+    shapes = static_shape(keys), static_shape(values)
+    dtypes = [keras.backend.standardize_dtype(part.dtype) for part in cache]
+    expected = (
+        (None, None, num_key_value_heads, key_dim),
+        (None, None, num_key_value_heads, value_dim),
+    )
+    if (
+        any(len(shape) != 4 for shape in shapes)
+        or any(
+            shape[2:] != want[2:] for shape, want in zip(shapes, expected, strict=True)
+        )
+        or any(
+            a is not None and b is not None and a != b
+            for a, b in zip(shapes[0][:2], shapes[1][:2], strict=True)
+        )
+        or not all(keras.backend.is_float_dtype(dtype) for dtype in dtypes)
+    ):
+        raise ValueError(
+            "A pair cache is (keys, values): float keys (batch, max_length, "
+            f"num_key_value_heads={num_key_value_heads}, key_dim={key_dim}) "
+            f"and values (batch, max_length, num_key_value_heads, "
+            f"value_dim={value_dim}); received keys {dtypes[0]} {shapes[0]} "
+            f"and values {dtypes[1]} {shapes[1]}."
+        )
+
+
 def check_cache_arguments(query, cache, cache_update_index):
     """Raises a ValueError for a `cache_update_index` without a `cache`, or
     for a cache with inputs of several attention axes."""
@@ -142,12 +228,32 @@ def check_cache_arguments(query, cache, cache_update_index):
         )
 
 
+def write_keys_values(cache, index, keys, values):
+    """`cache` with `keys` and `values` `(B, T, N_kv, key_dim)` written at
+    position `index`: stacked for a stacked cache (`write_cache`), each into
+    its tensor for a pair cache."""
+    if is_pair_cache(cache):
+        key_cache, value_cache = cache
+        start = (0, index, 0, 0)
+        return type(cache)(
+            (
+                ops.slice_update(key_cache, start, ops.cast(keys, key_cache.dtype)),
+                ops.slice_update(
+                    value_cache, start, ops.cast(values, value_cache.dtype)
+                ),
+            )
+        )
+    return write_cache(cache, index, ops.stack((keys, values), axis=1))
+
+
 def write_cache(cache, index, keys_values):
     """`cache` with `keys_values` `(B, 2, T, N_kv, key_dim)` written at
     position `index`, quantized first for a quantized cache. One in-place
     write of the stacked keys and values: writing the two halves apart and
     stacking them again would copy the whole buffer at every decoding
-    step."""
+    step. A pair cache gets each half in its tensor."""
+    if is_pair_cache(cache):
+        return write_keys_values(cache, index, keys_values[:, 0], keys_values[:, 1])
     if is_quantized_cache(cache):
         values, scales = cache
         new_values, new_scales = quantize_rows(keys_values)
@@ -162,10 +268,21 @@ def write_cache(cache, index, keys_values):
 
 def read_cache(cache, dtype):
     """The keys and values `(B, 2, S, N_kv, key_dim)` of a cache, a
-    quantized one dequantized to `dtype`."""
+    quantized one dequantized to `dtype` (a pair stacked)."""
+    if is_pair_cache(cache):
+        return ops.stack(read_keys_values(cache, dtype), axis=1)
     if is_quantized_cache(cache):
         return dequantize_rows(*cache, dtype)
     return cache
+
+
+def read_keys_values(cache, dtype):
+    """The keys and values `(B, S, N_kv, key_dim)` of a cache, a quantized
+    one dequantized to `dtype`."""
+    if is_pair_cache(cache):
+        return tuple(ops.cast(part, dtype) for part in cache)
+    keys_values = read_cache(cache, dtype)
+    return keys_values[:, 0], keys_values[:, 1]
 
 
 def quantize_rows(x):

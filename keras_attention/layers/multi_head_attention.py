@@ -38,9 +38,10 @@ from keras_attention.layers.key_value_cache import (
     check_cache,
     check_cache_arguments,
     check_cache_dtype,
+    check_cache_layout,
     empty_cache,
-    read_cache,
-    write_cache,
+    read_keys_values,
+    write_keys_values,
 )
 from keras_attention.layers.positions import ATTENTION_POSITIONS, positions_from_alias
 from keras_attention.ops.attention import dot_product_attention
@@ -199,8 +200,11 @@ class MultiHeadAttention(
         cache: `(B, 2, S, num_key_value_heads, key_dim)` keys and values,
             or a quantized cache `(values, scales)` (`cache_dtype="int8"`:
             int8 values of that shape, int16 scale codes `(B, 2, S,
-            num_key_value_heads)`); the layer reads either, whatever its
-            own `cache_dtype`, and returns the cache in the form it got.
+            num_key_value_heads)`), or keras-hub's pair `(keys, values)` of
+            two float `(B, S, num_key_value_heads, key_dim)` tensors (Gemma
+            3's layout, `initial_cache(..., layout="pair")`); the layer reads
+            each, whatever its own `cache_dtype`, and returns the cache in
+            the form it got.
         cache_update_index: where the new keys/values go in the cache.
         attention_bias: float, broadcastable to `(B, num_heads, T, S)`,
             added to the scaled scores; it keeps the layer on the standard
@@ -546,10 +550,14 @@ class MultiHeadAttention(
         index), and the keys and values it holds, in the compute dtype."""
         check_cache(cache, self._num_key_value_heads, self.key_dim, self.value_dim)
         if cache_update_index is not None:
-            new_entries = self._keys_values(key, value, cache_update_index)
-            cache = write_cache(cache, cache_update_index, new_entries)
-        keys_values = read_cache(cache, self.compute_dtype)
-        return cache, keys_values[:, 0], keys_values[:, 1]
+            cache = write_keys_values(
+                cache,
+                cache_update_index,
+                self._project_key(key, cache_update_index),
+                self._value_dense(value),
+            )
+        keys, values = read_keys_values(cache, self.compute_dtype)
+        return cache, keys, values
 
     def _keys_values(self, key, value, start_index=0):
         """The projected keys and values as cache entries `(B, 2, S,
@@ -679,14 +687,26 @@ class MultiHeadAttention(
 
     # -- cache ---------------------------------------------------------------
 
-    def initial_cache(self, batch_size, max_length, dtype=None):
+    def initial_cache(self, batch_size, max_length, dtype=None, layout="stacked"):
         """An empty self-attention cache
         `(B, 2, max_length, num_key_value_heads, key_dim)` in `dtype`
         (default: the layer's `cache_dtype`, else its compute dtype); with
-        `"int8"` the quantized pair `(values, scales)` (see `cache_dtype`)."""
-        dtype = dtype or self._cache_dtype or self.compute_dtype
+        `"int8"` the quantized pair `(values, scales)` (see `cache_dtype`).
+        With `layout="pair"`, keras-hub's layout (Gemma 3's): the pair
+        `(keys, values)` of `(B, max_length, num_key_value_heads, key_dim)`
+        tensors, in `dtype` or the compute dtype (not quantized)."""
+        check_cache_layout(layout)
+        if layout == "pair":
+            dtype = dtype or self.compute_dtype
+        else:
+            dtype = dtype or self._cache_dtype or self.compute_dtype
         return empty_cache(
-            batch_size, max_length, self._num_key_value_heads, self.key_dim, dtype
+            batch_size,
+            max_length,
+            self._num_key_value_heads,
+            self.key_dim,
+            dtype,
+            layout=layout,
         )
 
     def compute_key_value_cache(self, value, key=None):

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from keras import ops
 
+from keras_attention.layers import GroupedQueryAttention, MultiHeadAttention
 from keras_attention.layers.key_value_cache import (
     cache_length,
     cache_slots,
@@ -13,10 +14,13 @@ from keras_attention.layers.key_value_cache import (
     decode_scales,
     dequantize_rows,
     empty_cache,
+    is_pair_cache,
     is_quantized_cache,
     quantize_rows,
     read_cache,
+    read_keys_values,
     write_cache,
+    write_keys_values,
 )
 
 rng = np.random.default_rng(0)
@@ -86,3 +90,119 @@ def test_the_cache_arguments_of_a_call_are_checked():
         check_cache_arguments(query, None, 0)
     with pytest.raises(ValueError, match="A cache needs \\(batch, length, dim\\)"):
         check_cache_arguments(np.zeros((1, 2, 2, 8)), cache, 0)
+
+
+# keras-hub's layout (Gemma 3's): the pair (keys, values) of (B, S, N, H).
+
+
+def test_a_pair_cache_is_told_from_a_quantized_one_and_reads_back():
+    pair = empty_cache(2, 6, 3, 4, "float32", layout="pair")
+    assert is_pair_cache(pair) and not is_quantized_cache(pair)
+    quantized = empty_cache(2, 6, 3, 4, "int8")
+    assert is_quantized_cache(quantized) and not is_pair_cache(quantized)
+    assert not is_pair_cache(empty_cache(2, 6, 3, 4, "float32"))
+    assert [tuple(part.shape) for part in pair] == [(2, 6, 3, 4)] * 2
+    assert cache_slots(pair) == 6 and int(cache_length(pair)) == 6
+    check_cache(pair, 3, 4, 4)
+    keys = rng.normal(size=(2, 2, 3, 4)).astype("float32")
+    values = rng.normal(size=(2, 2, 3, 4)).astype("float32")
+    written = write_keys_values(pair, 3, keys, values)
+    assert isinstance(written, tuple) and len(written) == 2
+    read_keys, read_values = (
+        numpy(part) for part in read_keys_values(written, "float32")
+    )
+    np.testing.assert_array_equal(read_keys[:, 3:5], keys)
+    np.testing.assert_array_equal(read_values[:, 3:5], values)
+    assert np.all(read_keys[:, :3] == 0) and np.all(read_values[:, 5:] == 0)
+    # The stacked view and the stacked write agree with the pair's.
+    stacked = numpy(
+        read_cache(write_cache(pair, 3, np.stack([keys, values], 1)), "float32")
+    )
+    np.testing.assert_array_equal(stacked, np.stack([read_keys, read_values], 1))
+
+
+def test_a_malformed_pair_cache_or_layout_is_named():
+    keys, values = empty_cache(1, 4, 2, 8, "float32", layout="pair")
+    with pytest.raises(
+        ValueError, match="pair cache is \\(keys, values\\); received a sequence of 3"
+    ):
+        check_cache((keys, values, values), 2, 8, 8)
+    with pytest.raises(
+        ValueError,
+        match="received keys float32 \\(1, 4, 2, 8\\) and values "
+        "float32 \\(1, 4, 3, 8\\)",
+    ):
+        check_cache((keys, ops.zeros((1, 4, 3, 8))), 2, 8, 8)
+    with pytest.raises(ValueError, match="received keys int32"):
+        check_cache((ops.cast(keys, "int32"), values), 2, 8, 8)
+    with pytest.raises(ValueError, match="Unknown cache `layout`: 'split'"):
+        empty_cache(1, 4, 2, 8, "float32", layout="split")
+    with pytest.raises(
+        ValueError, match="pair cache \\(keras-hub's layout\\) is not quantized"
+    ):
+        empty_cache(1, 4, 2, 8, "int8", layout="pair")
+
+
+def test_the_spec_of_a_pair_cache_is_a_pair():
+    pair = empty_cache(2, 6, 3, 4, "float32", layout="pair")
+    spec = cache_spec(pair)
+    assert isinstance(spec, tuple) and len(spec) == 2
+    assert [tuple(part.shape) for part in spec] == [(2, 6, 3, 4)] * 2
+
+
+@pytest.mark.parametrize("cls", [MultiHeadAttention, GroupedQueryAttention])
+@pytest.mark.parametrize("window", [None, 2])
+def test_decoding_over_a_pair_cache_equals_the_stacked_cache(cls, window):
+    arguments = {"num_heads": 4, "key_dim": 8, "sliding_window": window}
+    if cls is GroupedQueryAttention:
+        arguments = {
+            "num_query_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "sliding_window": window,
+        }
+    layer = cls(**arguments, attention_positions="rotary")
+    x = rng.normal(size=(2, 5, 16)).astype("float32")
+    full = numpy(layer(x, x, use_causal_mask=True))
+    stacked = layer.initial_cache(2, 5)
+    pair = layer.initial_cache(2, 5, layout="pair")
+    assert is_pair_cache(pair) and tuple(pair[0].shape) == (
+        2,
+        5,
+        layer.num_key_value_heads,
+        8,
+    )
+    # A prompt of 2, then one step at a time.
+    steps = [(0, 2), (2, 3), (3, 4), (4, 5)]
+    for start, stop in steps:
+        part = x[:, start:stop]
+        out_stacked, stacked = layer(
+            part, part, use_causal_mask=True, cache=stacked, cache_update_index=start
+        )
+        out_pair, pair = layer(
+            part, part, use_causal_mask=True, cache=pair, cache_update_index=start
+        )
+        assert isinstance(pair, tuple) and len(pair) == 2
+        np.testing.assert_allclose(numpy(out_pair), numpy(out_stacked), atol=1e-6)
+        np.testing.assert_allclose(numpy(out_pair), full[:, start:stop], atol=1e-5)
+    np.testing.assert_allclose(numpy(pair[0]), numpy(stacked)[:, 0], atol=1e-6)
+    np.testing.assert_allclose(numpy(pair[1]), numpy(stacked)[:, 1], atol=1e-6)
+
+
+def test_a_pair_cache_under_jit_compile_keeps_its_layout():
+    layer = GroupedQueryAttention(num_query_heads=2, num_key_value_heads=1, head_dim=4)
+    x = rng.normal(size=(1, 3, 8)).astype("float32")
+    layer(x, x)
+    pair = layer.initial_cache(1, 4, layout="pair")
+
+    class Step(keras.Model):
+        def call(self, inputs):
+            return layer(
+                inputs, inputs, cache=pair, cache_update_index=1, use_causal_mask=True
+            )
+
+    model = Step()
+    model.compile(jit_compile=keras.backend.backend() != "torch")
+    output, cache = model.predict_on_batch(x[:, :1])
+    assert len(cache) == 2 and tuple(cache[0].shape) == (1, 4, 1, 4)
+    assert np.abs(np.asarray(cache[0])[:, 1]).max() > 0

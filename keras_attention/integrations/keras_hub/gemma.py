@@ -1,0 +1,366 @@
+"""Gemma (keras-hub's `GemmaBackbone`: Gemma 1 and 2) and Gemma 3 (its
+`Gemma3Backbone`, text only or with a vision encoder) with our attention.
+
+Gemma's attention, as keras-hub computes it, in our layer's options: the
+kernels `(heads, dim, head_dim)` (`kernel_layout="heads_first"`), the head
+size given (not `dim / heads`), scores scaled by `1 / sqrt(head_dim)` and,
+in Gemma 2, soft-capped (`soft_cap`: `cap * tanh(s / cap)` after the scale),
+a sliding window in every other layer (Gemma 2) or five layers of six
+(Gemma 3) of `sliding_window_size` keys, the query's own included, dropout
+on the attention weights. Gemma 3 normalizes the projected queries and keys
+(`query_norm`, `key_norm`: keras-hub's own RMS norm layers, named as it names
+them) and rotates them with keras-hub's rotary embedding (its wavelength and
+scaling factor per layer); its decoding cache is keras-hub's pair `(keys,
+values)` of `(B, S, N_kv, head_dim)` tensors, which our layer takes as such
+(`layers.key_value_cache`), and its `use_bidirectional_attention` (the
+embedding models) attends both ways with keras-hub's own window.
+
+References:
+    - [Gemma Team, 2024. Gemma: Open Models Based on Gemini Research and
+      Technology](https://arxiv.org/abs/2403.08295)
+    - [Gemma Team, 2024. Gemma 2: Improving Open Language Models at a
+      Practical Size](https://arxiv.org/abs/2408.00118)
+    - [Gemma Team, 2025. Gemma 3 Technical Report](
+      https://arxiv.org/abs/2503.19786)
+"""
+
+import keras
+from keras import ops
+from keras_hub.src.layers.modeling.rotary_embedding import RotaryEmbedding
+from keras_hub.src.models.gemma import gemma_decoder_block
+from keras_hub.src.models.gemma3 import gemma3_decoder_block
+from keras_hub.src.models.gemma3.gemma3_layers import RMSNormalization
+
+from keras_attention.integrations.keras_hub.attention import KerasHubAttention
+from keras_attention.integrations.keras_hub.masks import DecoderMask
+from keras_attention.integrations.keras_hub.swap import Family
+from keras_attention.utils.keras_internals import get_keras_mask
+
+
+class GemmaRotaryEmbedding(RotaryEmbedding):
+    """keras-hub's `RotaryEmbedding` in the layout of keras-hub's Gemma 1 and
+    2 attention: the rotated halves interleaved (`[a0, b0, a1, b1, ...]`),
+    as the original Gemma implementation orders them.
+
+    Args:
+        **kwargs: `RotaryEmbedding`'s arguments.
+    """
+
+    def call(self, inputs, start_index=0, positions=None):
+        x = super().call(inputs, start_index=start_index, positions=positions)
+        return ops.reshape(ops.stack(ops.split(x, 2, axis=-1), axis=-1), ops.shape(x))
+
+
+def _scale_checked(query_head_dim_normalize, layer_name):
+    """Raises for `query_head_dim_normalize=False` (a scale of `1 /
+    sqrt(hidden_dim / num_query_heads)`, which needs the input size)."""
+    if not query_head_dim_normalize:
+        raise ValueError(
+            f"The swapped {layer_name} scales the scores by `1 / sqrt(head_dim)` "
+            "(`query_head_dim_normalize=True`, what keras-hub's decoder "
+            "blocks always give their attention, whatever the backbone's "
+            "`query_head_dim_normalize`); received "
+            "query_head_dim_normalize=False."
+        )
+
+
+def _gemma_arguments(
+    head_dim,
+    num_query_heads,
+    num_key_value_heads,
+    kernel_initializer,
+    logit_soft_cap,
+    sliding_window,
+    dropout,
+):
+    """Our `GroupedQueryAttention`'s arguments for Gemma's attention."""
+    return {
+        "head_dim": head_dim,
+        "num_query_heads": num_query_heads,
+        "num_key_value_heads": num_key_value_heads,
+        "use_bias": False,
+        "kernel_layout": "heads_first",
+        "kernel_initializer": kernel_initializer,
+        "soft_cap": logit_soft_cap,
+        "sliding_window": sliding_window,
+        "dropout": dropout,
+    }
+
+
+class GemmaAttention(KerasHubAttention):
+    """keras-hub's `CachedGemmaAttention` (Gemma 1 and 2) as our
+    `GroupedQueryAttention`.
+
+    Args:
+        head_dim, num_query_heads, num_key_value_heads, kernel_initializer,
+        logit_soft_cap, use_sliding_window_attention, sliding_window_size,
+        query_head_dim_normalize, dropout: keras-hub's `CachedGemmaAttention`'s
+            (`query_head_dim_normalize` must be True, as keras-hub's block
+            always gives it).
+        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
+            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+    """
+
+    def __init__(
+        self,
+        head_dim,
+        num_query_heads,
+        num_key_value_heads,
+        kernel_initializer="glorot_uniform",
+        logit_soft_cap=None,
+        use_sliding_window_attention=False,
+        sliding_window_size=4096,
+        query_head_dim_normalize=True,
+        dropout=0,
+        **kwargs,
+    ):
+        _scale_checked(query_head_dim_normalize, "CachedGemmaAttention")
+        super().__init__(
+            {
+                "head_dim": head_dim,
+                "num_query_heads": num_query_heads,
+                "num_key_value_heads": num_key_value_heads,
+                "kernel_initializer": keras.initializers.serialize(
+                    keras.initializers.get(kernel_initializer)
+                ),
+                "logit_soft_cap": logit_soft_cap,
+                "use_sliding_window_attention": use_sliding_window_attention,
+                "sliding_window_size": sliding_window_size,
+                "query_head_dim_normalize": query_head_dim_normalize,
+                "dropout": dropout,
+            },
+            rotary_embedding=GemmaRotaryEmbedding(
+                max_wavelength=10_000.0, dtype=kwargs.get("dtype")
+            ),
+            **_gemma_arguments(
+                head_dim,
+                num_query_heads,
+                num_key_value_heads,
+                kernel_initializer,
+                logit_soft_cap,
+                sliding_window_size if use_sliding_window_attention else None,
+                dropout,
+            ),
+            **kwargs,
+        )
+
+
+class Gemma3Attention(KerasHubAttention):
+    """keras-hub's `CachedGemma3Attention` as our `GroupedQueryAttention`:
+    Gemma's attention, with keras-hub's RMS norms of the projected queries
+    and keys (`query_norm`, `key_norm`; built right after their projection,
+    where keras-hub builds them after the value's), its rotary embedding with
+    the layer's wavelength and scaling, keras-hub's cache layout (the pair
+    `(keys, values)`) and `cache_update_mask`, and bidirectional attention.
+
+    Args:
+        head_dim, num_query_heads, num_key_value_heads, kernel_initializer,
+        logit_soft_cap, use_sliding_window_attention, sliding_window_size,
+        query_head_dim_normalize, use_query_key_norm, layer_norm_epsilon,
+        rope_wavelength, rope_scaling_factor, use_bidirectional_attention,
+        dropout: keras-hub's `CachedGemma3Attention`'s
+            (`query_head_dim_normalize` must be True, as keras-hub's block
+            always gives it).
+        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
+            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+    """
+
+    def __init__(
+        self,
+        head_dim,
+        num_query_heads,
+        num_key_value_heads,
+        kernel_initializer="glorot_uniform",
+        logit_soft_cap=None,
+        use_sliding_window_attention=False,
+        sliding_window_size=4096,
+        query_head_dim_normalize=True,
+        use_query_key_norm=False,
+        layer_norm_epsilon=1e-6,
+        rope_wavelength=10_000.0,
+        rope_scaling_factor=1.0,
+        use_bidirectional_attention=False,
+        dropout=0,
+        **kwargs,
+    ):
+        _scale_checked(query_head_dim_normalize, "CachedGemma3Attention")
+        dtype = kwargs.get("dtype")
+        norms = {}
+        if use_query_key_norm:
+            norms = {
+                f"{name}_norm": RMSNormalization(
+                    epsilon=layer_norm_epsilon, dtype=dtype, name=f"{name}_norm"
+                )
+                for name in ("query", "key")
+            }
+        # keras-hub's bidirectional window is not symmetric (`w // 2` keys
+        # after the query, `w - w // 2 - 1` before): `call` adds it to the
+        # mask, and our layer's own (symmetric) window stays off.
+        causal_window = use_sliding_window_attention and not use_bidirectional_attention
+        super().__init__(
+            {
+                "head_dim": head_dim,
+                "num_query_heads": num_query_heads,
+                "num_key_value_heads": num_key_value_heads,
+                "kernel_initializer": keras.initializers.serialize(
+                    keras.initializers.get(kernel_initializer)
+                ),
+                "logit_soft_cap": logit_soft_cap,
+                "use_sliding_window_attention": use_sliding_window_attention,
+                "sliding_window_size": sliding_window_size,
+                "query_head_dim_normalize": query_head_dim_normalize,
+                "use_query_key_norm": use_query_key_norm,
+                "layer_norm_epsilon": layer_norm_epsilon,
+                "rope_wavelength": rope_wavelength,
+                "rope_scaling_factor": rope_scaling_factor,
+                "use_bidirectional_attention": use_bidirectional_attention,
+                "dropout": dropout,
+            },
+            rotary_embedding=RotaryEmbedding(
+                max_wavelength=rope_wavelength,
+                scaling_factor=rope_scaling_factor,
+                dtype=dtype,
+            ),
+            **norms,
+            **_gemma_arguments(
+                head_dim,
+                num_query_heads,
+                num_key_value_heads,
+                kernel_initializer,
+                logit_soft_cap,
+                sliding_window_size if causal_window else None,
+                dropout,
+            ),
+            **kwargs,
+        )
+        self.bidirectional_window = (
+            sliding_window_size
+            if use_sliding_window_attention and use_bidirectional_attention
+            else None
+        )
+
+    def call(
+        self,
+        hidden_states,
+        attention_mask=None,
+        cache=None,
+        cache_update_index=None,
+        cache_update_mask=None,
+        training=None,
+    ):
+        """keras-hub's call; `cache_update_mask` `(B, T)`: where False, the
+        cache keeps its entries at the new positions (keras-hub's Gemma 3
+        `generate` keeps the prefilled prompt's, in the rows still reading
+        their prompt; their outputs there are not used)."""
+        if self.bidirectional_window is not None and attention_mask is not None:
+            attention_mask = _with_bidirectional_window(
+                attention_mask, self.bidirectional_window
+            )
+        result = super().call(
+            hidden_states,
+            attention_mask=attention_mask,
+            cache=cache,
+            cache_update_index=cache_update_index,
+            training=training,
+        )
+        if cache is None or cache_update_mask is None:
+            return result
+        output, new_cache = result
+        start = 0 if cache_update_index is None else cache_update_index
+        length = ops.shape(hidden_states)[1]
+        return output, _keep_unmasked_updates(
+            cache, new_cache, start, length, cache_update_mask
+        )
+
+
+def _with_bidirectional_window(mask, window):
+    """keras-hub's dense `(B, T, T)` mask of a bidirectional layer and its
+    window: query `i` attends to keys `j` with `-(window // 2) <= i - j <=
+    window - window // 2 - 1`."""
+    if isinstance(mask, DecoderMask):
+        raise ValueError(
+            "A bidirectional Gemma 3 layer takes keras-hub's dense mask; "
+            "received a DecoderMask."
+        )
+    length = ops.shape(mask)[-1]
+    positions = ops.arange(length, dtype="int32")
+    distance = positions[:, None] - positions[None, :]
+    right = window // 2
+    band = ops.logical_and(distance <= window - right - 1, distance >= -right)
+    return ops.logical_and(ops.cast(mask, "bool"), band[None])
+
+
+def _keep_unmasked_updates(old, new, start, length, update_mask):
+    """The pair cache `new` with the entries at `[start, start + length)` of
+    the rows `update_mask` `(B, length)` holds False taken back from
+    `old`."""
+    if not isinstance(new, (tuple, list)) or len(ops.shape(new[0])) != 4:
+        raise ValueError(
+            "`cache_update_mask` takes keras-hub's pair cache (keys, values) "
+            "of (batch, max_length, num_key_value_heads, head_dim) tensors."
+        )
+    keep = ops.cast(update_mask, "bool")[:, :, None, None]
+    parts = []
+    for before, after in zip(old, new, strict=True):
+        size = (ops.shape(after)[0], length, *ops.shape(after)[2:])
+        updated = ops.where(
+            keep,
+            ops.slice(after, (0, start, 0, 0), size),
+            ops.slice(before, (0, start, 0, 0), size),
+        )
+        parts.append(ops.slice_update(after, (0, start, 0, 0), updated))
+    return type(new)(parts)
+
+
+class GemmaDecoderBlock(gemma_decoder_block.GemmaDecoderBlock):
+    """keras-hub's Gemma block, handing its attention the mask's parts."""
+
+    def _compute_attention_mask(self, x, padding_mask, cache, cache_update_index):
+        if padding_mask is None:
+            padding_mask = get_keras_mask(x)
+        return DecoderMask(padding_mask)
+
+
+class Gemma3DecoderBlock(gemma3_decoder_block.Gemma3DecoderBlock):
+    """keras-hub's Gemma 3 block, handing its attention the mask's parts;
+    keras-hub's dense mask where images attend both ways or the block is
+    bidirectional (an embedding model)."""
+
+    def _compute_attention_mask(
+        self, x, padding_mask, vision_mask, cache, cache_update_index
+    ):
+        if vision_mask is not None or self.use_bidirectional_attention:
+            return super()._compute_attention_mask(
+                x, padding_mask, vision_mask, cache, cache_update_index
+            )
+        if padding_mask is None:
+            padding_mask = get_keras_mask(x)
+        return DecoderMask(padding_mask)
+
+
+FAMILIES = (
+    Family(
+        name="Gemma",
+        backbones=("keras_hub.src.models.gemma.gemma_backbone:GemmaBackbone",),
+        replacements={
+            "keras_hub.src.models.gemma.gemma_decoder_block:CachedGemmaAttention": (
+                GemmaAttention
+            ),
+            "keras_hub.src.models.gemma.gemma_backbone:GemmaDecoderBlock": (
+                GemmaDecoderBlock
+            ),
+        },
+    ),
+    Family(
+        name="Gemma 3",
+        backbones=("keras_hub.src.models.gemma3.gemma3_backbone:Gemma3Backbone",),
+        replacements={
+            "keras_hub.src.models.gemma3.gemma3_decoder_block:CachedGemma3Attention": (
+                Gemma3Attention
+            ),
+            "keras_hub.src.models.gemma3.gemma3_backbone:Gemma3DecoderBlock": (
+                Gemma3DecoderBlock
+            ),
+        },
+    ),
+)
