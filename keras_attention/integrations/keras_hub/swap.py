@@ -75,11 +75,16 @@ def _resolve(path):
 
 def _with_options(ours, options):
     """`ours`, or for an attention layer class a factory that adds
-    `options` to the arguments keras-hub's block gives it."""
-    if not options or not getattr(ours, "takes_attention_options", False):
+    `options` to the arguments keras-hub's block gives it; for a block class
+    naming an `attention_options_argument` (one that makes its attention
+    itself), a factory that gives it `options` as that argument."""
+    keyword = getattr(ours, "attention_options_argument", None)
+    if not options or not (keyword or getattr(ours, "takes_attention_options", False)):
         return ours
 
     def build(*args, **kwargs):
+        if keyword:
+            return ours(*args, **{keyword: options}, **kwargs)
         return ours(*args, **{**options, **kwargs})
 
     return build
