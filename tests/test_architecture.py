@@ -30,7 +30,7 @@ ALLOWED = {
     "decoding": {"_checks", "utils", "ops"},
     "speculative": {"_checks", "utils", "ops", "decoding"},
     "evaluation": {"_checks", "utils", "ops", "layers", "models"},
-    "integrations": {"_checks", "utils", "ops", "layers", "decoding"},
+    "integrations": {"_checks", "utils", "ops", "layers", "decoding", "speculative"},
 }
 
 
