@@ -151,19 +151,22 @@ def test_saves_and_loads_in_safe_mode_with_our_attention(tmp_path):
     np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(swapped(x)))
 
 
-def test_lora_and_quantization_apply_after_the_swap():
-    original = backbone()
-    swapped = swap_attention(original)
+def test_lora_applies_after_the_swap():
+    swapped = swap_attention(backbone())
     swapped.enable_lora(2)
     lora = [w.path for w in swapped.trainable_weights]
     assert any("self_attention/query/lora_kernel_a" in p for p in lora)
     assert any("self_attention/value/lora_kernel_b" in p for p in lora)
-    quantized, reference = (
-        swap_attention(backbone(num_layers=1)),
-        backbone(num_layers=1),
-    )
+
+
+def test_quantization_applies_after_the_swap():
+    reference = backbone(num_layers=1)
+    quantized = swap_attention(reference)
+    try:
+        reference.quantize("int8")
+    except TypeError as error:  # keras-hub 0.23's embedding under Keras 3.15
+        pytest.skip(f"keras-hub's own model does not quantize here: {error}")
     quantized.quantize("int8")
-    reference.quantize("int8")
     x = inputs()
     np.testing.assert_allclose(
         np.asarray(quantized(x))[:, :9], np.asarray(reference(x))[:, :9], atol=1e-4
