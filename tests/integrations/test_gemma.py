@@ -186,8 +186,9 @@ def test_greedy_generate_gives_keras_hubs_tokens(name):
         prompt["images"] = np.zeros((2, 0, 16, 16, 3), "float32")
     for model in (original, swapped):
         model.compile(sampler="greedy")
-    expected = np.asarray(original.generate(prompt, stop_token_ids=None)["token_ids"])
-    got = np.asarray(swapped.generate(prompt, stop_token_ids=None)["token_ids"])
+    numpy = keras.ops.convert_to_numpy
+    expected = numpy(original.generate(prompt, stop_token_ids=None)["token_ids"])
+    got = numpy(swapped.generate(prompt, stop_token_ids=None)["token_ids"])
     np.testing.assert_array_equal(got, expected)
     assert not np.array_equal(expected[:, 5:], prompt["token_ids"][:, 5:])
 
@@ -216,14 +217,13 @@ def test_gemma3_cache_is_keras_hubs_pair():
         cache_update_mask=keep,
     )
     assert isinstance(new_cache, tuple) and len(new_cache) == 2
+    numpy = keras.ops.convert_to_numpy
     for got, want in zip(new_cache, expected[1], strict=True):
-        got, want = np.asarray(got), np.asarray(want)
+        got, want = numpy(got), numpy(want)
         assert got.shape == shape
         np.testing.assert_allclose(got, want, atol=2e-5)
         assert np.abs(got[0, 2]).max() > 0 and np.all(got[1] == 0)
-    np.testing.assert_allclose(
-        np.asarray(output)[0], np.asarray(expected[0])[0], atol=2e-5
-    )
+    np.testing.assert_allclose(numpy(output)[0], numpy(expected[0])[0], atol=2e-5)
 
 
 def test_variable_paths_and_weight_order():
@@ -306,6 +306,31 @@ def test_blocks_hand_the_attention_the_mask_parts():
         mask = block._compute_attention_mask(*arguments)
         assert isinstance(mask, DecoderMask) and mask.causal
         assert mask.padding_mask is padding and mask.attention_mask is None
+
+
+def test_keras_hubs_window_method_gives_its_band():
+    # keras-hub's tests read the window through `_mask_sliding_window`; a
+    # bidirectional layer's (an embedding model's) is square, without a
+    # cache.
+    full = keras.ops.ones((1, 6, 6), "bool")
+    cases = [
+        ("gemma2", False, (0, 2)),
+        ("gemma3", False, (0, 2)),
+        ("gemma3", True, (0,)),
+    ]
+    for name, bidirectional, indices in cases:
+        overrides = {"sliding_window_size": 4}
+        if bidirectional:
+            overrides["use_bidirectional_attention"] = True
+        original = backbone(name, **overrides).transformer_layers[0].attention
+        swapped = swap_attention(backbone(name, **overrides))
+        ours = swapped.transformer_layers[0].attention
+        for index in indices:
+            mask = full[:, index:]
+            np.testing.assert_array_equal(
+                keras.ops.convert_to_numpy(ours._mask_sliding_window(mask, index)),
+                keras.ops.convert_to_numpy(original._mask_sliding_window(mask, index)),
+            )
 
 
 def test_swapped_class_and_an_unsupported_scale():

@@ -34,13 +34,15 @@ from keras_hub.src.models.gemma3.gemma3_layers import RMSNormalization
 from keras_attention.integrations.keras_hub.attention import KerasHubAttention
 from keras_attention.integrations.keras_hub.masks import DecoderMask
 from keras_attention.integrations.keras_hub.swap import Family
+from keras_attention.ops import sliding_window_mask
 from keras_attention.utils.keras_internals import get_keras_mask
 
 
 class GemmaRotaryEmbedding(RotaryEmbedding):
     """keras-hub's `RotaryEmbedding` in the layout of keras-hub's Gemma 1 and
-    2 attention: the rotated halves interleaved (`[a0, b0, a1, b1, ...]`),
-    as the original Gemma implementation orders them.
+    2 attention: the rotated halves interleaved (`[a0, b0, a1, b1, ...]`).
+    Queries and keys permuted alike keep their scores; the cached keys are
+    then keras-hub's.
 
     Args:
         **kwargs: `RotaryEmbedding`'s arguments.
@@ -87,7 +89,27 @@ def _gemma_arguments(
     }
 
 
-class GemmaAttention(KerasHubAttention):
+class _KerasHubWindow:
+    """keras-hub's `_mask_sliding_window`, which its tests call on the
+    attention layer: the layer itself applies its window in the attention
+    (on the chunked path by skipping tiles), not through this mask."""
+
+    def _mask_sliding_window(self, attention_mask, cache_update_index=0):
+        """`attention_mask` `(B, T, S)` within this layer's window: keys
+        `|i - j| < sliding_window_size` of query `i` (from
+        `cache_update_index`), or, bidirectional, keras-hub's band."""
+        config = self.keras_hub_config
+        window = config["sliding_window_size"]
+        if config.get("use_bidirectional_attention"):
+            return _with_bidirectional_window(attention_mask, window)
+        _, query_length, key_length = ops.shape(attention_mask)
+        band = sliding_window_mask(
+            query_length, key_length, window, offset=cache_update_index
+        )
+        return ops.logical_and(ops.cast(attention_mask, "bool"), band[None])
+
+
+class GemmaAttention(_KerasHubWindow, KerasHubAttention):
     """keras-hub's `CachedGemmaAttention` (Gemma 1 and 2) as our
     `GroupedQueryAttention`.
 
@@ -145,7 +167,7 @@ class GemmaAttention(KerasHubAttention):
         )
 
 
-class Gemma3Attention(KerasHubAttention):
+class Gemma3Attention(_KerasHubWindow, KerasHubAttention):
     """keras-hub's `CachedGemma3Attention` as our `GroupedQueryAttention`:
     Gemma's attention, with keras-hub's RMS norms of the projected queries
     and keys (`query_norm`, `key_norm`; built right after their projection,
