@@ -193,6 +193,10 @@ def test_greedy_generate_gives_keras_hubs_tokens(name):
     assert not np.array_equal(expected[:, 5:], prompt["token_ids"][:, 5:])
 
 
+@pytest.mark.skipif(
+    tuple(int(part) for part in keras_hub.__version__.split(".")[:2]) < (0, 26),
+    reason="keras-hub's Gemma 3 cache is a pair from 0.26 (stacked before)",
+)
 def test_gemma3_cache_is_keras_hubs_pair():
     original = causal_lm("gemma3", num_layers=1)
     swapped = swap_attention(original)
@@ -287,8 +291,11 @@ def test_lora_and_quantization_apply_after_the_swap():
     assert any("attention/value/lora_kernel_b" in p for p in lora)
     reference = backbone("gemma2", num_layers=1)
     quantized = swap_attention(reference)
+    try:
+        reference.quantize("int8")
+    except TypeError as error:  # keras-hub 0.23's embedding under Keras 3.15
+        pytest.skip(f"keras-hub's own model does not quantize here: {error}")
     quantized.quantize("int8")
-    reference.quantize("int8")
     x = inputs()
     np.testing.assert_allclose(
         outputs(quantized, x, 9), outputs(reference, x, 9), atol=1e-4

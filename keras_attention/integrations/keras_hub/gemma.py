@@ -29,7 +29,10 @@ from keras import ops
 from keras_hub.src.layers.modeling.rotary_embedding import RotaryEmbedding
 from keras_hub.src.models.gemma import gemma_decoder_block
 from keras_hub.src.models.gemma3 import gemma3_decoder_block
-from keras_hub.src.models.gemma3.gemma3_layers import RMSNormalization
+
+# The norm keras-hub's Gemma 3 attention uses, where it imports it from (its
+# module moved in keras-hub 0.26).
+from keras_hub.src.models.gemma3.gemma3_attention import RMSNormalization
 
 from keras_attention.integrations.keras_hub.attention import KerasHubAttention
 from keras_attention.integrations.keras_hub.masks import DecoderMask
@@ -313,25 +316,38 @@ def _with_bidirectional_window(mask, window):
 
 
 def _keep_unmasked_updates(old, new, start, length, update_mask):
-    """The pair cache `new` with the entries at `[start, start + length)` of
-    the rows `update_mask` `(B, length)` holds False taken back from
-    `old`."""
-    if not isinstance(new, (tuple, list)) or len(ops.shape(new[0])) != 4:
-        raise ValueError(
-            "`cache_update_mask` takes keras-hub's pair cache (keys, values) "
-            "of (batch, max_length, num_key_value_heads, head_dim) tensors."
+    """The cache `new` with the entries at `[start, start + length)` of the
+    rows `update_mask` `(B, length)` holds False taken back from `old`:
+    keras-hub's pair cache (keys, values) of `(B, S, N, H)` tensors, or the
+    stacked `(B, 2, S, N, H)` one of its releases before 0.26."""
+    keep = ops.cast(update_mask, "bool")
+    if isinstance(new, (tuple, list)) and len(ops.shape(new[0])) == 4:
+        mask = keep[:, :, None, None]
+        return type(new)(
+            _keep_slice(before, after, start, length, mask, axis=1)
+            for before, after in zip(old, new, strict=True)
         )
-    keep = ops.cast(update_mask, "bool")[:, :, None, None]
-    parts = []
-    for before, after in zip(old, new, strict=True):
-        size = (ops.shape(after)[0], length, *ops.shape(after)[2:])
-        updated = ops.where(
-            keep,
-            ops.slice(after, (0, start, 0, 0), size),
-            ops.slice(before, (0, start, 0, 0), size),
-        )
-        parts.append(ops.slice_update(after, (0, start, 0, 0), updated))
-    return type(new)(parts)
+    if not isinstance(new, (tuple, list)) and len(ops.shape(new)) == 5:
+        mask = keep[:, None, :, None, None]
+        return _keep_slice(old, new, start, length, mask, axis=2)
+    raise ValueError(
+        "`cache_update_mask` takes keras-hub's cache: the pair (keys, "
+        "values) of (batch, max_length, num_key_value_heads, head_dim) "
+        "tensors, or the stacked (batch, 2, max_length, num_key_value_heads, "
+        "head_dim) tensor."
+    )
+
+
+def _keep_slice(before, after, start, length, keep, axis):
+    """`after` with its `length` entries from `start` along `axis` taken from
+    `before` where `keep` is False."""
+    shape = ops.shape(after)
+    corner = tuple(start if i == axis else 0 for i in range(len(shape)))
+    size = tuple(length if i == axis else d for i, d in enumerate(shape))
+    updated = ops.where(
+        keep, ops.slice(after, corner, size), ops.slice(before, corner, size)
+    )
+    return ops.slice_update(after, corner, updated)
 
 
 class GemmaDecoderBlock(gemma_decoder_block.GemmaDecoderBlock):
