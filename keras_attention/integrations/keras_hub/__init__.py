@@ -12,9 +12,6 @@ whose classes the installed keras-hub lacks is left out of `FAMILIES` and
 named in `UNAVAILABLE`.
 """
 
-OLDEST_TESTED = "0.23.0"
-NEWEST_TESTED = "0.32.0"
-
 try:
     import keras_hub
 except ImportError as error:  # pragma: no cover - depends on the install
@@ -31,6 +28,9 @@ from keras_attention.integrations.keras_hub.swap import (
     copy_weights,
     swapped_backbone_class,
 )
+
+OLDEST_TESTED = "0.23.0"
+NEWEST_TESTED = "0.32.0"
 
 
 def _families():
