@@ -11,9 +11,8 @@ from keras_hub.src.models.llama import llama_decoder
 from keras_hub.src.models.llama.llama_rotary_embedding import LlamaRotaryEmbedding
 
 from keras_attention.integrations.keras_hub.attention import KerasHubAttention
-from keras_attention.integrations.keras_hub.masks import DecoderMask
+from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import Family
-from keras_attention.utils.keras_internals import get_keras_mask
 
 
 class LlamaAttention(KerasHubAttention):
@@ -74,20 +73,8 @@ class LlamaAttention(KerasHubAttention):
         )
 
 
-class LlamaTransformerDecoder(llama_decoder.LlamaTransformerDecoder):
+class LlamaTransformerDecoder(HandsMaskParts, llama_decoder.LlamaTransformerDecoder):
     """keras-hub's Llama block, handing its attention the mask's parts."""
-
-    def _compute_self_attention_mask(
-        self,
-        decoder_sequence,
-        decoder_padding_mask,
-        decoder_attention_mask,
-        self_attention_cache,
-        self_attention_cache_update_index,
-    ):
-        if decoder_padding_mask is None:
-            decoder_padding_mask = get_keras_mask(decoder_sequence)
-        return DecoderMask(decoder_padding_mask, decoder_attention_mask)
 
 
 FAMILIES = (

@@ -12,6 +12,8 @@ turns into our layers' own arguments (`use_causal_mask`, `key_mask`,
 
 from keras import ops
 
+from keras_attention.utils.keras_internals import get_keras_mask
+
 
 class DecoderMask:
     """The parts of a decoder block's self-attention mask.
@@ -29,6 +31,28 @@ class DecoderMask:
         self.padding_mask = padding_mask
         self.attention_mask = attention_mask
         self.causal = causal
+
+
+class HandsMaskParts:
+    """Mixin for a keras-hub decoder block (Llama, Mistral, Mixtral, Phi-3,
+    Qwen): its `_compute_self_attention_mask`, which keras-hub's `call` asks
+    for the self-attention mask, returns the parts (`DecoderMask`: the
+    padding, else the sequence's Keras mask, and a caller's mask; the
+    attention adds the causal mask from the cache index, and its window)
+    instead of keras-hub's dense mask. The cache arguments, whatever a
+    family names them, are not needed."""
+
+    def _compute_self_attention_mask(
+        self,
+        decoder_sequence,
+        decoder_padding_mask=None,
+        decoder_attention_mask=None,
+        *cache_arguments,
+        **cache_keyword_arguments,
+    ):
+        if decoder_padding_mask is None:
+            decoder_padding_mask = get_keras_mask(decoder_sequence)
+        return DecoderMask(decoder_padding_mask, decoder_attention_mask)
 
 
 def attention_call_arguments(mask, query, cache, packed=False):

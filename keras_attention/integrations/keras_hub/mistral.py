@@ -17,9 +17,8 @@ from keras_hub.src.layers.modeling.rotary_embedding import RotaryEmbedding
 from keras_hub.src.models.mistral import mistral_transformer_decoder
 
 from keras_attention.integrations.keras_hub.attention import KerasHubAttention
-from keras_attention.integrations.keras_hub.masks import DecoderMask
+from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import Family
-from keras_attention.utils.keras_internals import get_keras_mask
 
 
 class MistralAttention(KerasHubAttention):
@@ -107,30 +106,11 @@ def sliding_window_attention_arguments(
     }
 
 
-def decoder_mask(decoder_sequence, decoder_padding_mask, decoder_attention_mask):
-    """The `DecoderMask` of a keras-hub decoder block's self-attention: its
-    padding (else the sequence's Keras mask) and a caller's mask; the
-    attention adds the causal mask and its window."""
-    if decoder_padding_mask is None:
-        decoder_padding_mask = get_keras_mask(decoder_sequence)
-    return DecoderMask(decoder_padding_mask, decoder_attention_mask)
-
-
-class MistralTransformerDecoder(mistral_transformer_decoder.MistralTransformerDecoder):
+class MistralTransformerDecoder(
+    HandsMaskParts, mistral_transformer_decoder.MistralTransformerDecoder
+):
     """keras-hub's Mistral block, handing its attention the mask's parts (the
     window is the attention's own)."""
-
-    def _compute_self_attention_mask(
-        self,
-        decoder_sequence,
-        decoder_padding_mask,
-        decoder_attention_mask,
-        self_attention_cache,
-        self_attention_cache_update_index,
-    ):
-        return decoder_mask(
-            decoder_sequence, decoder_padding_mask, decoder_attention_mask
-        )
 
 
 FAMILIES = (

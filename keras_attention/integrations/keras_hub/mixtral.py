@@ -13,8 +13,8 @@ import keras
 from keras_hub.src.models.mixtral import mixtral_decoder
 
 from keras_attention.integrations.keras_hub.attention import KerasHubAttention
+from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.mistral import (
-    decoder_mask,
     sliding_window_attention_arguments,
 )
 from keras_attention.integrations.keras_hub.swap import Family
@@ -73,21 +73,11 @@ class MixtralAttention(KerasHubAttention):
         )
 
 
-class MixtralTransformerDecoder(mixtral_decoder.MixtralTransformerDecoder):
+class MixtralTransformerDecoder(
+    HandsMaskParts, mixtral_decoder.MixtralTransformerDecoder
+):
     """keras-hub's Mixtral block, handing its attention the mask's parts (the
     window is the attention's own)."""
-
-    def _compute_self_attention_mask(
-        self,
-        decoder_sequence,
-        decoder_padding_mask,
-        decoder_attention_mask,
-        self_attention_cache,
-        self_attention_cache_update_index,
-    ):
-        return decoder_mask(
-            decoder_sequence, decoder_padding_mask, decoder_attention_mask
-        )
 
 
 FAMILIES = (

@@ -22,9 +22,8 @@ from keras_hub.src.models.phi3.phi3_rotary_embedding import (
 )
 
 from keras_attention.integrations.keras_hub.attention import KerasHubAttention
-from keras_attention.integrations.keras_hub.masks import DecoderMask
+from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import Family
-from keras_attention.utils.keras_internals import get_keras_mask
 
 
 class Phi3Attention(KerasHubAttention):
@@ -116,20 +115,8 @@ class Phi3Attention(KerasHubAttention):
         super().build(inputs_shape, value_shape, key_shape)
 
 
-class Phi3Decoder(phi3_decoder.Phi3Decoder):
+class Phi3Decoder(HandsMaskParts, phi3_decoder.Phi3Decoder):
     """keras-hub's Phi-3 block, handing its attention the mask's parts."""
-
-    def _compute_self_attention_mask(
-        self,
-        decoder_sequence,
-        decoder_padding_mask,
-        decoder_attention_mask,
-        attention_cache,
-        attention_cache_update_index,
-    ):
-        if decoder_padding_mask is None:
-            decoder_padding_mask = get_keras_mask(decoder_sequence)
-        return DecoderMask(decoder_padding_mask, decoder_attention_mask)
 
 
 FAMILIES = (

@@ -34,9 +34,8 @@ from keras_hub.src.models.qwen3_moe.qwen3_moe_layernorm import Qwen3MoeLayerNorm
 from keras_hub.src.models.qwen_moe import qwen_moe_decoder
 
 from keras_attention.integrations.keras_hub.attention import KerasHubAttention
-from keras_attention.integrations.keras_hub.masks import DecoderMask
+from keras_attention.integrations.keras_hub.masks import DecoderMask, HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import Family
-from keras_attention.utils.keras_internals import get_keras_mask
 
 
 def _initializer_config(initializer):
@@ -210,23 +209,6 @@ class Qwen3MoeAttention(Qwen3Attention):
         super().__init__(*args, layer_norm_epsilon=layer_norm_epsilon, **kwargs)
 
 
-class _HandsMaskParts:
-    """The `_compute_self_attention_mask` of the swapped Qwen blocks: the
-    mask's parts (`DecoderMask`) instead of keras-hub's dense mask."""
-
-    def _compute_self_attention_mask(
-        self,
-        decoder_sequence,
-        decoder_padding_mask,
-        decoder_attention_mask,
-        self_attention_cache,
-        self_attention_cache_update_index,
-    ):
-        if decoder_padding_mask is None:
-            decoder_padding_mask = get_keras_mask(decoder_sequence)
-        return DecoderMask(decoder_padding_mask, decoder_attention_mask)
-
-
 def dense_mask(mask, hidden_states):
     """keras-hub's dense `(B, T, T)` self-attention mask (True = attend) of a
     `DecoderMask` over `hidden_states` `(B, T, dim)` without a cache: the
@@ -242,16 +224,16 @@ def dense_mask(mask, hidden_states):
     return ops.broadcast_to(dense, (ops.shape(hidden_states)[0], length, length))
 
 
-class QwenTransformerDecoder(_HandsMaskParts, qwen_decoder.QwenTransformerDecoder):
+class QwenTransformerDecoder(HandsMaskParts, qwen_decoder.QwenTransformerDecoder):
     """keras-hub's Qwen 2 block, handing its attention the mask's parts."""
 
 
-class Qwen3TransformerDecoder(_HandsMaskParts, qwen3_decoder.Qwen3TransformerDecoder):
+class Qwen3TransformerDecoder(HandsMaskParts, qwen3_decoder.Qwen3TransformerDecoder):
     """keras-hub's Qwen 3 block, handing its attention the mask's parts."""
 
 
 class QwenMoeTransformerDecoder(
-    _HandsMaskParts, qwen_moe_decoder.QwenMoeTransformerDecoder
+    HandsMaskParts, qwen_moe_decoder.QwenMoeTransformerDecoder
 ):
     """keras-hub's Qwen MoE block, handing its attention the mask's parts
     (its experts' load-balancing loss gets keras-hub's dense mask, see
@@ -259,7 +241,7 @@ class QwenMoeTransformerDecoder(
 
 
 class Qwen3MoeTransformerDecoder(
-    _HandsMaskParts, qwen3_moe_decoder.Qwen3MoeTransformerDecoder
+    HandsMaskParts, qwen3_moe_decoder.Qwen3MoeTransformerDecoder
 ):
     """keras-hub's Qwen 3 MoE block, handing its attention the mask's parts
     (its experts' load-balancing loss gets keras-hub's dense mask, see
