@@ -58,7 +58,11 @@ class GroupedQueryAttention(MultiHeadAttention):
             `attention_positions`, `max_wavelength`, `alibi_bias_max`,
             `cache_dtype`: `"int8"` for a quantized decoding cache, about 4x
             smaller than float32, `2 * num_key_value_heads * (head_dim + 2)`
-            bytes per token) and the base layer arguments.
+            bytes per token; the options pretrained models need: `scale`,
+            `soft_cap`, `query_norm`, `key_norm`, `rotary_embedding`,
+            `output_dropout`, `use_output_bias`, `kernel_layout`) and the
+            base layer arguments. `head_dim=None` settles the head size in
+            `build` (the input's width divided by `num_query_heads`).
 
     Call arguments:
         Those of `MultiHeadAttention`: `query`, `value`, `key`, the masks,

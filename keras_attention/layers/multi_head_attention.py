@@ -183,7 +183,30 @@ class MultiHeadAttention(
             `(key_dim + 2) / (4 * key_dim)` of it, 0.28x at `key_dim=16`,
             0.26x at 64. Each value is off by at most half a step,
             `max|row| / 254` (and the scale's 0.034%).
-        **kwargs: base layer arguments.
+        scale: the scores' scale (default `1 / sqrt(key_dim)`).
+        soft_cap: if set, the scaled scores `s` become `soft_cap *
+            tanh(s / soft_cap)` (Gemma 2), on every path, tile by tile on the
+            chunked one.
+        query_norm, key_norm: layers applied to the projected queries and
+            keys `(B, T, heads, key_dim)` before the rotary encoding (Qwen
+            3's and Gemma 3's RMS norms); each is built, and its weights
+            placed, right after its projection's.
+        rotary_embedding: a rotary layer of the model's own (e.g.
+            keras-hub's Llama 3.1, LongRoPE or scaled rotary), called as
+            `layer(x, start_index=..., positions=...)` on the projected
+            queries and keys, in place of `attention_positions`.
+        output_dropout: dropout rate on the attention output, before the
+            output projection (keras-hub's place; unlike `dropout` it needs
+            no weights, so the memory-efficient path stays open).
+        use_output_bias: whether the output projection has a bias (None:
+            as `use_bias`; Qwen 2 has biases on the query, key and value
+            only).
+        kernel_layout: `"input_first"`, Keras' `(dim, heads, size)` query,
+            key and value kernels, or `"heads_first"`, Gemma's `(heads,
+            dim, size)`.
+        **kwargs: base layer arguments. `key_dim=None` (with `value_dim`
+            None) settles the head size in `build` as the query's last axis
+            divided by `num_heads`, as keras-hub's models do.
 
     Call arguments:
         query: `(B, T, dim)` (or `(B, ..., dim)` with `attention_axes`).
