@@ -223,3 +223,22 @@ def test_options_under_jit_compile_and_mixed_precision():
     model.compile(jit_compile=keras.config.backend() != "torch")
     compiled = model.predict(inputs, verbose=0)
     close(ops.cast(eager, "float32"), compiled, 3e-2)
+
+
+def test_options_under_a_16_bit_floatx(floatx):
+    """`keras.config.set_floatx("bfloat16")` (or float16): the options keep
+    the layer's dtype and its outputs finite, causal rows included."""
+    inputs = ops.cast(x(), floatx)
+    attention = layer(
+        soft_cap=2.0,
+        scale=0.3,
+        query_norm=keras.layers.LayerNormalization(),
+        key_norm=keras.layers.LayerNormalization(),
+        rotary_embedding=RotaryEmbedding(max_wavelength=100),
+        use_output_bias=False,
+        chunk_size=4,
+    )
+    output = attention(inputs, inputs, use_causal_mask=True)
+    assert keras.backend.standardize_dtype(output.dtype) == floatx
+    assert np.isfinite(numpy(ops.cast(output, "float32"))).all()
+    assert attention.attention_path == "chunked"
