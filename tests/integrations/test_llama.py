@@ -28,6 +28,10 @@ CONFIG = {
 }
 
 
+def numpy(x):
+    return keras.ops.convert_to_numpy(x)
+
+
 def backbone(cls=None, **overrides):
     keras.utils.set_random_seed(0)
     cls = cls or keras_hub.models.LlamaBackbone
@@ -58,7 +62,7 @@ def test_backbone_outputs_equal_keras_hubs(cls):
     assert isinstance(swapped, cls) and type(swapped) is not cls
     assert all(isinstance(a, LlamaAttention) for a in attention_layers(swapped))
     x = inputs()
-    expected, got = np.asarray(original(x)), np.asarray(swapped(x))
+    expected, got = numpy(original(x)), numpy(swapped(x))
     np.testing.assert_allclose(got[:, :9], expected[:, :9], atol=2e-5)
 
 
@@ -73,11 +77,11 @@ def test_llama_31_frequency_adjustment_is_kept():
     original = backbone(**adjusted)
     x = inputs(length=40, real=40)
     np.testing.assert_allclose(
-        np.asarray(swap_attention(original)(x)), np.asarray(original(x)), atol=2e-5
+        numpy(swap_attention(original)(x)), numpy(original(x)), atol=2e-5
     )
     # The adjustment changes the outputs: the comparison above sees it.
     plain = backbone(rope_max_wavelength=500)
-    assert np.abs(np.asarray(plain(x)) - np.asarray(original(x))).max() > 1e-3
+    assert np.abs(numpy(plain(x)) - numpy(original(x))).max() > 1e-3
 
 
 def test_variable_paths_and_weight_order_are_keras_hubs():
@@ -102,7 +106,7 @@ def test_long_inputs_take_the_chunked_path():
     swapped = swap_attention(original, chunk_size=8)
     x = inputs(length=40, real=33)
     np.testing.assert_allclose(
-        np.asarray(swapped(x))[:, :33], np.asarray(original(x))[:, :33], atol=2e-5
+        numpy(swapped(x))[:, :33], numpy(original(x))[:, :33], atol=2e-5
     )
     assert {a.attention_path for a in attention_layers(swapped)} == {"chunked"}
 
@@ -131,12 +135,12 @@ def test_packed_documents_equal_each_document_alone():
         "token_ids": np.concatenate([first, second, np.zeros((1, 3), int)], 1),
         "padding_mask": np.array([[1] * 5 + [2] * 4 + [0] * 3], "int32"),
     }
-    packed = np.asarray(swapped(row))
+    packed = numpy(swapped(row))
     for document, where in ((first, slice(0, 5)), (second, slice(5, 9))):
         alone = original(
             {"token_ids": document, "padding_mask": np.ones_like(document)}
         )
-        np.testing.assert_allclose(packed[:, where], np.asarray(alone), atol=2e-5)
+        np.testing.assert_allclose(packed[:, where], numpy(alone), atol=2e-5)
 
 
 def test_saves_and_loads_in_safe_mode_with_our_attention(tmp_path):
@@ -148,7 +152,7 @@ def test_saves_and_loads_in_safe_mode_with_our_attention(tmp_path):
     assert loaded.attention_options == {"chunk_size": 16}
     assert all(a.chunk_size == 16 for a in attention_layers(loaded))
     x = inputs()
-    np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(swapped(x)))
+    np.testing.assert_array_equal(numpy(loaded(x)), numpy(swapped(x)))
 
 
 def test_lora_applies_after_the_swap():
@@ -169,7 +173,7 @@ def test_quantization_applies_after_the_swap():
     quantized.quantize("int8")
     x = inputs()
     np.testing.assert_allclose(
-        np.asarray(quantized(x))[:, :9], np.asarray(reference(x))[:, :9], atol=1e-4
+        numpy(quantized(x))[:, :9], numpy(reference(x))[:, :9], atol=1e-4
     )
 
 
@@ -204,9 +208,9 @@ def test_on_a_gpu_the_swapped_blocks_take_the_fused_kernel(monkeypatch):
 
     original = backbone()
     x = inputs(length=16, real=11)
-    expected = np.asarray(original(x))
+    expected = numpy(original(x))
     monkeypatch.setattr(plan, "_jax_platform", lambda: "gpu")
     swapped = swap_attention(original, flash_attention=True)
-    got = np.asarray(swapped(x))
+    got = numpy(swapped(x))
     assert {a.attention_path for a in attention_layers(swapped)} == {"jax_pallas"}
     np.testing.assert_allclose(got[:, :11], expected[:, :11], atol=2e-5)
