@@ -8,6 +8,12 @@ from keras_attention.integrations.keras_hub.masks import attention_call_argument
 from keras_attention.layers.grouped_query_attention import GroupedQueryAttention
 
 
+def initializer_config(initializer):
+    """An initializer argument as keras-hub's layers keep it in their config:
+    serialized, whether it came as a name, a config or an object."""
+    return keras.initializers.serialize(keras.initializers.get(initializer))
+
+
 class KerasHubAttention(GroupedQueryAttention):
     """Our `GroupedQueryAttention` called as keras-hub's decoder attention
     layers are: `layer(hidden_states, attention_mask=None, cache=None,

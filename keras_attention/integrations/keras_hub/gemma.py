@@ -24,7 +24,6 @@ References:
       https://arxiv.org/abs/2503.19786)
 """
 
-import keras
 from keras import ops
 from keras_hub.src.layers.modeling.rotary_embedding import RotaryEmbedding
 from keras_hub.src.models.gemma import gemma_decoder_block
@@ -34,7 +33,10 @@ from keras_hub.src.models.gemma3 import gemma3_decoder_block
 # module moved in keras-hub 0.26).
 from keras_hub.src.models.gemma3.gemma3_attention import RMSNormalization
 
-from keras_attention.integrations.keras_hub.attention import KerasHubAttention
+from keras_attention.integrations.keras_hub.attention import (
+    KerasHubAttention,
+    initializer_config,
+)
 from keras_attention.integrations.keras_hub.masks import DecoderMask
 from keras_attention.integrations.keras_hub.swap import Family
 from keras_attention.ops import sliding_window_mask
@@ -145,9 +147,7 @@ class GemmaAttention(_KerasHubWindow, KerasHubAttention):
                 "head_dim": head_dim,
                 "num_query_heads": num_query_heads,
                 "num_key_value_heads": num_key_value_heads,
-                "kernel_initializer": keras.initializers.serialize(
-                    keras.initializers.get(kernel_initializer)
-                ),
+                "kernel_initializer": initializer_config(kernel_initializer),
                 "logit_soft_cap": logit_soft_cap,
                 "use_sliding_window_attention": use_sliding_window_attention,
                 "sliding_window_size": sliding_window_size,
@@ -227,9 +227,7 @@ class Gemma3Attention(_KerasHubWindow, KerasHubAttention):
                 "head_dim": head_dim,
                 "num_query_heads": num_query_heads,
                 "num_key_value_heads": num_key_value_heads,
-                "kernel_initializer": keras.initializers.serialize(
-                    keras.initializers.get(kernel_initializer)
-                ),
+                "kernel_initializer": initializer_config(kernel_initializer),
                 "logit_soft_cap": logit_soft_cap,
                 "use_sliding_window_attention": use_sliding_window_attention,
                 "sliding_window_size": sliding_window_size,

@@ -6,11 +6,13 @@ References:
       https://arxiv.org/abs/2407.21783)
 """
 
-import keras
 from keras_hub.src.models.llama import llama_decoder
 from keras_hub.src.models.llama.llama_rotary_embedding import LlamaRotaryEmbedding
 
-from keras_attention.integrations.keras_hub.attention import KerasHubAttention
+from keras_attention.integrations.keras_hub.attention import (
+    KerasHubAttention,
+    initializer_config,
+)
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import Family
 
@@ -57,9 +59,7 @@ class LlamaAttention(KerasHubAttention):
                 "num_query_heads": num_query_heads,
                 "num_key_value_heads": num_key_value_heads,
                 **{f"rope_{name}": value for name, value in rope.items()},
-                "kernel_initializer": keras.initializers.serialize(
-                    keras.initializers.get(kernel_initializer)
-                ),
+                "kernel_initializer": initializer_config(kernel_initializer),
                 "dropout": dropout,
             },
             head_dim=None,

@@ -12,11 +12,13 @@ References:
     - [Jiang et al., 2023. Mistral 7B](https://arxiv.org/abs/2310.06825)
 """
 
-import keras
 from keras_hub.src.layers.modeling.rotary_embedding import RotaryEmbedding
 from keras_hub.src.models.mistral import mistral_transformer_decoder
 
-from keras_attention.integrations.keras_hub.attention import KerasHubAttention
+from keras_attention.integrations.keras_hub.attention import (
+    KerasHubAttention,
+    initializer_config,
+)
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import Family
 
@@ -55,9 +57,7 @@ class MistralAttention(KerasHubAttention):
                 "num_key_value_heads": num_key_value_heads,
                 "rope_max_wavelength": rope_max_wavelength,
                 "rope_scaling_factor": rope_scaling_factor,
-                "kernel_initializer": keras.initializers.serialize(
-                    keras.initializers.get(kernel_initializer)
-                ),
+                "kernel_initializer": initializer_config(kernel_initializer),
                 "sliding_window": sliding_window,
                 "dropout": dropout,
                 "head_dim": head_dim,

@@ -9,10 +9,12 @@ References:
     - [Jiang et al., 2023. Mistral 7B](https://arxiv.org/abs/2310.06825)
 """
 
-import keras
 from keras_hub.src.models.mixtral import mixtral_decoder
 
-from keras_attention.integrations.keras_hub.attention import KerasHubAttention
+from keras_attention.integrations.keras_hub.attention import (
+    KerasHubAttention,
+    initializer_config,
+)
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.mistral import (
     sliding_window_attention_arguments,
@@ -52,9 +54,7 @@ class MixtralAttention(KerasHubAttention):
                 "num_key_value_heads": num_key_value_heads,
                 "rope_max_wavelength": rope_max_wavelength,
                 "rope_scaling_factor": rope_scaling_factor,
-                "kernel_initializer": keras.initializers.serialize(
-                    keras.initializers.get(kernel_initializer)
-                ),
+                "kernel_initializer": initializer_config(kernel_initializer),
                 "sliding_window": sliding_window,
                 "dropout": dropout,
             },

@@ -14,14 +14,16 @@ References:
       Million Tokens](https://arxiv.org/abs/2402.13753)
 """
 
-import keras
 from keras_hub.src.layers.modeling.rotary_embedding import RotaryEmbedding
 from keras_hub.src.models.phi3 import phi3_decoder
 from keras_hub.src.models.phi3.phi3_rotary_embedding import (
     Phi3SuScaledRotaryEmbedding,
 )
 
-from keras_attention.integrations.keras_hub.attention import KerasHubAttention
+from keras_attention.integrations.keras_hub.attention import (
+    KerasHubAttention,
+    initializer_config,
+)
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import Family
 
@@ -79,9 +81,7 @@ class Phi3Attention(KerasHubAttention):
             {
                 "num_query_heads": num_query_heads,
                 "num_key_value_heads": num_key_value_heads,
-                "kernel_initializer": keras.initializers.serialize(
-                    keras.initializers.get(kernel_initializer)
-                ),
+                "kernel_initializer": initializer_config(kernel_initializer),
                 "dropout": dropout,
                 "max_sequence_length": max_sequence_length,
                 "pretraining_sequence_length": pretraining_sequence_length,

@@ -23,7 +23,6 @@ References:
       https://arxiv.org/abs/2505.09388)
 """
 
-import keras
 from keras import ops
 from keras_hub.src.layers.modeling.rotary_embedding import RotaryEmbedding
 from keras_hub.src.models.qwen import qwen_decoder
@@ -33,13 +32,12 @@ from keras_hub.src.models.qwen3_moe import qwen3_moe_decoder
 from keras_hub.src.models.qwen3_moe.qwen3_moe_layernorm import Qwen3MoeLayerNorm
 from keras_hub.src.models.qwen_moe import qwen_moe_decoder
 
-from keras_attention.integrations.keras_hub.attention import KerasHubAttention
+from keras_attention.integrations.keras_hub.attention import (
+    KerasHubAttention,
+    initializer_config,
+)
 from keras_attention.integrations.keras_hub.masks import DecoderMask, HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import Family
-
-
-def _initializer_config(initializer):
-    return keras.initializers.serialize(keras.initializers.get(initializer))
 
 
 class QwenAttention(KerasHubAttention):
@@ -77,8 +75,8 @@ class QwenAttention(KerasHubAttention):
                 "num_key_value_heads": num_key_value_heads,
                 "rope_max_wavelength": rope_max_wavelength,
                 "rope_scaling_factor": rope_scaling_factor,
-                "kernel_initializer": _initializer_config(kernel_initializer),
-                "bias_initializer": _initializer_config(bias_initializer),
+                "kernel_initializer": initializer_config(kernel_initializer),
+                "bias_initializer": initializer_config(bias_initializer),
                 "dropout": dropout,
                 "use_sliding_window_attention": use_sliding_window_attention,
                 "sliding_window_size": sliding_window_size,
@@ -168,7 +166,7 @@ class Qwen3Attention(KerasHubAttention):
                 "head_dim": head_dim,
                 "rope_max_wavelength": rope_max_wavelength,
                 "rope_scaling_factor": rope_scaling_factor,
-                "kernel_initializer": _initializer_config(kernel_initializer),
+                "kernel_initializer": initializer_config(kernel_initializer),
                 "dropout": dropout,
                 "layer_norm_epsilon": layer_norm_epsilon,
                 "sliding_window_size": sliding_window_size,
