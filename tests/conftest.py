@@ -1,3 +1,4 @@
+import gc
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -64,3 +65,30 @@ def trainable_gradients(variables, loss_fn):
     NumPy arrays."""
     grads = variable_gradients(variables, loss_fn)
     return [keras.ops.convert_to_numpy(g) for g in grads]
+
+
+# Keras runs a full garbage collection in `clear_session` (the benchmarks call
+# it between cases) and each time `quantize` deletes a layer's attribute (18
+# times for a one-block Llama). With TensorFlow, JAX and keras-hub imported,
+# each walks half a million objects (0.25 s here; more as a worker's tests
+# leave objects behind): a Llama's quantization took 14 s in the slow tier.
+# The objects alive after collection, and every `FREEZE_EVERY` tests, are
+# frozen (`gc.freeze`: left out of every collection); each refreeze first
+# collects everything, so a test's garbage is freed at the latest then.
+FREEZE_EVERY = 20
+_tests_since_freeze = 0
+
+
+def pytest_collection_finish(session):
+    gc.collect()
+    gc.freeze()
+
+
+def pytest_runtest_setup(item):
+    global _tests_since_freeze
+    _tests_since_freeze += 1
+    if _tests_since_freeze >= FREEZE_EVERY:
+        _tests_since_freeze = 0
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()

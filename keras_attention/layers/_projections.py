@@ -30,6 +30,10 @@ class EinsumProjections:
     """`build`, `_build_attention`, `compute_output_shape` and
     `compute_output_spec` of `MultiHeadAttention` (see the module)."""
 
+    # Where the query and key norms come in `weights`: False, right after
+    # their projections (Qwen 3's order); True, after the value's (Gemma 3's).
+    _norms_after_value = False
+
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
         check_attention_shapes(query_shape, value_shape, key_shape)
@@ -37,17 +41,15 @@ class EinsumProjections:
         heads, kv_heads = self.num_heads, self._num_key_value_heads
         options = self._options
         # Keras' order of the weights: query, key, gate, value, output; a
-        # query or key norm right after its projection.
+        # query or key norm right after its projection, or after the value's
+        # where a subclass sets `_norms_after_value` (keras-hub's Gemma 3).
+        norms_after_value = self._norms_after_value
         self._query_dense = self._projection("query", query_shape, heads, self.key_dim)
-        if options["query_norm"] is not None:
-            self.query_norm = options["query_norm"]
-            if not self.query_norm.built:  # deserialized layers come built
-                self.query_norm.build((*query_shape[:-1], heads, self.key_dim))
+        if not norms_after_value:
+            self._build_norm("query", query_shape, heads)
         self._key_dense = self._projection("key", key_shape, kv_heads, self.key_dim)
-        if options["key_norm"] is not None:
-            self.key_norm = options["key_norm"]
-            if not self.key_norm.built:  # deserialized layers come built
-                self.key_norm.build((*key_shape[:-1], kv_heads, self.key_dim))
+        if not norms_after_value:
+            self._build_norm("key", key_shape, kv_heads)
         if self._use_gate:
             self._gate_dense = self._projection(
                 "gate", query_shape, heads, self.value_dim, activation="sigmoid"
@@ -55,6 +57,9 @@ class EinsumProjections:
         self._value_dense = self._projection(
             "value", value_shape, kv_heads, self.value_dim
         )
+        if norms_after_value:
+            self._build_norm("query", query_shape, heads)
+            self._build_norm("key", key_shape, kv_heads)
         self._build_attention(len(query_shape) + 1)
         if self._relative_bias is not None:
             self._relative_bias.build(query_shape, key_shape)
@@ -69,6 +74,16 @@ class EinsumProjections:
         self._output_dense.build((*query_shape[:-1], heads, self.value_dim))
         if options["rotary_embedding"] is not None:
             self.rotary_embedding = options["rotary_embedding"]
+
+    def _build_norm(self, name, input_shape, heads):
+        """The `query_norm` or `key_norm` option, if given, as an attribute
+        of that name, built for `(B, ..., heads, key_dim)`."""
+        norm = self._options[f"{name}_norm"]
+        if norm is None:
+            return
+        setattr(self, f"{name}_norm", norm)
+        if not norm.built:  # deserialized layers come built
+            norm.build((*input_shape[:-1], heads, self.key_dim))
 
     def _projection(self, name, input_shape, heads, size, activation=None):
         """`(B, ..., dim)` -> `(B, ..., heads, size)`."""

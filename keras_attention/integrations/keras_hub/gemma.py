@@ -173,8 +173,8 @@ class GemmaAttention(_KerasHubWindow, KerasHubAttention):
 class Gemma3Attention(_KerasHubWindow, KerasHubAttention):
     """keras-hub's `CachedGemma3Attention` as our `GroupedQueryAttention`:
     Gemma's attention, with keras-hub's RMS norms of the projected queries
-    and keys (`query_norm`, `key_norm`; built right after their projection,
-    where keras-hub builds them after the value's), its rotary embedding with
+    and keys (`query_norm`, `key_norm`; built after the value's projection,
+    in keras-hub's order of the weights), its rotary embedding with
     the layer's wavelength and scaling, keras-hub's cache layout (the pair
     `(keys, values)`) and `cache_update_mask`, and bidirectional attention.
 
@@ -189,6 +189,8 @@ class Gemma3Attention(_KerasHubWindow, KerasHubAttention):
         **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
             `flash_attention`, `cache_dtype`, ...) and the base layer's.
     """
+
+    _norms_after_value = True
 
     def __init__(
         self,
