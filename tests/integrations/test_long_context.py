@@ -16,16 +16,9 @@ from keras_attention.integrations.keras_hub import swap_attention  # noqa: E402
 from keras_attention.integrations.keras_hub.generation import (  # noqa: E402
     attention_layers,
 )
+from tests.integrations.keras_hub_models import small_llama  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-CONFIG = dict(
-    vocabulary_size=100,
-    num_layers=2,
-    num_query_heads=4,
-    num_key_value_heads=2,
-    hidden_dim=64,
-    intermediate_dim=128,
-)
 
 
 def _loss_and_gradients(causal_lm, x, y):
@@ -53,9 +46,7 @@ def _loss_and_gradients(causal_lm, x, y):
 
 def test_chunked_training_step_equals_keras_hubs():
     keras.utils.set_random_seed(0)
-    causal_lm = keras_hub.models.LlamaCausalLM(
-        keras_hub.models.LlamaBackbone(**CONFIG), preprocessor=None
-    )
+    causal_lm = small_llama()
     ours = swap_attention(causal_lm, chunk_size=32)
     length = 128
     tokens = np.random.default_rng(0).integers(1, 100, size=(2, length + 1))

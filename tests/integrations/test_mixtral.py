@@ -2,56 +2,34 @@
 as keras-hub's own model with a sliding window shorter than the sequence,
 its mixture-of-experts feed-forward untouched, saving and LoRA."""
 
-import re
-
 import numpy as np
 import pytest
 
 keras_hub = pytest.importorskip("keras_hub")
 
-import keras  # noqa: E402
-
 from keras_attention.integrations.keras_hub import swap_attention  # noqa: E402
-from keras_attention.integrations.keras_hub.masks import DecoderMask  # noqa: E402
 from keras_attention.integrations.keras_hub.mixtral import (  # noqa: E402
     MixtralAttention,
 )
-
-CONFIG = {
-    "vocabulary_size": 50,
-    "num_layers": 2,
-    "num_query_heads": 4,
-    "num_key_value_heads": 2,
-    "hidden_dim": 16,
-    "intermediate_dim": 32,
-    "num_experts": 4,
-    "top_k": 2,
-    "sliding_window": 3,
-}
+from tests.integrations.keras_hub_models import (  # noqa: E402
+    assert_greedy_tokens_are_keras_hubs,
+    assert_hands_the_mask_parts,
+    assert_lora_applies,
+    assert_outputs_equal,
+    assert_weights_are_keras_hubs,
+    attention_layers,
+    inputs,
+    outputs,
+    saved_and_loaded,
+    tiny_backbone,
+    tiny_causal_lm,
+)
 
 
 def backbone(**overrides):
-    keras.utils.set_random_seed(0)
-    model = keras_hub.models.MixtralBackbone(**{**CONFIG, **overrides})
-    # Random norms too, so that every weight shows in the outputs.
-    rng = np.random.default_rng(0)
-    for weight in model.weights:
-        weight.assign(rng.normal(0, 0.3, weight.shape).astype("float32"))
-    return model
-
-
-def inputs(length=12, real=9, batch=2, seed=1):
-    rng = np.random.default_rng(seed)
-    padding = np.zeros((batch, length), "int32")
-    padding[:, :real] = 1
-    return {
-        "token_ids": rng.integers(1, CONFIG["vocabulary_size"], (batch, length)),
-        "padding_mask": padding,
-    }
-
-
-def attention_layers(model):
-    return [block._self_attention_layer for block in model.transformer_layers]
+    """The tiny Mixtral (4 experts, 2 a token, window 3), its weights
+    random, norms included."""
+    return tiny_backbone("mixtral", **overrides)
 
 
 @pytest.mark.parametrize("window", [3, None], ids=["window", "no_window"])
@@ -63,67 +41,39 @@ def test_backbone_outputs_equal_keras_hubs(window):
     assert all(isinstance(a, MixtralAttention) for a in layers)
     assert all(a.sliding_window == window for a in layers)
     x = inputs()
-    expected, got = np.asarray(original(x)), np.asarray(swapped(x))
-    np.testing.assert_allclose(got[:, :9], expected[:, :9], atol=2e-5)
+    expected = assert_outputs_equal(swapped, original, x, 9)
     if window is not None:
         # The comparison sees the window: without it the outputs differ.
-        unwindowed = np.asarray(backbone(sliding_window=None)(x))
-        assert np.abs(unwindowed - expected)[:, :9].max() > 1e-2
+        unwindowed = outputs(backbone(sliding_window=None), x, 9)
+        assert np.abs(unwindowed - expected).max() > 1e-2
 
 
 def test_weight_order_is_keras_hubs():
     # keras-hub leaves the experts' block unnamed, so its path takes a
     # counter (`mixtral_sparse_moe_block_<n>`) that differs between two
-    # models; the rest of each path and the order are keras-hub's.
-    def paths(model):
-        return [
-            re.sub(r"mixtral_sparse_moe_block(_\d+)?", "moe", w.path)
-            for w in model.weights
-        ]
-
+    # models (`weight_paths` leaves it out); the rest of each path and the
+    # order are keras-hub's.
     original = backbone()
-    swapped = swap_attention(original)
-    assert paths(swapped) == paths(original)
-    assert [w.shape for w in swapped.weights] == [w.shape for w in original.weights]
+    assert_weights_are_keras_hubs(swap_attention(original), original)
 
 
 def test_blocks_hand_the_attention_the_mask_parts():
-    swapped = swap_attention(backbone())
-    block = swapped.transformer_layers[0]
-    x = keras.ops.ones((2, 5, CONFIG["hidden_dim"]))
-    padding = keras.ops.ones((2, 5), "int32")
-    mask = block._compute_self_attention_mask(x, padding, None, None, None)
-    assert isinstance(mask, DecoderMask) and mask.causal
-    assert mask.padding_mask is padding and mask.attention_mask is None
+    # (x, padding mask, attention mask, cache, cache update index)
+    assert_hands_the_mask_parts(swap_attention(backbone()), None, None, None)
 
 
 def test_greedy_generate_gives_keras_hubs_tokens():
     # Decoding runs past the window (3): the cached steps apply it too.
-    original = keras_hub.models.MixtralCausalLM(
-        backbone=backbone(num_layers=1), preprocessor=None
-    )
+    original = tiny_causal_lm("mixtral", num_layers=1)
     swapped = swap_attention(original)
     assert type(swapped) is keras_hub.models.MixtralCausalLM
     prompt = inputs(length=16, real=5)
-    for model in (original, swapped):
-        model.compile(sampler="greedy")
-    expected = original.generate(prompt, stop_token_ids=None)["token_ids"]
-    got = swapped.generate(prompt, stop_token_ids=None)["token_ids"]
-    np.testing.assert_array_equal(got, expected)
-    assert not np.array_equal(expected[:, 5:], prompt["token_ids"][:, 5:])
+    assert_greedy_tokens_are_keras_hubs(swapped, original, prompt, real=5)
 
 
 def test_saves_and_loads_in_safe_mode_and_takes_lora(tmp_path):
     swapped = swap_attention(backbone(), chunk_size=16)
-    path = str(tmp_path / "swapped.keras")
-    swapped.save(path)
-    loaded = keras.saving.load_model(path, safe_mode=True)
-    assert type(loaded) is type(swapped)
+    loaded = saved_and_loaded(swapped, tmp_path, inputs())
     layers = attention_layers(loaded)
     assert all(isinstance(a, MixtralAttention) and a.chunk_size == 16 for a in layers)
-    x = inputs()
-    np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(swapped(x)))
-    loaded.enable_lora(2)
-    lora = [w.path for w in loaded.trainable_weights]
-    assert any("self_attention/query/lora_kernel_a" in p for p in lora)
-    assert any("self_attention/value/lora_kernel_b" in p for p in lora)
+    assert_lora_applies(loaded)

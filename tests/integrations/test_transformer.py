@@ -16,8 +16,24 @@ from keras_attention.integrations.keras_hub.transformer import (  # noqa: E402
     CachedMultiHeadAttention,
     mask_arguments,
 )
+from tests.integrations.keras_hub_models import (  # noqa: E402
+    VOCABULARY,
+    assert_greedy_tokens_are_keras_hubs,
+    assert_hands_the_mask_parts,
+    assert_lora_applies,
+    assert_outputs_equal,
+    assert_quantizes_like_keras_hubs,
+    assert_weights_are_keras_hubs,
+    attention_layers,
+    numpy,
+    outputs,
+    randomize,
+    saved_and_loaded,
+)
+from tests.integrations.keras_hub_models import (  # noqa: E402
+    inputs as token_inputs,
+)
 
-VOCABULARY = 50
 SIZES = {"num_layers": 2, "num_heads": 4, "hidden_dim": 16, "intermediate_dim": 32}
 BACKBONES = {
     "gpt2": ("GPT2Backbone", {"vocabulary_size": VOCABULARY}),
@@ -46,41 +62,21 @@ def backbone(name, **overrides):
     if name == "bart":
         config["vocabulary_size"] = VOCABULARY
     model = getattr(keras_hub.models, cls)(**{**config, **overrides})
-    rng = np.random.default_rng(0)
-    for weight in model.weights:
-        if len(weight.shape) >= 2 or weight.path.endswith("bias"):
-            weight.assign(rng.normal(0, 0.5, weight.shape).astype(weight.dtype))
+    randomize(
+        model,
+        0.5,
+        which=lambda weight: len(weight.shape) >= 2 or weight.path.endswith("bias"),
+    )
     return model
 
 
 def inputs(name="gpt2", length=12, real=9, batch=2, seed=1):
-    rng = np.random.default_rng(seed)
-    padding = np.zeros((batch, length), "int32")
-    padding[:, :real] = 1
-    x = {
-        "token_ids": rng.integers(1, VOCABULARY, (batch, length)),
-        "padding_mask": padding,
-    }
+    """`keras_hub_models.inputs`, with the segment ids of the encoders that
+    take them."""
+    x = token_inputs(length=length, real=real, batch=batch, seed=seed)
     if name in WITH_SEGMENTS:
         x["segment_ids"] = np.zeros((batch, length), "int32")
     return x
-
-
-def blocks(model):
-    layers = model.transformer_layers
-    return [b for b in layers for b in (b if isinstance(b, list) else [b])]
-
-
-def attention_layers(model):
-    return [block._self_attention_layer for block in blocks(model)]
-
-
-def numpy(x):
-    return keras.ops.convert_to_numpy(x)
-
-
-def sequence(outputs):
-    return numpy(outputs["sequence_output"] if isinstance(outputs, dict) else outputs)
 
 
 @pytest.mark.parametrize("name", list(BACKBONES))
@@ -91,13 +87,10 @@ def test_backbone_outputs_equal_keras_hubs(name):
     assert all(
         isinstance(a, CachedMultiHeadAttention) for a in attention_layers(swapped)
     )
-    assert [w.path for w in swapped.weights] == [w.path for w in original.weights]
-    assert [w.shape for w in swapped.weights] == [w.shape for w in original.weights]
+    assert_weights_are_keras_hubs(swapped, original)
     x = inputs(name)
+    assert_outputs_equal(swapped, original, x, 9)
     expected, got = original(x), swapped(x)
-    np.testing.assert_allclose(
-        sequence(got)[:, :9], sequence(expected)[:, :9], atol=2e-5
-    )
     if isinstance(expected, dict) and "pooled_output" in expected:
         np.testing.assert_allclose(
             numpy(got["pooled_output"]),
@@ -111,21 +104,22 @@ def test_the_padding_changes_the_outputs_the_comparison_sees(name):
     model = swap_attention(backbone(name))
     x = inputs(name)
     unpadded = dict(x, padding_mask=np.ones_like(x["padding_mask"]))
-    difference = sequence(model(x))[:, :9] - sequence(model(unpadded))[:, :9]
+    difference = outputs(model, x, 9) - outputs(model, unpadded, 9)
     # Causal: the first 9 positions never see the padding; an encoder's do.
     assert (np.abs(difference).max() > 1e-3) == (name == "bert")
 
 
 def test_decoder_blocks_hand_the_attention_the_mask_parts():
-    block = swap_attention(backbone("gpt2")).transformer_layers[0]
+    swapped = swap_attention(backbone("gpt2"))
+    # (x, padding mask, attention mask, use_causal_mask, cache, cache update
+    # index)
+    assert_hands_the_mask_parts(swapped, None, True, None, None)
+    compute_mask = swapped.transformer_layers[0]._compute_self_attention_mask
     x = keras.ops.ones((2, 5, SIZES["hidden_dim"]))
     padding = keras.ops.ones((2, 5), "int32")
-    mask = block._compute_self_attention_mask(x, padding, None, True, None, None)
-    assert isinstance(mask, DecoderMask) and mask.causal
-    assert mask.padding_mask is padding and mask.attention_mask is None
-    mask = block._compute_self_attention_mask(x, padding, None, False, None, None)
+    mask = compute_mask(x, padding, None, False, None, None)
     assert isinstance(mask, DecoderMask) and not mask.causal
-    assert block._compute_self_attention_mask(x, None, None, False, None, None) is None
+    assert compute_mask(x, None, None, False, None, None) is None
 
 
 def test_the_encoders_padding_is_the_key_mask():
@@ -142,10 +136,7 @@ def test_the_encoders_padding_is_the_key_mask():
 def test_long_inputs_take_the_chunked_path(name):
     original = backbone(name)
     swapped = swap_attention(original, chunk_size=8)
-    x = inputs(name, length=40, real=33)
-    np.testing.assert_allclose(
-        sequence(swapped(x))[:, :33], sequence(original(x))[:, :33], atol=2e-5
-    )
+    assert_outputs_equal(swapped, original, inputs(name, length=40, real=33), 33)
     assert {a.attention_path for a in attention_layers(swapped)} == {"chunked"}
 
 
@@ -158,12 +149,7 @@ def test_greedy_generate_gives_keras_hubs_tokens(name, task):
     swapped = swap_attention(original)
     assert type(swapped) is cls
     prompt = inputs(name, length=16, real=5)
-    for model in (original, swapped):
-        model.compile(sampler="greedy")
-    expected = original.generate(prompt, stop_token_ids=None)["token_ids"]
-    got = swapped.generate(prompt, stop_token_ids=None)["token_ids"]
-    np.testing.assert_array_equal(got, expected)
-    assert not np.array_equal(expected[:, 5:], prompt["token_ids"][:, 5:])
+    assert_greedy_tokens_are_keras_hubs(swapped, original, prompt, real=5)
 
 
 def test_text_classifier_outputs_equal_keras_hubs():
@@ -179,17 +165,12 @@ def test_text_classifier_outputs_equal_keras_hubs():
 @pytest.mark.parametrize("name", ["gpt2", "bert"])
 def test_saves_and_loads_in_safe_mode_with_our_attention(name, tmp_path):
     swapped = swap_attention(backbone(name), chunk_size=16)
-    path = str(tmp_path / "swapped.keras")
-    swapped.save(path)
-    loaded = keras.saving.load_model(path, safe_mode=True)
-    assert type(loaded) is type(swapped)
+    loaded = saved_and_loaded(swapped, tmp_path, inputs(name))
     assert loaded.attention_options == {"chunk_size": 16}
     assert all(
         isinstance(a, CachedMultiHeadAttention) and a.chunk_size == 16
         for a in attention_layers(loaded)
     )
-    x = inputs(name)
-    np.testing.assert_array_equal(sequence(loaded(x)), sequence(swapped(x)))
 
 
 @pytest.mark.parametrize(
@@ -198,25 +179,13 @@ def test_saves_and_loads_in_safe_mode_with_our_attention(name, tmp_path):
 )
 def test_lora_applies_after_the_swap(name, attention):
     swapped = swap_attention(backbone(name))
-    swapped.enable_lora(2)
-    lora = [w.path for w in swapped.trainable_weights]
-    assert any(f"{attention}/query/lora_kernel_a" in p for p in lora)
-    assert any(f"{attention}/value/lora_kernel_b" in p for p in lora)
-    x = inputs(name)
-    sequence(swapped(x))
+    assert_lora_applies(swapped, attention)
+    outputs(swapped, inputs(name))  # (and the model runs with them)
 
 
 def test_quantization_applies_after_the_swap():
     quantized, reference = swap_attention(backbone("gpt2")), backbone("gpt2")
-    try:
-        reference.quantize("int8")
-    except TypeError as error:  # keras-hub 0.23's embedding under Keras 3.15
-        pytest.skip(f"keras-hub's own model does not quantize here: {error}")
-    quantized.quantize("int8")
-    x = inputs()
-    np.testing.assert_allclose(
-        sequence(quantized(x))[:, :9], sequence(reference(x))[:, :9], atol=1e-4
-    )
+    assert_quantizes_like_keras_hubs(quantized, reference, inputs(), 9)
 
 
 def bart_inputs(encoder_real=7, decoder_length=8, decoder_real=5, seed=2):
@@ -257,9 +226,6 @@ def test_bart_greedy_generate_gives_keras_hubs_tokens():
     )
     swapped = swap_attention(original)
     prompt = bart_inputs(decoder_length=16, decoder_real=3)
-    for model in (original, swapped):
-        model.compile(sampler="greedy")
-    expected = original.generate(prompt, stop_token_ids=None)["decoder_token_ids"]
-    got = swapped.generate(prompt, stop_token_ids=None)["decoder_token_ids"]
-    np.testing.assert_array_equal(got, expected)
-    assert not np.array_equal(expected[:, 3:], prompt["decoder_token_ids"][:, 3:])
+    assert_greedy_tokens_are_keras_hubs(
+        swapped, original, prompt, real=3, key="decoder_token_ids"
+    )
