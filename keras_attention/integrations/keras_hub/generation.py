@@ -46,6 +46,12 @@ QUANTIZED_CACHE_TASKS = {
     "keras_hub.src.models.gemma.gemma_causal_lm:GemmaCausalLM": _GEMMA,
 }
 
+# Where keras-hub's blocks keep their attention layer: Llama's, Mistral's,
+# Mixtral's and Qwen's `_self_attention_layer`, Phi-3's and Gemma's
+# `attention`. (Read by name: on PyTorch a block's layers are not in its
+# `__dict__` but in torch's module registry.)
+_BLOCK_ATTENTION_ATTRIBUTES = ("_self_attention_layer", "attention")
+
 _LOCK = threading.RLock()
 # keras-hub's task class -> its quantized-cache subclass.
 _QUANTIZED = {}
@@ -58,9 +64,9 @@ def attention_layers(model):
     layers = []
     for block in backbone.transformer_layers:
         found = [
-            value
-            for value in vars(block).values()
-            if isinstance(value, KerasHubAttention)
+            getattr(block, name)
+            for name in _BLOCK_ATTENTION_ATTRIBUTES
+            if isinstance(getattr(block, name, None), KerasHubAttention)
         ]
         if len(found) != 1:
             raise ValueError(
