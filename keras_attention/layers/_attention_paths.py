@@ -50,17 +50,9 @@ def op_path(
     # False: the standard path, as asked (no fused kernel either).
     arguments["flash_attention"] = False if flash_attention is False else None
     arguments["chunk_size"] = chunk_size
-    # A backend's fused kernel, where one serves, before the chunked path the
-    # plan would switch to by itself.
+    # A backend's fused kernel wherever one serves the call (the op's plan),
+    # else the chunked path where the layer's plan switches to it by length.
     path = attention_path(query, value, **arguments)
-    memory_efficient = plan.chunk_size is not None and chunk_size is None
-    if path not in KERNELS and memory_efficient and arguments["bias"] is None:
-        # Where the plan asks for memory-efficient attention, a fused kernel
-        # that keeps memory O(T) (the Pallas kernel on a GPU) serves first.
-        fused = attention_path(query, value, **{**arguments, "flash_attention": True})
-        if fused in KERNELS:
-            arguments["flash_attention"] = True
-            return fused, arguments
     if path not in KERNELS:
         arguments["chunk_size"] = plan.chunk_size
         path = "standard" if plan.chunk_size is None else "chunked"

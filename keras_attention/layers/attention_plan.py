@@ -50,6 +50,10 @@ class AttentionPlan(NamedTuple):
         relative_in_op: T5's relative bias goes to the op as a score mod
             over the layer's table (tile by tile on the chunked path, the
             table's gradient exact) instead of as a dense `(T, S)` bias.
+        query_mask_on_rows: a query mask zeroes the output's rows after the
+            op instead of joining the mask, so that padding reaches the op
+            as a mask over keys `(B, 1, 1, S)`, which the fused kernels read
+            natively (cuDNN as lengths), never as a `(B, T, S)` tensor.
     """
 
     multi_axis: bool
@@ -59,6 +63,7 @@ class AttentionPlan(NamedTuple):
     alibi_in_op: bool
     segments_in_op: bool = False
     relative_in_op: bool = False
+    query_mask_on_rows: bool = False
 
 
 def plan_attention(
@@ -145,6 +150,7 @@ def plan_attention(
         alibi_in_op=alibi_in_op,
         segments_in_op=bool(segment_ids) and not custom_attention and not needs_weights,
         relative_in_op=relative_in_op,
+        query_mask_on_rows=without_weights,
     )
 
 

@@ -45,7 +45,11 @@ from keras_attention.layers.key_value_cache import (
 )
 from keras_attention.layers.positions import ATTENTION_POSITIONS, positions_from_alias
 from keras_attention.ops.attention import dot_product_attention
-from keras_attention.ops.masks import combine_attention_masks, hide_unattended_inputs
+from keras_attention.ops.masks import (
+    combine_attention_masks,
+    hide_unattended_inputs,
+    zero_masked_rows,
+)
 from keras_attention.utils import keras_internals
 
 
@@ -454,11 +458,14 @@ class MultiHeadAttention(
             needs_weights,
         )
 
-        # 1. One boolean mask of everything that is not generated in the op.
+        # 1. One boolean mask of everything that is not generated in the op
+        # (a query mask zeroes the output's rows instead, where the plan says
+        # so: padding then reaches the op as a mask over keys alone).
         query_length = ops.shape(query)[1]
         key_length = ops.shape(key)[1] if cache is None else cache_length(cache)
+        row_mask = query_mask if plan.query_mask_on_rows else None
         mask = combine_attention_masks(
-            query_mask,
+            None if plan.query_mask_on_rows else query_mask,
             value_mask,
             key_mask,
             attention_mask,
@@ -473,7 +480,13 @@ class MultiHeadAttention(
             mask = merge_document_mask(mask, segment_ids)
         if cache is None and not plan.multi_axis:
             key, value = hide_unattended_inputs(
-                key, value, mask, query_length, key_length, plan.causal_in_op
+                key,
+                value,
+                mask,
+                query_length,
+                key_length,
+                plan.causal_in_op,
+                query_mask=row_mask,
             )
 
         # 2. Projections, with rotary positions; the cache.
@@ -512,6 +525,8 @@ class MultiHeadAttention(
         )
 
         # 4. Gate and output projection.
+        if row_mask is not None:
+            output = zero_masked_rows(output, row_mask)
         if self._options["output_dropout"]:
             output = self.output_dropout(output, training=training)
         if gate is not None:

@@ -6,7 +6,9 @@ serves a call is `keras_attention.ops.plan.plan_kernel`'s choice).
   alone goes to it as `is_causal`; every other mask part, evaluated on the
   whole grid, and the bias parts (ALiBi, a dense bias) go as its mask.
 - `"jax_cudnn"`: `jax.nn.dot_product_attention(implementation="cudnn")`, the
-  causal mask and a window as its own arguments.
+  causal mask and a window as its own arguments, padding over the keys as
+  sequence lengths where it is right padding (checked in the graph; left
+  padding takes the Pallas kernel in the same compiled function).
 - `"jax_pallas"`: `keras_attention.ops.pallas_flex.flex_attention`, which
   applies every part inside its tiles over the spec's block map.
 
@@ -26,7 +28,17 @@ from keras_attention.ops.spec import BlockGrid, dense_mask_part
 
 # The tile of the Pallas kernel: 128 x 128 fills a Hopper SM's tensor cores
 # in bf16 and keeps two tiles of scores in its registers and shared memory.
+# Heads over 128 features take tiles of 64: a 128-row tile of queries, keys
+# and values of 256 bf16 features is 192 KiB before the scores, more than an
+# A100's 164 KiB of shared memory per SM (a Hopper's 228 KiB leaves no room
+# for the pipeline's second stage either).
 PALLAS_BLOCK_SIZE = 128
+PALLAS_WIDE_HEAD_BLOCK_SIZE = 64
+
+
+def pallas_block_size(head_dim):
+    """The Pallas kernel's tile for heads of `head_dim` features."""
+    return PALLAS_BLOCK_SIZE if head_dim <= 128 else PALLAS_WIDE_HEAD_BLOCK_SIZE
 
 
 def fused_attention(kernel, query, key, value, spec, return_lse=False):
@@ -49,21 +61,51 @@ def _jax_cudnn(query, key, value, spec):
     local_window = None
     if window is not None:
         local_window = (window - 1, 0 if spec.is_causal else window - 1)
-    return jax.nn.dot_product_attention(
-        query,
-        key,
-        value,
-        scale=float(spec.scale),
-        is_causal=spec.is_causal,
-        local_window_size=local_window,
-        implementation="cudnn",
+
+    def cudnn(lengths=None):
+        return jax.nn.dot_product_attention(
+            query,
+            key,
+            value,
+            scale=float(spec.scale),
+            is_causal=spec.is_causal,
+            local_window_size=local_window,
+            key_value_seq_lengths=lengths,
+            implementation="cudnn",
+        )
+
+    if spec.mask is None:
+        return cudnn()
+    # Padding over the keys: cuDNN reads right padding as lengths; any other
+    # pattern (left padding, holes) takes the Pallas kernel. Both are
+    # compiled, the check picks one per call without leaving the device.
+    keys = _key_mask(spec.mask, key)
+    lengths = jax.numpy.sum(keys, axis=1, dtype="int32")
+    positions = jax.numpy.arange(keys.shape[1], dtype="int32")
+    right_padding = jax.numpy.all(keys == (positions[None, :] < lengths[:, None]))
+
+    def by_lengths():
+        # A row with no key gives zeros, as on every path (cuDNN's own
+        # result for an empty row is not specified).
+        output = cudnn(jax.numpy.maximum(lengths, 1))
+        return jax.numpy.where((lengths > 0)[:, None, None, None], output, 0)
+
+    return jax.lax.cond(
+        right_padding, by_lengths, lambda: _jax_pallas(query, key, value, spec)
     )
 
 
-def _jax_pallas(query, key, value, spec, return_lse):
+def _key_mask(mask, key):
+    """A padding mask `(B or 1, 1, 1, S)` (or `(S,)`) as bool `(B, S)`."""
+    batch, key_length = ops.shape(key)[0], ops.shape(key)[1]
+    keys = ops.reshape(ops.cast(mask, "bool"), (-1, key_length))
+    return ops.broadcast_to(keys, (batch, key_length))
+
+
+def _jax_pallas(query, key, value, spec, return_lse=False):
     from keras_attention.ops.pallas_flex import flex_attention
 
-    block_size = PALLAS_BLOCK_SIZE
+    block_size = pallas_block_size(query.shape[-1])
     grid = BlockGrid.of(query, key, block_size, spec.query_offset)
     tile_mask = None if spec.mask is None else grid.pad_mask(spec.mask)
     block_map = spec.block_map(grid, tile_mask)
@@ -84,9 +126,7 @@ def _jax_pallas(query, key, value, spec, return_lse):
             score_parts.append(part)
     if spec.mask is not None:
         if is_key_padding(spec.mask):
-            batch, key_length = ops.shape(key)[0], ops.shape(key)[1]
-            keys = ops.reshape(ops.cast(spec.mask, "bool"), (-1, key_length))
-            native["key_mask"] = ops.broadcast_to(keys, (batch, key_length))
+            native["key_mask"] = _key_mask(spec.mask, key)
         else:
             mask_parts.append(dense_mask_part(spec.mask, spec.query_offset))
     rest = spec._replace(

@@ -240,10 +240,13 @@ def _check_attention_mask(shape, query_length, key_length):
         )
 
 
-def hide_unattended_inputs(key, value, mask, query_length, key_length, is_causal=False):
+def hide_unattended_inputs(
+    key, value, mask, query_length, key_length, is_causal=False, query_mask=None
+):
     """`key` and `value` `(B, S, dim)` with zeros at the positions no query may
-    attend to (under `mask`, `(B, T, S)` or `(B, N, T, S)`, and the causal
-    mask when `is_causal`).
+    attend to (under `mask`, `(B, T, S)` or `(B, N, T, S)`, the causal mask
+    when `is_causal`, and `query_mask` `(B, T)` when the query mask is kept
+    apart from `mask`: a key only masked queries reach is hidden too).
 
     The attention op never reads those positions, but a projection before it
     would: the gradient of its kernel sums `input * gradient` over every
@@ -253,7 +256,35 @@ def hide_unattended_inputs(key, value, mask, query_length, key_length, is_causal
     attended = attended_keys(mask, query_length, key_length, is_causal)
     if attended is not None and len(attended.shape) == 3:
         attended = ops.any(attended, axis=1)  # over the heads
+    if query_mask is not None:
+        reached = _reached_by_queries(query_mask, key_length, is_causal)
+        attended = reached if attended is None else ops.logical_and(attended, reached)
     hidden_key = zero_unattended(key, attended)
     if value is key:
         return hidden_key, hidden_key
     return hidden_key, zero_unattended(value, attended)
+
+
+def _reached_by_queries(query_mask, key_length, is_causal):
+    """`(B, S)`: the keys some unmasked query (`query_mask` `(B, T)`) may see:
+    every key of a row with one, and with the causal mask the keys up to its
+    last one."""
+    query_mask = ops.cast(query_mask, "bool")
+    if not is_causal:
+        return ops.broadcast_to(
+            ops.any(query_mask, axis=1, keepdims=True),
+            (ops.shape(query_mask)[0], key_length),
+        )
+    positions = ops.arange(ops.shape(query_mask)[1], dtype="int32")
+    last = ops.max(ops.where(query_mask, positions[None, :], -1), axis=1)
+    keys = ops.arange(key_length, dtype="int32")
+    return ops.less_equal(keys[None, :], last[:, None])
+
+
+def zero_masked_rows(output, query_mask):
+    """`output` `(B, T, ...)` with zeros in the rows `query_mask` `(B, T)`
+    hides: a query that sees no key gives zeros, as on every attention path.
+    A select, not a product, so a NaN computed in a hidden row stops here."""
+    rows = ops.cast(query_mask, "bool")
+    rows = ops.reshape(rows, (*ops.shape(rows), *([1] * (len(output.shape) - 2))))
+    return ops.where(rows, output, ops.zeros((), output.dtype))

@@ -8,10 +8,11 @@ row of a table (tests/ops/test_plan.py, the device faked). The computations:
   memory-efficient kernels on a GPU; the flash kernel on a CPU, which
   trains), on PyTorch, on any device;
 - `"jax_cudnn"`: `jax.nn.dot_product_attention(implementation="cudnn")` on a
-  GPU, half precision, head sizes up to 128;
+  GPU, half precision, head sizes up to 128 (256 from Hopper on), the
+  causal mask, a window and padding over the keys as sequence lengths;
 - `"jax_pallas"`: this package's Pallas kernel (`keras_attention.ops.
   pallas_flex`), which applies the mask and score parts inside its tiles,
-  on a GPU with JAX;
+  on a GPU with JAX, for every call cuDNN does not take whole;
 - `"chunked"` and `"standard"`: the `keras.ops` paths, the reference.
 """
 
@@ -21,9 +22,15 @@ from keras_attention.ops.spec import AttentionSpec
 
 KERNELS = ("torch_sdpa", "jax_cudnn", "jax_pallas")
 PATHS = (*KERNELS, "chunked", "standard")
-# cuDNN's flash attention through jax.nn: half precision, head sizes up to 128.
+# cuDNN's flash attention through jax.nn: half precision, head sizes up to 128,
+# up to 256 from Hopper on (compute capability 9.0), multiples of 8.
 CUDNN_DTYPES = ("bfloat16", "float16")
 CUDNN_MAX_HEAD_DIM = 128
+CUDNN_MAX_HEAD_DIM_HOPPER = 256
+HOPPER = (9, 0)
+# The Pallas kernel's largest head: a tile of 64 queries and keys of 256
+# features still fits a GPU's shared memory (fused.pallas_block_size).
+PALLAS_MAX_HEAD_DIM = 256
 # What a vendor kernel takes of the parts (anything else, a "custom" part or
 # the soft cap, only the keras.ops paths and the Pallas kernel compute).
 STRUCTURAL_MASKS = ("causal", "window")
@@ -47,11 +54,14 @@ def plan_kernel(
     return_lse=False,
     backend_name=None,
     platform=None,
+    gpu_capability=None,
 ):
     """The computation that serves a call (one of `PATHS`).
 
     An explicit `chunk_size` takes the chunked path, `flash_attention=False`
-    or `return_weights` the standard one. Otherwise:
+    or `return_weights` the standard one. Otherwise a fused kernel serves
+    wherever one computes the call, whatever `flash_attention` (None or
+    True):
 
     - PyTorch: SDPA for every call without a custom score function, soft cap
       or log-sum-exp asked for; its other parts (windows, documents, a
@@ -60,12 +70,15 @@ def plan_kernel(
       (memory asked to stay O(T)) only calls with at most a padding mask and
       the causal mask take it.
     - JAX on a GPU: cuDNN for calls it takes whole (half precision, heads up
-      to 128, no dense mask or bias, no score part, the causal mask and a
-      window from position 0); with `flash_attention=True`, the Pallas
-      kernel for the calls it computes without a gather (`PALLAS_MASKS`,
-      `PALLAS_SCORES`, a padding mask over keys).
+      to 128, 256 on Hopper, no dense mask but padding over the keys, no
+      bias or score part, the causal mask and a window from position 0);
+      the Pallas kernel for the other calls it computes without a gather
+      (`PALLAS_MASKS`, `PALLAS_SCORES`, a padding mask over keys, float32,
+      heads up to 256, any offset, the log-sum-exp).
     - Otherwise the chunked path with `flash_attention=True`, else the
-      standard one.
+      standard one: a dense `(T, S)` mask or bias, T5's table or a custom
+      score or mask function on a GPU (Triton has no gather), and every call
+      on a CPU, a TPU and TensorFlow.
 
     Args:
         spec: the call's `AttentionSpec`.
@@ -78,6 +91,8 @@ def plan_kernel(
         backend_name: the Keras backend (default: the current one).
         platform: `"cpu"`, `"gpu"` or `"tpu"` (default: the backend's
             device; a test fakes it).
+        gpu_capability: the GPU's compute capability `(major, minor)`
+            (default: the first device's; a test fakes it).
 
     Returns:
         One of `PATHS`.
@@ -92,12 +107,13 @@ def plan_kernel(
         if _sdpa_takes(spec, memory_efficient):
             return "torch_sdpa"
     if backend_name == "jax" and (platform or _jax_platform()) == "gpu":
-        if not return_lse and _cudnn_takes(spec, query, value):
+        capability = gpu_capability or _gpu_capability()
+        if not return_lse and _cudnn_takes(spec, query, value, capability):
             return "jax_cudnn"
-        # The Pallas kernel's Triton lowering is unverified on a GPU (none
-        # was lent while it was written): it serves where memory was asked
-        # for, in place of the chunked path, not yet by default.
-        if memory_efficient and _pallas_takes(spec):
+        # Lowered for CUDA in CI (tests/ops/test_lowering.py) and checked in
+        # Pallas' interpreter against the standard path: the default for
+        # what cuDNN does not take.
+        if _pallas_takes(spec, query):
             return "jax_pallas"
     return "chunked" if memory_efficient else "standard"
 
@@ -111,9 +127,12 @@ def _sdpa_takes(spec, memory_efficient):
     return plain_masks and spec.bias is None and not spec.score_parts
 
 
-def _pallas_takes(spec):
+def _pallas_takes(spec, query):
+    head_dim = query.shape[-1]
     return (
-        spec.bias is None
+        head_dim is not None
+        and head_dim <= PALLAS_MAX_HEAD_DIM
+        and spec.bias is None
         and (spec.mask is None or is_key_padding(spec.mask))
         and all(kind in PALLAS_MASKS for kind in spec.mask_kinds())
         and all(kind in PALLAS_SCORES for kind in spec.score_kinds())
@@ -127,18 +146,32 @@ def is_key_padding(mask):
     return len(shape) == 1 or all(size == 1 for size in shape[-3:-1])
 
 
-def _cudnn_takes(spec, query, value):
+def _cudnn_takes(spec, query, value, capability):
+    """cuDNN through `jax.nn` takes the call whole: padding over the keys
+    goes as sequence lengths where it is right padding, which
+    `fused.fused_attention` checks in the graph (the Pallas kernel serves
+    left padding), so the Pallas kernel must take the call too."""
     kinds = spec.mask_kinds()
     head_dim = query.shape[-1]
+    max_head_dim = CUDNN_MAX_HEAD_DIM
+    if capability is not None and tuple(capability) >= HOPPER:
+        max_head_dim = CUDNN_MAX_HEAD_DIM_HOPPER
+    padding_only = spec.mask is None or (
+        is_key_padding(spec.mask) and _pallas_takes(spec, query)
+    )
     return (
-        spec.mask is None
+        padding_only
         and spec.bias is None
         and not spec.score_parts
         and all(kind in STRUCTURAL_MASKS for kind in kinds)
         and (not kinds or is_zero_offset(spec.query_offset))
+        # jax.nn's cuDNN takes a window only with the causal mask ("cuDNN
+        # doesn't support right window ... when causal mask is not used").
+        and (spec.window is None or spec.is_causal)
         and backend.standardize_dtype(query.dtype) in CUDNN_DTYPES
         and head_dim is not None
-        and head_dim <= CUDNN_MAX_HEAD_DIM
+        and head_dim <= max_head_dim
+        and head_dim % 8 == 0
         and head_dim == value.shape[-1]
     )
 
@@ -153,3 +186,14 @@ def _jax_platform():
     import jax
 
     return jax.default_backend()
+
+
+def _gpu_capability():
+    """The first device's compute capability `(major, minor)`, or None
+    where it has none (not an NVIDIA GPU)."""
+    import jax
+
+    capability = getattr(jax.devices()[0], "compute_capability", None)
+    if not capability:
+        return None
+    return tuple(int(part) for part in str(capability).split("."))

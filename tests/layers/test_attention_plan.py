@@ -20,8 +20,11 @@ def plan(
     window=False,
     alibi=False,
     segments=False,
+    rows=True,
 ):
-    return AttentionPlan(multi_axis, chunk, causal, window, alibi, segments)
+    return AttentionPlan(
+        multi_axis, chunk, causal, window, alibi, segments, query_mask_on_rows=rows
+    )
 
 
 CASES = {
@@ -57,15 +60,15 @@ CASES = {
     # The weights are needed: never tiles; the window becomes a mask.
     "weights returned": (
         dict(key_length=LONG, needs_weights=True, sliding_window=8),
-        plan(),
+        plan(rows=False),
     ),
     "weights needed keep a forced chunk size out": (
         dict(key_length=SHORT, needs_weights=True, chunk_size=32),
-        plan(),
+        plan(rows=False),
     ),
     "causal stays in the op with weights": (
         dict(key_length=SHORT, needs_weights=True, use_causal_mask=True),
-        plan(causal=True),
+        plan(causal=True, rows=False),
     ),
     # Positions inside attention.
     "alibi in the op": (
@@ -74,7 +77,7 @@ CASES = {
     ),
     "alibi as a dense bias with weights": (
         dict(key_length=SHORT, alibi=True, needs_weights=True),
-        plan(),
+        plan(rows=False),
     ),
     "a dense bias keeps the standard path, alibi joins it": (
         dict(key_length=LONG, alibi=True, dense_bias=True),
@@ -90,32 +93,32 @@ CASES = {
     ),
     "alibi under a cache is the layer's own dense bias": (
         dict(cached=True, key_length=SHORT, alibi=True, chunk_size=32),
-        plan(),
+        plan(rows=False),
     ),
     "alibi under a long cache keeps the standard path": (
         dict(cached=True, key_length=LONG, alibi=True),
-        plan(),
+        plan(rows=False),
     ),
     # A cache or an overridden `_compute_attention` get every mask
     # materialized.
     "cached decoding step": (
         dict(cached=True, key_length=SHORT, use_causal_mask=True, alibi=True),
-        plan(),
+        plan(rows=False),
     ),
     "cached with a long cache": (
         dict(cached=True, key_length=LONG, use_causal_mask=True),
-        plan(chunk=AUTO_CHUNK_SIZE),
+        plan(chunk=AUTO_CHUNK_SIZE, rows=False),
     ),
     # A known query length counts the scores: a few queries (one decoding
     # step, the beams of ancestry_beam_search) over a long cache keep the
     # standard path; as many scores as the crossover's square switch.
     "a few queries over a long cache": (
         dict(cached=True, key_length=4 * LONG, query_length=4, use_causal_mask=True),
-        plan(),
+        plan(rows=False),
     ),
     "a few queries over a longer cache": (
         dict(cached=True, key_length=LONG * LONG // 4, query_length=4),
-        plan(chunk=AUTO_CHUNK_SIZE),
+        plan(chunk=AUTO_CHUNK_SIZE, rows=False),
     ),
     "as many queries as keys": (
         dict(key_length=LONG, query_length=LONG),
@@ -131,7 +134,7 @@ CASES = {
     ),
     "subclass overriding _compute_attention": (
         dict(custom_attention=True, use_causal_mask=True, sliding_window=4),
-        plan(),
+        plan(rows=False),
     ),
     # Packed sequences: the ids go to the op (with a cache too), a dense
     # mask where the weights are needed or a subclass attends.
@@ -145,20 +148,20 @@ CASES = {
     ),
     "segment ids with a cache": (
         dict(segment_ids=True, cached=True, key_length=SHORT),
-        plan(segments=True),
+        plan(segments=True, rows=False),
     ),
     "segment ids with weights become a mask": (
         dict(segment_ids=True, needs_weights=True, key_length=SHORT),
-        plan(),
+        plan(rows=False),
     ),
     "segment ids for a subclass become a mask": (
         dict(segment_ids=True, custom_attention=True, key_length=SHORT),
-        plan(),
+        plan(rows=False),
     ),
     # Several attention axes: Keras' einsum formulation, nothing in the op.
     "several attention axes": (
         dict(num_attention_axes=2, key_length=LONG, use_causal_mask=True),
-        plan(multi_axis=True),
+        AttentionPlan(True, None, False, False, False),
     ),
 }
 

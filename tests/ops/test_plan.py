@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from keras_attention.ops import alibi_slopes, mods
-from keras_attention.ops.plan import CUDNN_MAX_HEAD_DIM, PATHS, plan_kernel
+from keras_attention.ops.plan import (
+    CUDNN_MAX_HEAD_DIM,
+    HOPPER,
+    PALLAS_MAX_HEAD_DIM,
+    PATHS,
+    plan_kernel,
+)
 from keras_attention.ops.spec import build_spec
 
 B, T, N = 2, 7, 4
@@ -14,7 +20,14 @@ PADDING = np.ones((B, 1, 1, T), bool)
 SEGMENTS = (np.zeros((B, T), "int32"),) * 2
 
 
-def plan(backend_name, platform="gpu", dtype="bfloat16", head_dim=64, **call):
+def plan(
+    backend_name,
+    platform="gpu",
+    dtype="bfloat16",
+    head_dim=64,
+    capability=(8, 0),
+    **call,
+):
     query = keras.KerasTensor((B, T, N, head_dim), dtype)
     asked = {
         name: call.pop(name)
@@ -25,7 +38,13 @@ def plan(backend_name, platform="gpu", dtype="bfloat16", head_dim=64, **call):
         call["segment_ids"] = SEGMENTS
     spec = build_spec(scale=0.125, **call)
     return plan_kernel(
-        spec, query, query, backend_name=backend_name, platform=platform, **asked
+        spec,
+        query,
+        query,
+        backend_name=backend_name,
+        platform=platform,
+        gpu_capability=capability,
+        **asked,
     )
 
 
@@ -58,31 +77,45 @@ CASES = [
     ("torch", "cpu", {**FLASH, "is_causal": True, "sliding_window": 4}, "chunked"),
     ("torch", "cpu", {**FLASH, **ALIBI}, "chunked"),
     ("torch", "cpu", {**FLASH, "segments": True}, "chunked"),
-    # JAX on a GPU: cuDNN for what it takes whole ...
+    # JAX on a GPU: cuDNN for what it takes whole (padding over the keys as
+    # lengths; fused.py sends left padding to the Pallas kernel) ...
     ("jax", "gpu", {}, "jax_cudnn"),
     ("jax", "gpu", {"is_causal": True}, "jax_cudnn"),
     ("jax", "gpu", {"is_causal": True, "sliding_window": 64}, "jax_cudnn"),
-    ("jax", "gpu", {"sliding_window": 64}, "jax_cudnn"),
     ("jax", "gpu", {"dtype": "float16", **FLASH}, "jax_cudnn"),
-    ("jax", "gpu", {"dtype": "float32"}, "standard"),
-    ("jax", "gpu", {"head_dim": CUDNN_MAX_HEAD_DIM + 64}, "standard"),
-    ("jax", "gpu", {"mask": PADDING}, "standard"),
-    ("jax", "gpu", {"is_causal": True, "query_offset": 3}, "standard"),
-    ("jax", "gpu", {"return_lse": True}, "standard"),
-    # ... and the Pallas kernel, where memory is asked for, for what it
-    # computes without a gather (which Triton does not lower) ...
+    ("jax", "gpu", {"mask": PADDING}, "jax_cudnn"),
+    ("jax", "gpu", {"mask": PADDING, "is_causal": True}, "jax_cudnn"),
+    ("jax", "gpu", {"head_dim": 256, "capability": HOPPER}, "jax_cudnn"),
+    # ... by default too, the Pallas kernel for the rest it computes without
+    # a gather (which Triton does not lower) ...
+    ("jax", "gpu", {"dtype": "float32"}, "jax_pallas"),
+    ("jax", "gpu", {"sliding_window": 64}, "jax_pallas"),
+    ("jax", "gpu", {"head_dim": CUDNN_MAX_HEAD_DIM + 64}, "jax_pallas"),
+    ("jax", "gpu", {"head_dim": 256, "capability": (8, 9)}, "jax_pallas"),
+    ("jax", "gpu", {"head_dim": 100}, "jax_pallas"),
+    ("jax", "gpu", {"is_causal": True, "query_offset": 3}, "jax_pallas"),
+    ("jax", "gpu", {"return_lse": True}, "jax_pallas"),
+    ("jax", "gpu", {**CAP, "is_causal": True}, "jax_pallas"),
+    ("jax", "gpu", {**CAP, "mask": PADDING}, "jax_pallas"),
+    ("jax", "gpu", {**ALIBI, "is_causal": True}, "jax_pallas"),
+    ("jax", "gpu", {"segments": True, "is_causal": True}, "jax_pallas"),
     ("jax", "gpu", {**FLASH, "dtype": "float32"}, "jax_pallas"),
-    ("jax", "gpu", {**FLASH, "mask": PADDING}, "jax_pallas"),
+    ("jax", "gpu", {**FLASH, "mask": PADDING}, "jax_cudnn"),
     ("jax", "gpu", {**FLASH, **CAP, "is_causal": True}, "jax_pallas"),
     ("jax", "gpu", {**FLASH, **ALIBI}, "jax_pallas"),
     ("jax", "gpu", {**FLASH, "segments": True}, "jax_pallas"),
-    # ... the rest on the chunked path there.
-    ("jax", "gpu", {**FLASH, **CUSTOM_SCORE}, "chunked"),
-    ("jax", "gpu", {**FLASH, **CUSTOM_MASK}, "chunked"),
-    ("jax", "gpu", {**FLASH, "mask": np.ones((B, N, T, T), bool)}, "chunked"),
     ("jax", "gpu", {**FLASH, "return_lse": True}, "jax_pallas"),
     ("jax", "gpu", {**FLASH, "is_causal": True, "query_offset": 3}, "jax_pallas"),
-    ("jax", "gpu", {**CAP, "is_causal": True}, "standard"),
+    # ... the rest on the keras.ops paths there: a custom function or T5's
+    # table gathers, a dense mask or bias is (T, S), heads past 256 do not
+    # fit the kernel's tiles.
+    ("jax", "gpu", CUSTOM_SCORE, "standard"),
+    ("jax", "gpu", {**FLASH, **CUSTOM_SCORE}, "chunked"),
+    ("jax", "gpu", {**FLASH, **CUSTOM_MASK}, "chunked"),
+    ("jax", "gpu", {"mask": np.ones((B, N, T, T), bool)}, "standard"),
+    ("jax", "gpu", {**FLASH, "mask": np.ones((B, N, T, T), bool)}, "chunked"),
+    ("jax", "gpu", {"bias": np.zeros((1, N, T, T), "float32")}, "standard"),
+    ("jax", "gpu", {"head_dim": PALLAS_MAX_HEAD_DIM + 64}, "standard"),
     # Off a GPU, and on TensorFlow: the keras.ops paths, which XLA compiles.
     ("jax", "cpu", {}, "standard"),
     ("jax", "cpu", FLASH, "chunked"),
