@@ -964,3 +964,29 @@ def test_on_a_gpu_the_layer_takes_the_pallas_kernel_for_what_cudnn_cannot(
     np.testing.assert_allclose(
         ops.convert_to_numpy(got), ops.convert_to_numpy(want), atol=2e-6
     )
+
+
+@pytest.mark.skipif(backend.backend() != "jax", reason="the Pallas kernel, on JAX")
+def test_on_a_gpu_keras_masks_reach_the_kernel_as_padding_over_keys(monkeypatch):
+    """A query and a value mask (left padding, which cuDNN's lengths cannot
+    express), the device faked as a GPU: the Pallas kernel serves (run here
+    in Pallas' interpreter) with the key mask, the masked query rows zeroed
+    after it, and the standard path's outputs; NaN in the padded inputs
+    reaches no output."""
+    from keras_attention.ops import plan
+
+    mask = np.ones((2, QUERY.shape[1]), bool)
+    mask[1, :2] = False
+    query = np.array(QUERY)
+    query[1, :2] = np.nan
+    masks = {"query_mask": mask, "value_mask": mask, "use_causal_mask": True}
+    standard = MultiHeadAttention(num_heads=2, key_dim=8, flash_attention=False)
+    want = standard(query, query, **masks)
+    monkeypatch.setattr(plan, "_jax_platform", lambda: "gpu")
+    layer = MultiHeadAttention(num_heads=2, key_dim=8)
+    layer(query, query, **masks)
+    layer.set_weights(standard.get_weights())
+    got = ops.convert_to_numpy(layer(query, query, **masks))
+    assert layer.attention_path == "jax_pallas"
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, ops.convert_to_numpy(want), atol=2e-6)

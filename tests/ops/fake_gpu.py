@@ -64,6 +64,7 @@ def fake_hopper_gpu(monkeypatch):
         return COMPUTE_CAPABILITY == _capability(capability)
 
     monkeypatch.setattr(plan, "_jax_platform", lambda: "gpu")
+    monkeypatch.setattr(plan, "_gpu_capability", lambda: plan.HOPPER)
     monkeypatch.setattr(fused, "_pallas_interprets", lambda: False)
     monkeypatch.setattr(cudnn_attention, "check_cudnn_version", lambda: CUDNN_VERSION)
     monkeypatch.setattr(cudnn_attention, "check_compute_capability", at_least)
