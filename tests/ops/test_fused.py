@@ -150,6 +150,60 @@ def test_jax_kernel_is_called_with_the_layout_scale_and_mask(
     )
 
 
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="jax.nn, on JAX")
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize(
+    "lengths", [(9, 5), (0, 9), "left"], ids=["right", "empty_row", "left"]
+)
+def test_jax_kernel_reads_right_padding_as_lengths_and_left_padding_by_pallas(
+    monkeypatch, is_causal, lengths
+):
+    """Padding over the keys: right padding goes to cuDNN as sequence
+    lengths (XLA in its place here), a row without keys gives zeros, and any
+    other padding takes the Pallas kernel (its interpreter here), chosen in
+    the compiled graph."""
+    import jax
+
+    from keras_attention.ops.fused import fused_attention
+
+    if lengths == "left":
+        padding = np.ones((B, S), bool)
+        padding[1, :3] = False
+    else:
+        padding = np.arange(S)[None, :] < np.array(lengths)[:, None]
+    calls = []
+    original = jax.nn.dot_product_attention
+
+    def on_cpu(*args, implementation=None, key_value_seq_lengths=None, **kwargs):
+        calls.append(key_value_seq_lengths is not None)
+        return original(
+            *args,
+            key_value_seq_lengths=key_value_seq_lengths,
+            implementation="xla",
+            **kwargs,
+        )
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", on_cpu)
+    mask = padding[:, None, None, :]
+    spec = build_spec(scale=0.3, is_causal=is_causal, mask=mask)
+    got = jax.jit(lambda q, k, v: fused_attention("jax_cudnn", q, k, v, spec))(
+        Q, K[:, :, :2], K[:, :, :2]
+    )
+    want = dot_product_attention(
+        Q,
+        K[:, :, :2],
+        K[:, :, :2],
+        scale=0.3,
+        is_causal=is_causal,
+        mask=mask,
+        flash_attention=False,
+    )
+    assert calls == [True]  # traced once, in the lengths' branch
+    got = ops.convert_to_numpy(got)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, ops.convert_to_numpy(want), atol=2e-6)
+
+
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="Pallas, on JAX")
 @pytest.mark.parametrize(
     "call",
