@@ -7,6 +7,9 @@ row of a table (tests/ops/test_plan.py, the device faked). The computations:
 - `"torch_sdpa"`: PyTorch's `scaled_dot_product_attention` (flash, cuDNN or
   memory-efficient kernels on a GPU; the flash kernel on a CPU, which
   trains), on PyTorch, on any device;
+- `"torch_flex"`: PyTorch's FlexAttention, compiled (`keras_attention.ops.
+  torch_flex`), which applies the mask and score parts inside its tiles, on
+  PyTorch with a CUDA device;
 - `"jax_cudnn"`: `jax.nn.dot_product_attention(implementation="cudnn")` on a
   GPU, half precision, head sizes up to 128;
 - `"jax_pallas"`: this package's Pallas kernel (`keras_attention.ops.
@@ -19,7 +22,7 @@ from keras import backend
 
 from keras_attention.ops.spec import AttentionSpec
 
-KERNELS = ("torch_sdpa", "jax_cudnn", "jax_pallas")
+KERNELS = ("torch_sdpa", "torch_flex", "jax_cudnn", "jax_pallas")
 PATHS = (*KERNELS, "chunked", "standard")
 # cuDNN's flash attention through jax.nn: half precision, head sizes up to 128.
 CUDNN_DTYPES = ("bfloat16", "float16")
@@ -53,12 +56,21 @@ def plan_kernel(
     An explicit `chunk_size` takes the chunked path, `flash_attention=False`
     or `return_weights` the standard one. Otherwise:
 
-    - PyTorch: SDPA for every call without a custom score function, soft cap
-      or log-sum-exp asked for; its other parts (windows, documents, a
-      `mask_mod`, ALiBi, a dense bias) become a dense mask and bias, which
-      costs what the standard path costs, so with `flash_attention=True`
-      (memory asked to stay O(T)) only calls with at most a padding mask and
-      the causal mask take it.
+    - PyTorch on a CUDA device: SDPA for what it takes as its own
+      arguments (no mask part but the causal mask from offset 0; a padding
+      or other dense mask and a dense bias as its `attn_mask`);
+      FlexAttention (`"torch_flex"`) for every other call: windows,
+      documents, ALiBi, the soft cap, a custom `mask_mod` or `score_mod`,
+      the causal mask at an offset, and every call that asks for the
+      log-sum-exp; but not a `score_mod` with `score_mod_inputs` (T5's
+      table), which goes where it goes off CUDA.
+    - PyTorch elsewhere (PyTorch's FlexAttention on a CPU is uncompiled or
+      inference-only): SDPA for every call without a custom score function,
+      soft cap or log-sum-exp asked for; its other parts (windows,
+      documents, a `mask_mod`, ALiBi, a dense bias) become a dense mask and
+      bias, which costs what the standard path costs, so with
+      `flash_attention=True` (memory asked to stay O(T)) only calls with at
+      most a padding mask and the causal mask take it.
     - JAX on a GPU: cuDNN for calls it takes whole (half precision, heads up
       to 128, no dense mask or bias, no score part, the causal mask and a
       window from position 0); with `flash_attention=True`, the Pallas
@@ -77,7 +89,7 @@ def plan_kernel(
         return_lse: as for `dot_product_attention`.
         backend_name: the Keras backend (default: the current one).
         platform: `"cpu"`, `"gpu"` or `"tpu"` (default: the backend's
-            device; a test fakes it).
+            device, `"gpu"` for CUDA on PyTorch; a test fakes it).
 
     Returns:
         One of `PATHS`.
@@ -88,6 +100,12 @@ def plan_kernel(
         return "standard"
     memory_efficient = bool(flash_attention)
     backend_name = backend_name or backend.backend()
+    if backend_name == "torch" and (platform or _torch_platform()) == "gpu":
+        # A score_mod's inputs (T5's table) are read with Keras' gathers,
+        # whose gradient FlexAttention's backward does not trace.
+        flex = not spec.score_mod_inputs
+        if flex and (return_lse or not _sdpa_takes_natively(spec)):
+            return "torch_flex"
     if backend_name == "torch" and not return_lse:
         if _sdpa_takes(spec, memory_efficient):
             return "torch_sdpa"
@@ -109,6 +127,17 @@ def _sdpa_takes(spec, memory_efficient):
         return True
     plain_masks = all(kind == "causal" for kind in spec.mask_kinds())
     return plain_masks and spec.bias is None and not spec.score_parts
+
+
+def _sdpa_takes_natively(spec):
+    """Whether SDPA takes the call as its own arguments, no part evaluated
+    into a dense mask or bias."""
+    kinds = spec.mask_kinds()
+    return (
+        not spec.score_parts
+        and all(kind == "causal" for kind in kinds)
+        and (not kinds or is_zero_offset(spec.query_offset))
+    )
 
 
 def _pallas_takes(spec):
@@ -153,3 +182,9 @@ def _jax_platform():
     import jax
 
     return jax.default_backend()
+
+
+def _torch_platform():
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"
