@@ -5,7 +5,7 @@ log-sum-exp, gradients; and which calls the plan sends to it on a CUDA
 device (faked). On a CPU the plan never chooses it (module docstring of
 keras_attention.ops.torch_flex), so these tests call it by name; it runs
 uncompiled there, as PyTorch's compiled CPU kernel has no backward and no
-log-sum-exp (the compiled test checks the forward)."""
+log-sum-exp (the compiled test, slow, checks the forward)."""
 
 import shutil
 import warnings
@@ -208,14 +208,15 @@ def compiling(monkeypatch):
     return torch_flex
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not any(map(shutil.which, ("g++", "clang++", "c++"))),
     reason="Inductor compiles the CPU kernel with a C++ compiler",
 )
 def test_compiled_flex_equals_the_standard_path(compiling):
     """Forward only: PyTorch's compiled CPU kernel has no backward and no
-    log-sum-exp (about 15 s of compilation in all, 20 s in a fresh
-    process)."""
+    log-sum-exp. Slow: 90 s of compilation with Inductor's cache empty on
+    two cores (10-20 s with it warm)."""
     names = ["causal_window_at_offset", "alibi", "soft_cap", "mask_mod", "padding"]
     for name in names:
         got = flex(Q, K, V, spec_of(**CALLS[name]))
