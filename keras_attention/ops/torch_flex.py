@@ -12,12 +12,15 @@ bias, ALiBi, the soft cap); a user's `mask_mod` and `score_mod`, written with
 FlexAttention's `vmap` and, as far as they are traceable, under
 `torch.compile`). Every mod sees `q_idx + query_offset`, as the spec's do.
 
-On a GPU FlexAttention runs compiled (`torch.compile(flex_attention)`, once
-per process; `create_block_mask(_compile=True)`): the fused Triton kernel,
-memory O(T). A call whose own `mask_mod` or `score_mod` does not compile
-(T5's bucketed table, `mods.relative_position_score_mod`, fails Inductor's
-lowering on PyTorch 2.13's CPU kernel) warns once and runs uncompiled, which
-is exact but holds the `(T, S)` scores, as the standard path does. Off a GPU
+On a CUDA device FlexAttention runs compiled (`torch.compile(flex_attention)`,
+once per process; `create_block_mask(_compile=True)`): the fused Triton
+kernel, memory O(T). A call whose own `mask_mod` or `score_mod` does not
+compile (T5's bucketed table, `mods.relative_position_score_mod`, fails
+Inductor's lowering on PyTorch 2.13's CPU kernel) warns once and runs
+uncompiled, which is exact but holds the `(T, S)` scores, as the standard
+path does. The plan keeps a `score_mod` with `score_mod_inputs` off this
+kernel: the gradient of a table read with Keras' gather does not trace
+under FlexAttention's backward (a torch-native read does). Off a GPU
 it runs uncompiled: PyTorch's compiled CPU kernel has no backward and no
 log-sum-exp, and PyTorch refuses FlexAttention's backward on a CPU, so there
 the plan does not choose it; tests call it directly.
