@@ -4,14 +4,16 @@ serves a call is `keras_attention.ops.plan.plan_kernel`'s choice).
 
 - `"torch_sdpa"`: PyTorch's `scaled_dot_product_attention`, for what it
   takes as its own arguments: no mask, the causal mask from offset 0 (as
-  `is_causal`), a padding or other dense mask and a dense bias (as its
-  `attn_mask`). Off a CUDA device it also takes every other mask part,
-  evaluated on the whole grid, and ALiBi, as a dense mask and bias.
+  `is_causal`) alone, a padding or other dense mask and a dense bias (as
+  its `attn_mask`) without it. Off a CUDA device it also takes every other
+  mask part, evaluated on the whole grid, and ALiBi, as a dense mask and
+  bias.
 - `"torch_flex"`: PyTorch's FlexAttention (`keras_attention.ops.
   torch_flex`), compiled, on a CUDA device for the rest: windows, packed
   documents, ALiBi, the soft cap, a user's `mask_mod` and `score_mod`, the
-  causal mask at an offset, and any call that asks for the log-sum-exp; the
-  mask parts as its `BlockMask`, the score parts as its `score_mod`.
+  causal mask at an offset or beside a dense mask, and any call that asks
+  for the log-sum-exp; the mask parts as its `BlockMask`, the score parts
+  as its `score_mod`.
 - `"jax_cudnn"`: `jax.nn.dot_product_attention(implementation="cudnn")`, the
   causal mask and a window as its own arguments.
 - `"jax_pallas"`: `keras_attention.ops.pallas_flex.flex_attention`, which

@@ -57,13 +57,14 @@ def plan_kernel(
     or `return_weights` the standard one. Otherwise:
 
     - PyTorch on a CUDA device: SDPA for what it takes as its own
-      arguments (no mask part but the causal mask from offset 0; a padding
-      or other dense mask and a dense bias as its `attn_mask`);
-      FlexAttention (`"torch_flex"`) for every other call: windows,
-      documents, ALiBi, the soft cap, a custom `mask_mod` or `score_mod`,
-      the causal mask at an offset, and every call that asks for the
-      log-sum-exp; but not a `score_mod` with `score_mod_inputs` (T5's
-      table), which goes where it goes off CUDA.
+      arguments (the causal mask from offset 0 alone, as `is_causal`; a
+      padding or other dense mask and a dense bias, without the causal
+      mask, as its `attn_mask`); FlexAttention (`"torch_flex"`) for every
+      other call: windows, documents, ALiBi, the soft cap, a custom
+      `mask_mod` or `score_mod`, the causal mask at an offset or beside a
+      dense mask, and every call that asks for the log-sum-exp; but not a
+      `score_mod` with `score_mod_inputs` (T5's table), which goes where it
+      goes off CUDA.
     - PyTorch elsewhere (PyTorch's FlexAttention on a CPU is uncompiled or
       inference-only): SDPA for every call without a custom score function,
       soft cap or log-sum-exp asked for; its other parts (windows,
@@ -131,13 +132,15 @@ def _sdpa_takes(spec, memory_efficient):
 
 def _sdpa_takes_natively(spec):
     """Whether SDPA takes the call as its own arguments, no part evaluated
-    into a dense mask or bias."""
+    into a dense mask or bias: the causal mask (`is_causal`, from offset 0)
+    alone, or a dense mask and bias (`attn_mask`) alone."""
     kinds = spec.mask_kinds()
-    return (
-        not spec.score_parts
-        and all(kind == "causal" for kind in kinds)
-        and (not kinds or is_zero_offset(spec.query_offset))
-    )
+    if spec.score_parts or any(kind != "causal" for kind in kinds):
+        return False
+    if kinds:
+        dense = spec.mask is not None or spec.bias is not None
+        return is_zero_offset(spec.query_offset) and not dense
+    return True
 
 
 def _pallas_takes(spec):

@@ -66,7 +66,7 @@ CASES = [
     # FlexAttention for the rest and for the log-sum-exp.
     ("torch", "gpu", {}, "torch_sdpa"),
     ("torch", "gpu", {"is_causal": True}, "torch_sdpa"),
-    ("torch", "gpu", {"mask": PADDING, "is_causal": True}, "torch_sdpa"),
+    ("torch", "gpu", {"mask": PADDING, "is_causal": True}, "torch_flex"),
     ("torch", "gpu", {**FLASH, "mask": PADDING}, "torch_sdpa"),
     ("torch", "gpu", {"mask": np.ones((B, N, T, T), bool)}, "torch_sdpa"),
     ("torch", "gpu", {"bias": np.zeros((1, N, T, T), "float32")}, "torch_sdpa"),
