@@ -2,9 +2,18 @@
 `dot_product_attention`: each reads the call's `AttentionSpec` (which one
 serves a call is `keras_attention.ops.plan.plan_kernel`'s choice).
 
-- `"torch_sdpa"`: PyTorch's `scaled_dot_product_attention`. The causal mask
-  alone goes to it as `is_causal`; every other mask part, evaluated on the
-  whole grid, and the bias parts (ALiBi, a dense bias) go as its mask.
+- `"torch_sdpa"`: PyTorch's `scaled_dot_product_attention`, for what it
+  takes as its own arguments: no mask, the causal mask from offset 0 (as
+  `is_causal`) alone, a padding or other dense mask and a dense bias (as
+  its `attn_mask`) without it. Off a CUDA device it also takes every other
+  mask part, evaluated on the whole grid, and ALiBi, as a dense mask and
+  bias.
+- `"torch_flex"`: PyTorch's FlexAttention (`keras_attention.ops.
+  torch_flex`), compiled, on a CUDA device for the rest: windows, packed
+  documents, ALiBi, the soft cap, a user's `mask_mod` and `score_mod`, the
+  causal mask at an offset or beside a dense mask, and any call that asks
+  for the log-sum-exp; the mask parts as its `BlockMask`, the score parts
+  as its `score_mod`.
 - `"jax_cudnn"`: `jax.nn.dot_product_attention(implementation="cudnn")`, the
   causal mask and a window as its own arguments, padding over the keys as
   sequence lengths where it is right padding (checked in the graph; left
@@ -12,9 +21,10 @@ serves a call is `keras_attention.ops.plan.plan_kernel`'s choice).
 - `"jax_pallas"`: `keras_attention.ops.pallas_flex.flex_attention`, which
   applies every part inside its tiles over the spec's block map.
 
-A fully masked query row gives zeros here too: its mask row is opened to
-every key (so that no kernel divides by zero) and its output multiplied by
-zero, which also stops its gradient.
+A fully masked query row gives zeros here too: for SDPA its mask row is
+opened to every key (so that no kernel divides by zero) and its output
+multiplied by zero, which also stops its gradient; FlexAttention returns
+zeros for it itself.
 
 References:
     - [Dao et al., 2022. FlashAttention](https://arxiv.org/abs/2205.14135)
@@ -46,7 +56,11 @@ def fused_attention(kernel, query, key, value, spec, return_lse=False):
     values as `spec` describes it, with `kernel` (one of
     `keras_attention.ops.plan.KERNELS`): `(B, T, N, H_v)` equal to the
     standard path's to float rounding, and the log-sum-exp `(B, N, T)` too
-    with `return_lse` (the Pallas kernel only)."""
+    with `return_lse` (the Pallas kernel and FlexAttention only)."""
+    if kernel == "torch_flex":
+        from keras_attention.ops.torch_flex import torch_flex_attention
+
+        return torch_flex_attention(query, key, value, spec, return_lse)
     if kernel == "jax_cudnn":
         return _jax_cudnn(query, key, value, spec)
     if kernel == "jax_pallas":

@@ -7,6 +7,9 @@ row of a table (tests/ops/test_plan.py, the device faked). The computations:
 - `"torch_sdpa"`: PyTorch's `scaled_dot_product_attention` (flash, cuDNN or
   memory-efficient kernels on a GPU; the flash kernel on a CPU, which
   trains), on PyTorch, on any device;
+- `"torch_flex"`: PyTorch's FlexAttention, compiled (`keras_attention.ops.
+  torch_flex`), which applies the mask and score parts inside its tiles, on
+  PyTorch with a CUDA device;
 - `"jax_cudnn"`: `jax.nn.dot_product_attention(implementation="cudnn")` on a
   GPU, half precision, head sizes up to 128 (256 from Hopper on), the
   causal mask, a window and padding over the keys as sequence lengths;
@@ -20,7 +23,7 @@ from keras import backend
 
 from keras_attention.ops.spec import AttentionSpec
 
-KERNELS = ("torch_sdpa", "jax_cudnn", "jax_pallas")
+KERNELS = ("torch_sdpa", "torch_flex", "jax_cudnn", "jax_pallas")
 PATHS = (*KERNELS, "chunked", "standard")
 # cuDNN's flash attention through jax.nn: half precision, head sizes up to 128,
 # up to 256 from Hopper on (compute capability 9.0), multiples of 8.
@@ -63,12 +66,22 @@ def plan_kernel(
     wherever one computes the call, whatever `flash_attention` (None or
     True):
 
-    - PyTorch: SDPA for every call without a custom score function, soft cap
-      or log-sum-exp asked for; its other parts (windows, documents, a
-      `mask_mod`, ALiBi, a dense bias) become a dense mask and bias, which
-      costs what the standard path costs, so with `flash_attention=True`
-      (memory asked to stay O(T)) only calls with at most a padding mask and
-      the causal mask take it.
+    - PyTorch on a CUDA device: SDPA for what it takes as its own
+      arguments (the causal mask from offset 0 alone, as `is_causal`; a
+      padding or other dense mask and a dense bias, without the causal
+      mask, as its `attn_mask`); FlexAttention (`"torch_flex"`) for every
+      other call: windows, documents, ALiBi, the soft cap, a custom
+      `mask_mod` or `score_mod`, the causal mask at an offset or beside a
+      dense mask, and every call that asks for the log-sum-exp; but not a
+      `score_mod` with `score_mod_inputs` (T5's table), which goes where it
+      goes off CUDA.
+    - PyTorch elsewhere (PyTorch's FlexAttention on a CPU is uncompiled or
+      inference-only): SDPA for every call without a custom score function,
+      soft cap or log-sum-exp asked for; its other parts (windows,
+      documents, a `mask_mod`, ALiBi, a dense bias) become a dense mask and
+      bias, which costs what the standard path costs, so with
+      `flash_attention=True` (memory asked to stay O(T)) only calls with at
+      most a padding mask and the causal mask take it.
     - JAX on a GPU: cuDNN for calls it takes whole (half precision, heads up
       to 128, 256 on Hopper, no dense mask but padding over the keys, no
       bias or score part, the causal mask and a window from position 0);
@@ -90,7 +103,7 @@ def plan_kernel(
         return_lse: as for `dot_product_attention`.
         backend_name: the Keras backend (default: the current one).
         platform: `"cpu"`, `"gpu"` or `"tpu"` (default: the backend's
-            device; a test fakes it).
+            device, `"gpu"` for CUDA on PyTorch; a test fakes it).
         gpu_capability: the GPU's compute capability `(major, minor)`
             (default: the first device's; a test fakes it).
 
@@ -103,6 +116,12 @@ def plan_kernel(
         return "standard"
     memory_efficient = bool(flash_attention)
     backend_name = backend_name or backend.backend()
+    if backend_name == "torch" and (platform or _torch_platform()) == "gpu":
+        # A score_mod's inputs (T5's table) are read with Keras' gathers,
+        # whose gradient FlexAttention's backward does not trace.
+        flex = not spec.score_mod_inputs
+        if flex and (return_lse or not _sdpa_takes_natively(spec)):
+            return "torch_flex"
     if backend_name == "torch" and not return_lse:
         if _sdpa_takes(spec, memory_efficient):
             return "torch_sdpa"
@@ -125,6 +144,19 @@ def _sdpa_takes(spec, memory_efficient):
         return True
     plain_masks = all(kind == "causal" for kind in spec.mask_kinds())
     return plain_masks and spec.bias is None and not spec.score_parts
+
+
+def _sdpa_takes_natively(spec):
+    """Whether SDPA takes the call as its own arguments, no part evaluated
+    into a dense mask or bias: the causal mask (`is_causal`, from offset 0)
+    alone, or a dense mask and bias (`attn_mask`) alone."""
+    kinds = spec.mask_kinds()
+    if spec.score_parts or any(kind != "causal" for kind in kinds):
+        return False
+    if kinds:
+        dense = spec.mask is not None or spec.bias is not None
+        return is_zero_offset(spec.query_offset) and not dense
+    return True
 
 
 def _pallas_takes(spec, query):
@@ -197,3 +229,9 @@ def _gpu_capability():
     if not capability:
         return None
     return tuple(int(part) for part in str(capability).split("."))
+
+
+def _torch_platform():
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"

@@ -48,9 +48,9 @@ EMPTY, PARTIAL, FULL = 0, 1, 2
 
 class Part(NamedTuple):
     """One mask or score function of a call, and what kernels know of it:
-    its kind, the window's size, and the tensors a kernel reads instead of
+    its kind, the window's size, and the values a kernel reads instead of
     calling `fn` (the query and key ids of `"documents"`, the slopes of
-    `"alibi"`)."""
+    `"alibi"`, the cap of `"soft_cap"`)."""
 
     fn: Callable
     kind: str = "custom"
@@ -256,7 +256,8 @@ def build_spec(
     if score_mod is not None:
         score_parts.append(Part(score_mod))
     if soft_cap is not None:
-        score_parts.append(Part(soft_cap_score_mod(soft_cap), "soft_cap"))
+        cap = Part(soft_cap_score_mod(soft_cap), "soft_cap", data=(soft_cap,))
+        score_parts.append(cap)
     return AttentionSpec(
         scale=scale,
         query_offset=query_offset,

@@ -53,6 +53,10 @@ CAP = {"soft_cap": 30.0}
 CUSTOM_SCORE = {"score_mod": mods.soft_cap_score_mod(5.0)}
 CUSTOM_MASK = {"mask_mod": mods.causal_mask_mod}
 FLASH = {"flash_attention": True}
+T5 = {
+    "score_mod": mods.relative_position_score_mod(),
+    "score_mod_inputs": (np.zeros((32, N), "float32"),),
+}
 
 CASES = [
     # What the caller asks decides first, on every backend and device.
@@ -62,7 +66,7 @@ CASES = [
     # PyTorch: SDPA for everything it can take as a mask and a bias, on every
     # device; the soft cap and a custom score function stay in keras.ops.
     ("torch", "cpu", {}, "torch_sdpa"),
-    ("torch", "gpu", {"is_causal": True, "query_offset": 3}, "torch_sdpa"),
+    ("torch", "cpu", {"is_causal": True, "query_offset": 3}, "torch_sdpa"),
     ("torch", "cpu", {"mask": PADDING, "is_causal": True}, "torch_sdpa"),
     ("torch", "cpu", {"is_causal": True, "sliding_window": 4}, "torch_sdpa"),
     ("torch", "cpu", {"segments": True}, "torch_sdpa"),
@@ -77,6 +81,29 @@ CASES = [
     ("torch", "cpu", {**FLASH, "is_causal": True, "sliding_window": 4}, "chunked"),
     ("torch", "cpu", {**FLASH, **ALIBI}, "chunked"),
     ("torch", "cpu", {**FLASH, "segments": True}, "chunked"),
+    # PyTorch on a CUDA device: SDPA for what it takes as its own arguments,
+    # FlexAttention for the rest and for the log-sum-exp.
+    ("torch", "gpu", {}, "torch_sdpa"),
+    ("torch", "gpu", {"is_causal": True}, "torch_sdpa"),
+    ("torch", "gpu", {"mask": PADDING, "is_causal": True}, "torch_flex"),
+    ("torch", "gpu", {**FLASH, "mask": PADDING}, "torch_sdpa"),
+    ("torch", "gpu", {"mask": np.ones((B, N, T, T), bool)}, "torch_sdpa"),
+    ("torch", "gpu", {"bias": np.zeros((1, N, T, T), "float32")}, "torch_sdpa"),
+    ("torch", "gpu", {"is_causal": True, "query_offset": 3}, "torch_flex"),
+    ("torch", "gpu", {"sliding_window": 4}, "torch_flex"),
+    ("torch", "gpu", {**FLASH, "is_causal": True, "sliding_window": 4}, "torch_flex"),
+    ("torch", "gpu", {"segments": True, "mask": PADDING}, "torch_flex"),
+    ("torch", "gpu", {**FLASH, **ALIBI}, "torch_flex"),
+    ("torch", "gpu", {**CAP, "dtype": "float32"}, "torch_flex"),
+    ("torch", "gpu", CUSTOM_SCORE, "torch_flex"),
+    ("torch", "gpu", {**FLASH, **CUSTOM_MASK}, "torch_flex"),
+    ("torch", "gpu", {"return_lse": True}, "torch_flex"),
+    ("torch", "gpu", {**CUSTOM_SCORE, "score_mod_inputs": (PADDING,)}, "standard"),
+    ("torch", "gpu", {**FLASH, **T5, "is_causal": True}, "chunked"),
+    ("torch", "gpu", {"return_lse": True, "mask": PADDING}, "torch_flex"),
+    ("torch", "gpu", {**CAP, "flash_attention": False}, "standard"),
+    ("torch", "gpu", {**CAP, "return_weights": True}, "standard"),
+    ("torch", "gpu", {**CAP, "chunk_size": 64}, "chunked"),
     # JAX on a GPU: cuDNN for what it takes whole (padding over the keys as
     # lengths; fused.py sends left padding to the Pallas kernel) ...
     ("jax", "gpu", {}, "jax_cudnn"),
