@@ -68,6 +68,7 @@ REASONS = {
     "chunked": "The layer's plan chose the chunked path by length.",
     "score_layer": "Additive attention and attention pooling score keys with "
     "their own function, outside `dot_product_attention`.",
+    "sdpa_soft_cap": "PyTorch's SDPA has no soft cap (Gemma 2 and 3).",
     "cpu_plan": "No fused kernel serves this call on this backend.",
     "unexplained": "No recorded fact explains it: look at the plan.",
 }
@@ -138,6 +139,8 @@ def reason_of(path, spec, query, arguments):
         return "custom_part"
     if (query.shape[-1] or 0) > 256:
         return "head_dim"
+    if keras.backend.backend() == "torch" and "soft_cap" in kinds:
+        return "sdpa_soft_cap"
     if keras.backend.backend() != "jax":
         return "cpu_plan"
     if path == "chunked":
@@ -722,10 +725,13 @@ def committed_rows(backend):
     return [row for row in rows_ if row["backend"] == backend]
 
 
-def _other_backend_rows(backend):
+def _other_backend_rows(backend, names=None):
     environment = {**os.environ, "KERAS_BACKEND": backend}
+    command = [sys.executable, "-m", "tests.path_table", "--json"]
+    for name in names or ():
+        command += ["--workload", name]
     output = subprocess.run(
-        [sys.executable, "-m", "tests.path_table", "--json"],
+        command,
         cwd=ROOT,
         env=environment,
         check=True,
@@ -749,7 +755,7 @@ def main(argv=None):
         if backend == keras.backend.backend():
             table += rows(names=arguments.workload)
         else:
-            table += _other_backend_rows(backend)
+            table += _other_backend_rows(backend, arguments.workload)
     if arguments.write:
         write(table)
     else:
