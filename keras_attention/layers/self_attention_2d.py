@@ -161,13 +161,17 @@ class SelfAttention2D(keras.layers.Layer):
             # (B, h, w, c) -> (B, h * w, 1 head, c)
             return ops.reshape(x, (batch, -1, 1, ops.shape(x)[-1]))
 
-        attended, weights = dot_product_attention(
+        # The weights only where they are returned: without them the call
+        # takes a fused kernel where one serves (the Pallas kernel on a GPU).
+        attended = dot_product_attention(
             positions(queries),
             positions(keys),
             positions(values),
             scale=1.0,
-            return_weights=True,
+            return_weights=return_attention_scores,
         )
+        if return_attention_scores:
+            attended, weights = attended
         attended = ops.reshape(attended, (batch, height, width, -1))
         outputs = self.output_projection(attended, training=training)
         outputs = ops.cast(self.gamma, outputs.dtype) * outputs + inputs
