@@ -223,22 +223,27 @@ def dot_product_attention(
         return_weights=return_weights,
         return_lse=return_lse,
     )
-    # Keys and values no query may see are zeroed before any path reads them.
-    query_length, key_length = _length(query, 1), _length(key, 1)
-    reach = None
-    if sliding_window is not None:
-        reach = _window_reach(query_length, key_length, sliding_window, query_offset)
-    attended = _attended_keys(
-        merge_masks(mask, reach),
-        is_causal,
-        query_length,
-        key_length,
-        k_shape[2],
-        query_offset,
-    )
-    key = zero_unattended(key, attended)
-    value = zero_unattended(value, attended)
+    # Keys and values no query may see are never read: the standard path
+    # zeroes them from the full dense mask it builds, the chunked path and
+    # the Pallas kernel in each partial tile, SDPA from its dense mask; the
+    # vendor kernels, which take no other mask, get them zeroed here.
     if path in KERNELS:
+        query_length, key_length = _length(query, 1), _length(key, 1)
+        reach = None
+        if sliding_window is not None:
+            reach = _window_reach(
+                query_length, key_length, sliding_window, query_offset
+            )
+        attended = _attended_keys(
+            merge_masks(mask, reach),
+            is_causal,
+            query_length,
+            key_length,
+            k_shape[2],
+            query_offset,
+        )
+        key = zero_unattended(key, attended)
+        value = zero_unattended(value, attended)
         return fused_attention(path, query, key, value, spec, return_lse)
     if path == "chunked":
         groups = _group_size(q_shape[2], k_shape[2])
@@ -256,7 +261,7 @@ def dot_product_attention(
         )
     results = []
     if return_weights or backend.standardize_dtype(value.dtype) == "float16":
-        weights, lse = _weights(query, key, spec, return_lse)
+        weights, lse, value = _weights(query, key, spec, return_lse, value)
         results.append(apply_attention_weights(weights, value))
         if return_weights:
             results.append(weights)
@@ -502,10 +507,9 @@ def _attend_normalizing_last(query, key, value, spec, return_lse=False):
     """
     dtype = backend.standardize_dtype(query.dtype)
     compute_dtype = _accumulation_dtype(dtype)
+    mask, key, value = _full_mask_hiding_unseen(query, key, value, spec)
     scores = _dense_scores(query, key, spec, compute_dtype)
-    mask = spec.dense_mask(query, key)
     if mask is not None:
-        mask = ops.cast(mask, "bool")
         scores = ops.where(mask, scores, ops.cast(MASKED_SCORE, compute_dtype))
     # The maximum only keeps `exp` in range: the result does not depend on it.
     peak = ops.stop_gradient(ops.max(scores, axis=-1, keepdims=True))
@@ -663,20 +667,37 @@ def _attended_keys(
     return attended
 
 
-def _weights(query, key, spec, return_lse=False):
-    """The weights in the dtype of the query, and, if asked, the
-    log-sum-exp of the same scores (else None)."""
-    scores = _dense_scores(query, key, spec, "float32")
+def _full_mask_hiding_unseen(query, key, value, spec):
+    """The call's full dense mask (bool, or None), and the keys and values
+    (`value` may be None) with zeros where no query of the heads sharing them
+    may look: a masked score's weight is 0, but `0 * NaN` is NaN in the
+    products, forward and backward."""
     mask = spec.dense_mask(query, key)
+    if mask is None:
+        return None, key, value
+    mask = ops.cast(mask, "bool")
+    seen = _attended_keys(mask, False, None, None, key.shape[2])
+    key = zero_unattended(key, seen)
+    if value is not None:
+        value = zero_unattended(value, seen)
+    return mask, key, value
+
+
+def _weights(query, key, spec, return_lse=False, value=None):
+    """The weights in the dtype of the query, the log-sum-exp of the same
+    scores if asked (else None), and `value` with the keys no query sees
+    zeroed."""
+    mask, key, value = _full_mask_hiding_unseen(query, key, value, spec)
+    scores = _dense_scores(query, key, spec, "float32")
     weights = ops.cast(masked_softmax(scores, mask), query.dtype)
     if not return_lse:
-        return weights, None
+        return weights, None, value
     attends = None
     if mask is not None:
-        scores = ops.where(ops.cast(mask, "bool"), scores, MASKED_SCORE)
+        scores = ops.where(mask, scores, MASKED_SCORE)
         attends = ops.greater(ops.max(scores, axis=-1, keepdims=True), MASKED_SCORE / 2)
     lse = ops.logsumexp(scores, axis=-1, keepdims=True)
-    return weights, _finite_rows_lse(lse, attends)
+    return weights, _finite_rows_lse(lse, attends), value
 
 
 def attention_weights(
@@ -701,9 +722,6 @@ def attention_weights(
         scale = 1.0 / math.sqrt(q_shape[-1])
     if alibi_slopes is not None:
         alibi_slopes = _check_slopes(alibi_slopes, q_shape[2])
-    query_length, key_length = _length(query, 1), _length(key, 1)
-    attended = _attended_keys(mask, is_causal, query_length, key_length, k_shape[2])
-    key = zero_unattended(key, attended)
     spec = build_spec(
         scale=scale,
         mask=mask,

@@ -133,6 +133,12 @@ def _torch_sdpa(query, key, value, spec):
     attends = None
     if mask is not None:
         mask = torch.as_tensor(mask, dtype=torch.bool, device=q.device)
+        while mask.dim() < 4:
+            mask = mask[None]
+        # Keys no query of a head sees: weight 0, but `0 * NaN` is NaN in the
+        # kernel's products (and the rows opened below read every key).
+        seen = mask.any(dim=-2)[..., None]
+        k, v = (torch.where(seen, x, x.new_zeros(())) for x in (k, v))
         attends = mask.any(dim=-1, keepdim=True)
         mask = mask | ~attends
     if bias is not None:

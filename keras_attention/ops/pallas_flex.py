@@ -464,10 +464,11 @@ def _forward_kernel(q_ref, k_ref, v_ref, data, offset_ref, *refs, geo, mods):
 
     def body(j, masked, carry):
         acc, m_prev, l_prev = carry
-        k = k_ref[pl.ds(j * geo.block, geo.block), :]
-        v = v_ref[pl.ds(j * geo.block, geo.block), :]
+        keep = tile.keep(h, i, j, masked, rows=masked)
+        k = _unseen_zeroed(k_ref[pl.ds(j * geo.block, geo.block), :], keep, masked)
+        v = _unseen_zeroed(v_ref[pl.ds(j * geo.block, geo.block), :], keep, masked)
         s = tile.score(tile.raw(q, k), h, i, j)
-        s = jnp.where(tile.keep(h, i, j, masked), s, -jnp.inf)
+        s = jnp.where(keep, s, -jnp.inf)
         m_next = jnp.maximum(m_prev, jnp.max(s, axis=1))
         # A row that has seen no key yet keeps m = -inf: exponentiate against
         # 0 instead, so that exp(-inf - -inf) never makes a NaN.
@@ -488,6 +489,15 @@ def _forward_kernel(q_ref, k_ref, v_ref, data, offset_ref, *refs, geo, mods):
     l_safe = jnp.where(seen, total, 1.0)
     o_ref[...] = (acc / l_safe[:, None]).astype(o_ref.dtype)
     lse_ref[...] = jnp.where(seen, m + jnp.log(l_safe), -jnp.inf)
+
+
+def _unseen_zeroed(x, keep, masked):
+    """The key or value tile `x` with zeros at the keys no query of a masked
+    tile sees (past S too): their weight is 0, but `0 * NaN` is NaN in the
+    products, forward and backward. A select on the loaded tile, no gather."""
+    if not masked:
+        return x
+    return jnp.where(jnp.any(keep, axis=0)[:, None], x, jnp.zeros((), x.dtype))
 
 
 def _probabilities(s, keep, lse):
@@ -511,12 +521,13 @@ def _dq_kernel(
 
     def body(j, masked, carry):
         dq, d_inputs = carry
-        k = k_ref[pl.ds(j * geo.block, geo.block), :]
-        v = v_ref[pl.ds(j * geo.block, geo.block), :]
+        keep = tile.keep(h, i, j, masked, rows=True)
+        k = _unseen_zeroed(k_ref[pl.ds(j * geo.block, geo.block), :], keep, masked)
+        v = _unseen_zeroed(v_ref[pl.ds(j * geo.block, geo.block), :], keep, masked)
         s, pullback = jax.vjp(
             lambda raw, *xs: tile.score(raw, h, i, j, xs), tile.raw(q, k), *trained
         )
-        p = _probabilities(s, tile.keep(h, i, j, masked, rows=True), lse)
+        p = _probabilities(s, keep, lse)
         dp = jnp.dot(do, v.T, preferred_element_type=jnp.float32)
         d_raw, *d_xs = pullback(p * (dp - delta[:, None]))
         dq = dq + jnp.dot(d_raw.astype(k.dtype), k, preferred_element_type=jnp.float32)
@@ -553,12 +564,17 @@ def _dkv_kernel(
             rows = pl.ds(i * geo.block, geo.block)
             q, do = q_ref[rows, r, :], do_ref[rows, r, :]
             lse, delta = lse_ref[r, rows], delta_ref[r, rows]
-            s, pullback = jax.vjp(lambda raw: tile.score(raw, h, i, j), tile.raw(q, k))
-            p = _probabilities(s, tile.keep(h, i, j, masked, rows=True), lse)
+            keep = tile.keep(h, i, j, masked, rows=True)
+            k_seen = _unseen_zeroed(k, keep, masked)
+            s, pullback = jax.vjp(
+                lambda raw: tile.score(raw, h, i, j), tile.raw(q, k_seen)
+            )
+            p = _probabilities(s, keep, lse)
             dv = dv + jnp.dot(
                 p.T.astype(do.dtype), do, preferred_element_type=jnp.float32
             )
-            dp = jnp.dot(do, v.T, preferred_element_type=jnp.float32)
+            v_seen = _unseen_zeroed(v, keep, masked)
+            dp = jnp.dot(do, v_seen.T, preferred_element_type=jnp.float32)
             (d_raw,) = pullback(p * (dp - delta[:, None]))
             dk = dk + jnp.dot(
                 d_raw.T.astype(q.dtype), q, preferred_element_type=jnp.float32
