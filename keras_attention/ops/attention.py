@@ -25,6 +25,7 @@ from keras_attention.ops.mods import (
     document_mask_mod,
 )
 from keras_attention.ops.plan import KERNELS, plan_kernel
+from keras_attention.ops.random import attention_dropout_words, check_dropout_rate
 from keras_attention.ops.softmax import MASKED_SCORE, masked_softmax
 from keras_attention.ops.spec import build_spec
 
@@ -77,6 +78,8 @@ def dot_product_attention(
     query_offset=0,
     return_weights=False,
     return_lse=False,
+    dropout_rate=0.0,
+    seed=None,
 ):
     """Scaled dot-product attention, `softmax(Q K^T / sqrt(d_k)) V`, per head.
 
@@ -169,6 +172,21 @@ def dot_product_attention(
             `(batch, num_heads, T)`, float32 (-inf for a query that sees no
             key): two attentions over the halves of the keys merge exactly
             into the attention over all of them with it.
+        dropout_rate: attention dropout: each normalized weight `p_ij` is
+            dropped with this probability and the kept ones scaled by
+            `1 / (1 - dropout_rate)` (the log-sum-exp is unchanged, the
+            weights returned are those before dropout). The mask is a hash
+            of `(seed, b, h, q_idx, kv_idx)`, the same on the standard and
+            the chunked path and in the Pallas kernel, which regenerate it
+            tile by tile in the backward pass (nothing of size `(T, S)` is
+            stored). PyTorch's SDPA draws its own mask from PyTorch's
+            generator (it differs, and ignores `seed`); cuDNN has no
+            dropout. A float in `[0, 1)`.
+        seed: the dropout's seed: an int (the same mask at every call), a
+            `keras.random.SeedGenerator` (drawn once per call) or a seed
+            tensor of two ints. None draws from Keras' global seed
+            generator, which traced code (`jax.jit`, `tf.function`) cannot:
+            there a seed is required.
 
     Returns:
         `(batch, T, num_heads, value_dim)`, followed by the weights and the
@@ -198,10 +216,13 @@ def dot_product_attention(
         flash_attention, chunk_size, return_weights, bias, attn_logits_soft_cap
     )
     _check_mods(score_mod, score_mod_inputs, mask_mod)
+    words = attention_dropout_words(dropout_rate, seed, query)
     spec = _spec(
         q_shape,
         k_shape,
         scale=scale,
+        dropout_rate=dropout_rate,
+        dropout_words=words,
         query_offset=query_offset,
         mask=mask,
         bias=bias,
@@ -262,7 +283,11 @@ def dot_product_attention(
     results = []
     if return_weights or backend.standardize_dtype(value.dtype) == "float16":
         weights, lse, value = _weights(query, key, spec, return_lse, value)
-        results.append(apply_attention_weights(weights, value))
+        dropped = weights
+        scale = _dense_dropout_scale(spec, weights)
+        if scale is not None:
+            dropped = weights * ops.cast(scale, weights.dtype)
+        results.append(apply_attention_weights(dropped, value))
         if return_weights:
             results.append(weights)
         if return_lse:
@@ -306,6 +331,7 @@ def attention_path(
     attn_logits_soft_cap=None,
     return_weights=False,
     return_lse=False,
+    dropout_rate=0.0,
 ):
     """The computation `dot_product_attention` takes for these arguments
     (the same names), on this backend and device: a backend's fused kernel
@@ -333,6 +359,7 @@ def attention_path(
         attn_logits_soft_cap: as for `dot_product_attention`.
         return_weights: as for `dot_product_attention`.
         return_lse: as for `dot_product_attention`.
+        dropout_rate: as for `dot_product_attention` (cuDNN takes none).
 
     Returns:
         One of `keras_attention.ops.plan.PATHS`: `"torch_sdpa"`,
@@ -349,6 +376,7 @@ def attention_path(
     """
     if mask is not None:
         mask = ops.convert_to_tensor(mask)
+    check_dropout_rate(dropout_rate)
     q_shape, v_shape = static_shape(query), static_shape(value)
     spec = _spec(
         q_shape,
@@ -365,6 +393,7 @@ def attention_path(
         score_mod=score_mod,
         score_mod_inputs=(),
         soft_cap=attn_logits_soft_cap,
+        dropout_rate=dropout_rate,
     )
     return plan_kernel(
         spec,
@@ -518,6 +547,10 @@ def _attend_normalizing_last(query, key, value, spec, return_lse=False):
     # zeroed at the end, on (T, head_dim) outputs rather than (T, S) weights.
     unnormalized = ops.exp(scores - peak)
     total = ops.sum(unnormalized, axis=-1, keepdims=True)
+    # Dropout after the normalizer: it drops normalized weights.
+    dropout = _dense_dropout_scale(spec, unnormalized)
+    if dropout is not None:
+        unnormalized = unnormalized * ops.cast(dropout, unnormalized.dtype)
     outputs = _weighted_sum(ops.cast(unnormalized, value.dtype), value)
     outputs = ops.cast(outputs, compute_dtype) / _heads_second(total)
     attends = None
@@ -536,6 +569,22 @@ def _dense_scores(query, key, spec, compute_dtype):
     query = query * ops.cast(spec.scale, query.dtype)
     raw = ops.cast(_scores(query, key), compute_dtype)
     return spec.dense_scores(query, key, raw)
+
+
+def _dense_dropout_scale(spec, weights):
+    """Dropout's factors `(B, N, T, S)` of the whole grid of `weights`, or
+    None without dropout."""
+    if not spec.dropout_rate:
+        return None
+    batch, heads, query_length, key_length = ops.shape(weights)
+    return spec.dropout_scale(
+        ops.arange(batch, dtype="int32")[:, None, None, None],
+        ops.arange(heads, dtype="int32")[None, :, None, None],
+        ops.arange(query_length, dtype="int32")[None, None, :, None],
+        ops.arange(key_length, dtype="int32")[None, None, None, :],
+        heads,
+        query_length,
+    )
 
 
 def _finite_rows_lse(lse, attends):

@@ -135,6 +135,23 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
         raw = ops.einsum("bnth,bnch->bntc", q_tile, k_tile)
         return q_tile, raw, valid, grids, k_tile, v_tile
 
+    dropout = bool(spec.dropout_rate)
+    batch_index = ops.arange(batch, dtype="int32")[:, None, None, None]
+    head_index = ops.arange(heads, dtype="int32")[None, :, None, None]
+
+    def dropout_scale(query_block, key_block):
+        """Dropout's factors of one tile, `(B, N, chunk, chunk)`: drawn
+        again from the seed and the tile's positions, the same in the
+        forward and the backward pass and as the standard path's."""
+        return spec.dropout_scale(
+            batch_index,
+            head_index,
+            (query_block * chunk_size + offsets)[:, None],
+            (key_block * chunk_size + offsets)[None, :],
+            heads,
+            q_len,
+        )
+
     def forward(q_scaled, k, v, inputs):
         def query_step(i, carry):
             output, log_sum_exp = carry
@@ -155,6 +172,8 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
                         weights = ops.where(valid, weights, 0.0)
                     correction = ops.exp(running_max - new_max)
                     normalizer = normalizer * correction + ops.sum(weights, axis=-1)
+                    if dropout:  # after the normalizer: normalized weights drop
+                        weights = weights * ops.cast(dropout_scale(i, j), compute_dtype)
                     acc = acc * correction[..., None] + ops.einsum(
                         "bntc,bncd->bntd", weights, v_tile
                     )
@@ -219,10 +238,18 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
                     weights = ops.exp(scores - lse[..., None])
                     if masked:
                         weights = ops.where(valid, weights, 0.0)
+                    # With dropout M / (1 - r): dV = (P M)^T dO, dP = (dO V^T) M;
+                    # dS = P (dP - delta) with delta from the dropped output.
+                    dropped = weights
+                    if dropout:
+                        factor = ops.cast(dropout_scale(i, j), compute_dtype)
+                        dropped = weights * factor
                     grad_v_tile = grad_v_tile + ops.einsum(
-                        "bntc,bntd->bncd", weights, g_out
+                        "bntc,bntd->bncd", dropped, g_out
                     )
                     grad_weights = ops.einsum("bntd,bncd->bntc", g_out, v_tile)
+                    if dropout:
+                        grad_weights = grad_weights * factor
                     grad_scores = weights * (grad_weights - d[..., None])
                     if score_mod is not None:
                         _, grads = vector_jacobian_product(

@@ -4,7 +4,8 @@ serves a call is `keras_attention.ops.plan.plan_kernel`'s choice).
 
 - `"torch_sdpa"`: PyTorch's `scaled_dot_product_attention`. The causal mask
   alone goes to it as `is_causal`; every other mask part, evaluated on the
-  whole grid, and the bias parts (ALiBi, a dense bias) go as its mask.
+  whole grid, and the bias parts (ALiBi, a dense bias) go as its mask;
+  dropout as its `dropout_p` (PyTorch's generator draws that mask).
 - `"jax_cudnn"`: `jax.nn.dot_product_attention(implementation="cudnn")`, the
   causal mask and a window as its own arguments.
 - `"jax_pallas"`: `keras_attention.ops.pallas_flex.flex_attention`, which
@@ -104,6 +105,8 @@ def _jax_pallas(query, key, value, spec, return_lse):
         mask_mod=rest.mask_mod,
         query_offset=spec.query_offset,
         interpret=_pallas_interprets(),
+        dropout_rate=spec.dropout_rate,
+        dropout_words=spec.dropout_words,
         **native,
     )
     return (output, lse) if return_lse else output
@@ -151,8 +154,16 @@ def _torch_sdpa(query, key, value, spec):
             bias = bias.masked_fill(~causal.to(q.device), float("-inf"))
             is_causal = False
         mask = bias
+    # Dropout from PyTorch's own generator: its mask differs from the hash
+    # of the other paths, and ignores the seed.
     output = scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=is_causal, scale=float(spec.scale)
+        q,
+        k,
+        v,
+        attn_mask=mask,
+        is_causal=is_causal,
+        scale=float(spec.scale),
+        dropout_p=spec.dropout_rate,
     )
     if attends is not None:
         output = output * attends.to(output.dtype)

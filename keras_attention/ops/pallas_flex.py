@@ -28,6 +28,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 from jax.extend import core as jax_core
 
+from keras_attention.ops.random import attention_dropout_scale
+
 # The kinds of tile in a block map.
 EMPTY, PARTIAL, FULL = 0, 1, 2
 
@@ -48,6 +50,8 @@ def flex_attention(
     key_mask=None,
     query_offset=0,
     interpret=False,
+    dropout_rate=0.0,
+    dropout_words=None,
 ):
     """`softmax(score_mod(scale * Q K^T))` over the keys `mask_mod` keeps,
     times V, per head, in one Pallas kernel, with its own gradient.
@@ -129,6 +133,13 @@ def flex_attention(
         query_offset: the absolute position of the first query (int or
             scalar int32 array): the `q_idx` of the mods counts from it.
         interpret: run Pallas' interpreter (any device, CPUs included).
+        dropout_rate: attention dropout of the normalized weights (a Python
+            float in [0, 1)), its mask drawn inside the tiles, in the forward
+            and both backward kernels, from `dropout_words`.
+        dropout_words: int32 `(2,)`, the mask's key words
+            (`keras_attention.ops.random.dropout_words`): the mask is
+            `keras_attention.ops.random.attention_dropout_scale`'s, the same
+            as the `keras.ops` paths draw.
 
     Returns:
         `(output, lse)`: `(B, T, N, H_v)` in the dtype of `query`, and the
@@ -149,7 +160,7 @@ def flex_attention(
         - [Dao, 2023. FlashAttention-2](https://arxiv.org/abs/2307.08691)
         - [He et al., 2024. FlexAttention](https://pytorch.org/blog/flexattention/)
     """
-    geo = _geometry(query, key, value, block_size, scale, interpret)
+    geo = _geometry(query, key, value, block_size, scale, interpret, dropout_rate)
     block_map = jnp.asarray(block_map)
     expected = (geo.q_blocks, geo.k_blocks)
     if block_map.shape != expected or not jnp.issubdtype(block_map.dtype, jnp.integer):
@@ -164,7 +175,13 @@ def flex_attention(
     mods, inputs, consts = _hoist_mods(score_mod, score_mod_inputs, mask_mod, geo)
     data = _tile_data(geo, segment_ids, alibi_slopes, key_mask)
     block_map = block_map.astype(jnp.int32)
+    # The kernels' int32 scalars: the offset, then the dropout's key words.
     offset = jnp.reshape(jnp.asarray(query_offset, jnp.int32), (1,))
+    if geo.dropout:
+        if dropout_words is None:
+            raise ValueError("`dropout_rate` > 0 needs `dropout_words`.")
+        words = jnp.reshape(jnp.asarray(dropout_words).astype(jnp.int32), (2,))
+        offset = jnp.concatenate([offset, words])
     tables = (offset, *_visit_lists(block_map), *_visit_lists(block_map.T))
 
     def pad(x, length, depth):
@@ -194,9 +211,10 @@ class _Geometry(NamedTuple):
     k_blocks: int
     scale: float
     interpret: bool
+    dropout: float  # the rate, 0.0 without dropout
 
 
-def _geometry(query, key, value, block_size, scale, interpret):
+def _geometry(query, key, value, block_size, scale, interpret, dropout=0.0):
     shapes = [x.shape for x in (query, key, value)]
     if any(len(s) != 4 for s in shapes):
         raise ValueError(f"query, key and value must be 4-D; received {shapes}.")
@@ -232,6 +250,7 @@ def _geometry(query, key, value, block_size, scale, interpret):
         pl.cdiv(k_len, block_size),
         float(scale),
         bool(interpret),
+        float(dropout),
     )
 
 
@@ -370,8 +389,9 @@ class _Tile:
     """The mods of one program, their arrays loaded once, applied to tiles;
     the ids, key mask and slopes (`data`, refs or None) read per tile."""
 
-    def __init__(self, geo, mods, refs, b, offset, data):
-        self.geo, self.mods, self.b, self.offset = geo, mods, b, offset
+    def __init__(self, geo, mods, refs, b, scalars, data):
+        self.geo, self.mods, self.b, self.offset = geo, mods, b, scalars[0]
+        self.words = (scalars[1], scalars[2]) if geo.dropout else None
         self.q_ids, self.k_ids, self.key_mask, self.slopes = data
         values = [_from_kernel(r, m) for r, m in zip(refs, mods.metas, strict=True)]
         n_in, n_score, _ = mods.counts
@@ -413,6 +433,23 @@ class _Tile:
             self.positions(k_block),
         )
         return fn(raw[None, None], *grids, *inputs)[0][0, 0].astype(jnp.float32)
+
+    def dropout(self, h, q_block, k_block):
+        """Dropout's factors of the tile, float32 `(block, block)`, or None:
+        the hash of the `keras.ops` paths (int32 xor, shift, multiply)."""
+        if not self.geo.dropout:
+            return None
+        geo = self.geo
+        return attention_dropout_scale(
+            self.words,
+            geo.dropout,
+            self.b,
+            h,
+            self.positions(q_block)[:, None],
+            self.positions(k_block)[None, :],
+            geo.heads,
+            geo.q_len,
+        )
 
     def keep(self, h, q_block, k_block, masked, rows=False):
         """Bool `(block, block)`: real keys (and real queries, with `rows`),
@@ -459,7 +496,7 @@ def _visit(lists, row, body, carry):
 def _forward_kernel(q_ref, k_ref, v_ref, data, offset_ref, *refs, geo, mods):
     lists, mod_refs, (o_ref, lse_ref) = refs[:4], refs[4:-2], refs[-2:]
     b, h, i = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-    tile = _Tile(geo, mods, mod_refs, b, offset_ref[0], data)
+    tile = _Tile(geo, mods, mod_refs, b, offset_ref, data)
     q = q_ref[...]
 
     def body(j, masked, carry):
@@ -476,6 +513,7 @@ def _forward_kernel(q_ref, k_ref, v_ref, data, offset_ref, *refs, geo, mods):
         correction = jnp.exp(m_prev - m_safe)
         p = jnp.exp(s - m_safe[:, None])
         l_next = correction * l_prev + jnp.sum(p, axis=1)
+        p = _dropped(p, tile.dropout(h, i, j))  # after the normalizer
         pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
         return correction[:, None] * acc + pv, m_next, l_next
 
@@ -489,6 +527,11 @@ def _forward_kernel(q_ref, k_ref, v_ref, data, offset_ref, *refs, geo, mods):
     l_safe = jnp.where(seen, total, 1.0)
     o_ref[...] = (acc / l_safe[:, None]).astype(o_ref.dtype)
     lse_ref[...] = jnp.where(seen, m + jnp.log(l_safe), -jnp.inf)
+
+
+def _dropped(x, factors):
+    """`x` times dropout's factors (None: no dropout)."""
+    return x if factors is None else x * factors
 
 
 def _unseen_zeroed(x, keep, masked):
@@ -514,7 +557,7 @@ def _dq_kernel(
     lists, mod_refs = refs[:4], refs[4 : 4 + n_mods]
     dq_ref, *d_input_refs = refs[4 + n_mods :]
     b, h, i = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-    tile = _Tile(geo, mods, mod_refs, b, offset_ref[0], data)
+    tile = _Tile(geo, mods, mod_refs, b, offset_ref, data)
     q, do = q_ref[...], do_ref[...]
     lse, delta = lse_ref[...], delta_ref[...]
     trained = [tile.inputs[t] for t in mods.trained]
@@ -529,6 +572,7 @@ def _dq_kernel(
         )
         p = _probabilities(s, keep, lse)
         dp = jnp.dot(do, v.T, preferred_element_type=jnp.float32)
+        dp = _dropped(dp, tile.dropout(h, i, j))
         d_raw, *d_xs = pullback(p * (dp - delta[:, None]))
         dq = dq + jnp.dot(d_raw.astype(k.dtype), k, preferred_element_type=jnp.float32)
         return dq, [
@@ -552,7 +596,7 @@ def _dkv_kernel(
 ):
     lists, mod_refs, (dk_ref, dv_ref) = refs[:4], refs[4:-2], refs[-2:]
     b, kv_head, j = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-    tile = _Tile(geo, mods, mod_refs, b, offset_ref[0], data)
+    tile = _Tile(geo, mods, mod_refs, b, offset_ref, data)
     k, v = k_ref[...], v_ref[...]
 
     def head(r, carry):
@@ -570,11 +614,16 @@ def _dkv_kernel(
                 lambda raw: tile.score(raw, h, i, j), tile.raw(q, k_seen)
             )
             p = _probabilities(s, keep, lse)
+            # Dropout M / (1 - r): dV = (P M)^T dO, dP = (dO V^T) M.
+            factors = tile.dropout(h, i, j)
             dv = dv + jnp.dot(
-                p.T.astype(do.dtype), do, preferred_element_type=jnp.float32
+                _dropped(p, factors).T.astype(do.dtype),
+                do,
+                preferred_element_type=jnp.float32,
             )
             v_seen = _unseen_zeroed(v, keep, masked)
             dp = jnp.dot(do, v_seen.T, preferred_element_type=jnp.float32)
+            dp = _dropped(dp, factors)
             (d_raw,) = pullback(p * (dp - delta[:, None]))
             dk = dk + jnp.dot(
                 d_raw.T.astype(q.dtype), q, preferred_element_type=jnp.float32

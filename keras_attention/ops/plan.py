@@ -134,6 +134,7 @@ def _cudnn_takes(spec, query, value):
         spec.mask is None
         and spec.bias is None
         and not spec.score_parts
+        and not spec.dropout_rate  # jax.nn's cuDNN call has no dropout
         and all(kind in STRUCTURAL_MASKS for kind in kinds)
         and (not kinds or is_zero_offset(spec.query_offset))
         and backend.standardize_dtype(query.dtype) in CUDNN_DTYPES
