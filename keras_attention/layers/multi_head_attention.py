@@ -101,9 +101,16 @@ class MultiHeadAttention(
       itself from 1024 x 1024 scores (queries x keys), 512 x 512 with a
       causal mask or a window, where it is measured to be faster, unless
       `flash_attention=False` (or `keras.config.disable_flash_attention()`)
-      or the weights are needed (`return_attention_scores=True`, attention
-      dropout in training). The choice is
-      `layers.attention_plan.plan_attention`.
+      or the weights are returned (`return_attention_scores=True`). On a GPU
+      a fused kernel serves first wherever one computes the call. The choice
+      is `layers.attention_plan.plan_attention`, then the op's
+      `ops.plan.plan_kernel`.
+    - **attention dropout inside every path**: in training, `dropout` drops
+      the normalized weights inside the op (the standard and chunked paths,
+      the Pallas kernel; PyTorch's SDPA with its own generator), so training
+      keeps a fused or memory-efficient path. A subclass's
+      `_compute_attention` and several attention axes still drop the
+      weights out as Keras does.
     - **fully masked query rows get zero weights**: a query that may attend
       to nothing (a padded position under the query's mask, a row of
       `attention_mask` all False) attends to nothing, so its output is the
@@ -624,8 +631,15 @@ class MultiHeadAttention(
         return type(self)._compute_attention is not own
 
     def _needs_weights(self, return_attention_scores, training):
-        """Whether the `(T, S)` weights must exist: returned, or dropped out."""
-        return return_attention_scores or (bool(training) and self.dropout > 0)
+        """Whether the `(T, S)` weights must exist: returned, or dropped out
+        by a subclass's `_compute_attention` or over several axes (the op
+        drops them out inside every path, fused kernels included)."""
+        if return_attention_scores:
+            return True
+        dropped_out = bool(training) and self.dropout > 0
+        return dropped_out and (
+            self._custom_attention() or len(self._attention_axes) != 1
+        )
 
     def _attend(self, query, key, value, mask, training, return_scores, extra):
         """Calls `_compute_attention` the way Keras' layer calls it, for the
@@ -702,6 +716,8 @@ class MultiHeadAttention(
         own_bias = (self._relative_bias is not None and score_mod is None) or (
             self._alibi_slopes is not None and alibi_slopes is None
         )
+        # Dropout inside the op, on whichever path serves the call.
+        options["dropout_rate"] = self.dropout if training else 0.0
         path, arguments = op_path(
             query,
             key,
@@ -719,6 +735,9 @@ class MultiHeadAttention(
             value,
             scale=scale,
             score_mod_inputs=score_mod_inputs,
+            seed=self._dropout_layer.seed_generator
+            if arguments["dropout_rate"]
+            else None,
             **arguments,
         )
         return output, None

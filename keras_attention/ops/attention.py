@@ -25,6 +25,7 @@ from keras_attention.ops.mods import (
     document_mask_mod,
 )
 from keras_attention.ops.plan import KERNELS, plan_kernel
+from keras_attention.ops.random import attention_dropout_words, check_dropout_rate
 from keras_attention.ops.softmax import MASKED_SCORE, masked_softmax
 from keras_attention.ops.spec import build_spec
 
@@ -77,6 +78,8 @@ def dot_product_attention(
     query_offset=0,
     return_weights=False,
     return_lse=False,
+    dropout_rate=0.0,
+    seed=None,
 ):
     """Scaled dot-product attention, `softmax(Q K^T / sqrt(d_k)) V`, per head.
 
@@ -169,6 +172,21 @@ def dot_product_attention(
             `(batch, num_heads, T)`, float32 (-inf for a query that sees no
             key): two attentions over the halves of the keys merge exactly
             into the attention over all of them with it.
+        dropout_rate: attention dropout: each normalized weight `p_ij` is
+            dropped with this probability and the kept ones scaled by
+            `1 / (1 - dropout_rate)` (the log-sum-exp is unchanged, the
+            weights returned are those before dropout). The mask is a hash
+            of `(seed, b, h, q_idx, kv_idx)`, the same on the standard and
+            the chunked path and in the Pallas kernel, which regenerate it
+            tile by tile in the backward pass (nothing of size `(T, S)` is
+            stored). PyTorch's SDPA draws its own mask from PyTorch's
+            generator (it differs, and ignores `seed`); cuDNN has no
+            dropout. A float in `[0, 1)`.
+        seed: the dropout's seed: an int (the same mask at every call), a
+            `keras.random.SeedGenerator` (drawn once per call) or a seed
+            tensor of two ints. None draws from Keras' global seed
+            generator, which traced code (`jax.jit`, `tf.function`) cannot:
+            there a seed is required.
 
     Returns:
         `(batch, T, num_heads, value_dim)`, followed by the weights and the
@@ -198,10 +216,13 @@ def dot_product_attention(
         flash_attention, chunk_size, return_weights, bias, attn_logits_soft_cap
     )
     _check_mods(score_mod, score_mod_inputs, mask_mod)
+    words = attention_dropout_words(dropout_rate, seed, query)
     spec = _spec(
         q_shape,
         k_shape,
         scale=scale,
+        dropout_rate=dropout_rate,
+        dropout_words=words,
         query_offset=query_offset,
         mask=mask,
         bias=bias,
@@ -223,22 +244,27 @@ def dot_product_attention(
         return_weights=return_weights,
         return_lse=return_lse,
     )
-    # Keys and values no query may see are zeroed before any path reads them.
-    query_length, key_length = _length(query, 1), _length(key, 1)
-    reach = None
-    if sliding_window is not None:
-        reach = _window_reach(query_length, key_length, sliding_window, query_offset)
-    attended = _attended_keys(
-        merge_masks(mask, reach),
-        is_causal,
-        query_length,
-        key_length,
-        k_shape[2],
-        query_offset,
-    )
-    key = zero_unattended(key, attended)
-    value = zero_unattended(value, attended)
+    # Keys and values no query may see are never read: the standard path
+    # zeroes them from the full dense mask it builds, the chunked path and
+    # the Pallas kernel in each partial tile, SDPA from its dense mask; the
+    # vendor kernels, which take no other mask, get them zeroed here.
     if path in KERNELS:
+        query_length, key_length = _length(query, 1), _length(key, 1)
+        reach = None
+        if sliding_window is not None:
+            reach = _window_reach(
+                query_length, key_length, sliding_window, query_offset
+            )
+        attended = _attended_keys(
+            merge_masks(mask, reach),
+            is_causal,
+            query_length,
+            key_length,
+            k_shape[2],
+            query_offset,
+        )
+        key = zero_unattended(key, attended)
+        value = zero_unattended(value, attended)
         return fused_attention(path, query, key, value, spec, return_lse)
     if path == "chunked":
         groups = _group_size(q_shape[2], k_shape[2])
@@ -256,8 +282,12 @@ def dot_product_attention(
         )
     results = []
     if return_weights or backend.standardize_dtype(value.dtype) == "float16":
-        weights, lse = _weights(query, key, spec, return_lse)
-        results.append(apply_attention_weights(weights, value))
+        weights, lse, value = _weights(query, key, spec, return_lse, value)
+        dropped = weights
+        scale = _dense_dropout_scale(spec, weights)
+        if scale is not None:
+            dropped = weights * ops.cast(scale, weights.dtype)
+        results.append(apply_attention_weights(dropped, value))
         if return_weights:
             results.append(weights)
         if return_lse:
@@ -301,6 +331,7 @@ def attention_path(
     attn_logits_soft_cap=None,
     return_weights=False,
     return_lse=False,
+    dropout_rate=0.0,
 ):
     """The computation `dot_product_attention` takes for these arguments
     (the same names), on this backend and device: a backend's fused kernel
@@ -328,6 +359,7 @@ def attention_path(
         attn_logits_soft_cap: as for `dot_product_attention`.
         return_weights: as for `dot_product_attention`.
         return_lse: as for `dot_product_attention`.
+        dropout_rate: as for `dot_product_attention` (cuDNN takes none).
 
     Returns:
         One of `keras_attention.ops.plan.PATHS`: `"torch_sdpa"`,
@@ -345,6 +377,7 @@ def attention_path(
     """
     if mask is not None:
         mask = ops.convert_to_tensor(mask)
+    check_dropout_rate(dropout_rate)
     q_shape, v_shape = static_shape(query), static_shape(value)
     spec = _spec(
         q_shape,
@@ -361,6 +394,7 @@ def attention_path(
         score_mod=score_mod,
         score_mod_inputs=(),
         soft_cap=attn_logits_soft_cap,
+        dropout_rate=dropout_rate,
     )
     return plan_kernel(
         spec,
@@ -503,10 +537,9 @@ def _attend_normalizing_last(query, key, value, spec, return_lse=False):
     """
     dtype = backend.standardize_dtype(query.dtype)
     compute_dtype = _accumulation_dtype(dtype)
+    mask, key, value = _full_mask_hiding_unseen(query, key, value, spec)
     scores = _dense_scores(query, key, spec, compute_dtype)
-    mask = spec.dense_mask(query, key)
     if mask is not None:
-        mask = ops.cast(mask, "bool")
         scores = ops.where(mask, scores, ops.cast(MASKED_SCORE, compute_dtype))
     # The maximum only keeps `exp` in range: the result does not depend on it.
     peak = ops.stop_gradient(ops.max(scores, axis=-1, keepdims=True))
@@ -515,6 +548,10 @@ def _attend_normalizing_last(query, key, value, spec, return_lse=False):
     # zeroed at the end, on (T, head_dim) outputs rather than (T, S) weights.
     unnormalized = ops.exp(scores - peak)
     total = ops.sum(unnormalized, axis=-1, keepdims=True)
+    # Dropout after the normalizer: it drops normalized weights.
+    dropout = _dense_dropout_scale(spec, unnormalized)
+    if dropout is not None:
+        unnormalized = unnormalized * ops.cast(dropout, unnormalized.dtype)
     outputs = _weighted_sum(ops.cast(unnormalized, value.dtype), value)
     outputs = ops.cast(outputs, compute_dtype) / _heads_second(total)
     attends = None
@@ -533,6 +570,22 @@ def _dense_scores(query, key, spec, compute_dtype):
     query = query * ops.cast(spec.scale, query.dtype)
     raw = ops.cast(_scores(query, key), compute_dtype)
     return spec.dense_scores(query, key, raw)
+
+
+def _dense_dropout_scale(spec, weights):
+    """Dropout's factors `(B, N, T, S)` of the whole grid of `weights`, or
+    None without dropout."""
+    if not spec.dropout_rate:
+        return None
+    batch, heads, query_length, key_length = ops.shape(weights)
+    return spec.dropout_scale(
+        ops.arange(batch, dtype="int32")[:, None, None, None],
+        ops.arange(heads, dtype="int32")[None, :, None, None],
+        ops.arange(query_length, dtype="int32")[None, None, :, None],
+        ops.arange(key_length, dtype="int32")[None, None, None, :],
+        heads,
+        query_length,
+    )
 
 
 def _finite_rows_lse(lse, attends):
@@ -664,20 +717,37 @@ def _attended_keys(
     return attended
 
 
-def _weights(query, key, spec, return_lse=False):
-    """The weights in the dtype of the query, and, if asked, the
-    log-sum-exp of the same scores (else None)."""
-    scores = _dense_scores(query, key, spec, "float32")
+def _full_mask_hiding_unseen(query, key, value, spec):
+    """The call's full dense mask (bool, or None), and the keys and values
+    (`value` may be None) with zeros where no query of the heads sharing them
+    may look: a masked score's weight is 0, but `0 * NaN` is NaN in the
+    products, forward and backward."""
     mask = spec.dense_mask(query, key)
+    if mask is None:
+        return None, key, value
+    mask = ops.cast(mask, "bool")
+    seen = _attended_keys(mask, False, None, None, key.shape[2])
+    key = zero_unattended(key, seen)
+    if value is not None:
+        value = zero_unattended(value, seen)
+    return mask, key, value
+
+
+def _weights(query, key, spec, return_lse=False, value=None):
+    """The weights in the dtype of the query, the log-sum-exp of the same
+    scores if asked (else None), and `value` with the keys no query sees
+    zeroed."""
+    mask, key, value = _full_mask_hiding_unseen(query, key, value, spec)
+    scores = _dense_scores(query, key, spec, "float32")
     weights = ops.cast(masked_softmax(scores, mask), query.dtype)
     if not return_lse:
-        return weights, None
+        return weights, None, value
     attends = None
     if mask is not None:
-        scores = ops.where(ops.cast(mask, "bool"), scores, MASKED_SCORE)
+        scores = ops.where(mask, scores, MASKED_SCORE)
         attends = ops.greater(ops.max(scores, axis=-1, keepdims=True), MASKED_SCORE / 2)
     lse = ops.logsumexp(scores, axis=-1, keepdims=True)
-    return weights, _finite_rows_lse(lse, attends)
+    return weights, _finite_rows_lse(lse, attends), value
 
 
 def attention_weights(
@@ -702,9 +772,6 @@ def attention_weights(
         scale = 1.0 / math.sqrt(q_shape[-1])
     if alibi_slopes is not None:
         alibi_slopes = _check_slopes(alibi_slopes, q_shape[2])
-    query_length, key_length = _length(query, 1), _length(key, 1)
-    attended = _attended_keys(mask, is_causal, query_length, key_length, k_shape[2])
-    key = zero_unattended(key, attended)
     spec = build_spec(
         scale=scale,
         mask=mask,

@@ -86,13 +86,6 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
         masked: _visit_lists(ops.transpose(kind)) for masked, kind in kinds.items()
     }
     mask_mod, score_mod = spec.mask_mod, spec.score_mod
-    # Keys hidden from a whole tile by the causal mask or a window are hidden
-    # from every later query too, and zeroed before the call when no query
-    # sees them; a key hidden by another part is still read by the tile's
-    # matmul: zeroed there, its NaN or inf cannot reach an output.
-    zero_hidden_values = any(
-        kind not in ("causal", "window") for kind in spec.mask_kinds()
-    )
 
     def transform(raw, grids, inputs):
         """The scores after the spec's score parts."""
@@ -111,7 +104,6 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
         v_tile = ops.slice(
             v, (0, 0, k_start, 0), (batch, heads, chunk_size, value_depth)
         )
-        raw = ops.einsum("bnth,bnch->bntc", q_tile, k_tile)
         grids = index_grids(
             batch,
             heads,
@@ -119,6 +111,7 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
             grid.key_positions(k_start, chunk_size),
         )
         if not masked:
+            raw = ops.einsum("bnth,bnch->bntc", q_tile, k_tile)
             return q_tile, raw, None, grids, k_tile, v_tile
         valid = ops.less((k_start + offsets)[None, None, None, :], key_len)
         if tile_mask is not None:
@@ -133,10 +126,31 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
         if mask_mod is not None:
             expected = (static_batch, static_heads, chunk_size, chunk_size)
             valid = ops.logical_and(valid, evaluate_mask_mod(mask_mod, grids, expected))
-        if zero_hidden_values:
-            seen = ops.any(valid, axis=2)[..., None]
-            v_tile = ops.where(seen, v_tile, 0.0)
+        # A key no query of the tile sees gets weight 0, but `0 * NaN` is
+        # NaN in `P V`, `dS K` and `dO V^T`: zeroed, NaN or inf there reaches
+        # no output and no gradient (a full tile's keys are all seen).
+        seen = ops.any(valid, axis=2)[..., None]
+        k_tile = ops.where(seen, k_tile, 0.0)
+        v_tile = ops.where(seen, v_tile, 0.0)
+        raw = ops.einsum("bnth,bnch->bntc", q_tile, k_tile)
         return q_tile, raw, valid, grids, k_tile, v_tile
+
+    dropout = bool(spec.dropout_rate)
+    batch_index = ops.arange(batch, dtype="int32")[:, None, None, None]
+    head_index = ops.arange(heads, dtype="int32")[None, :, None, None]
+
+    def dropout_scale(query_block, key_block):
+        """Dropout's factors of one tile, `(B, N, chunk, chunk)`: drawn
+        again from the seed and the tile's positions, the same in the
+        forward and the backward pass and as the standard path's."""
+        return spec.dropout_scale(
+            batch_index,
+            head_index,
+            (query_block * chunk_size + offsets)[:, None],
+            (key_block * chunk_size + offsets)[None, :],
+            heads,
+            q_len,
+        )
 
     def forward(q_scaled, k, v, inputs):
         def query_step(i, carry):
@@ -158,6 +172,8 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
                         weights = ops.where(valid, weights, 0.0)
                     correction = ops.exp(running_max - new_max)
                     normalizer = normalizer * correction + ops.sum(weights, axis=-1)
+                    if dropout:  # after the normalizer: normalized weights drop
+                        weights = weights * ops.cast(dropout_scale(i, j), compute_dtype)
                     acc = acc * correction[..., None] + ops.einsum(
                         "bntc,bncd->bntd", weights, v_tile
                     )
@@ -222,10 +238,18 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
                     weights = ops.exp(scores - lse[..., None])
                     if masked:
                         weights = ops.where(valid, weights, 0.0)
+                    # With dropout M / (1 - r): dV = (P M)^T dO, dP = (dO V^T) M;
+                    # dS = P (dP - delta) with delta from the dropped output.
+                    dropped = weights
+                    if dropout:
+                        factor = ops.cast(dropout_scale(i, j), compute_dtype)
+                        dropped = weights * factor
                     grad_v_tile = grad_v_tile + ops.einsum(
-                        "bntc,bntd->bncd", weights, g_out
+                        "bntc,bntd->bncd", dropped, g_out
                     )
                     grad_weights = ops.einsum("bntd,bncd->bntc", g_out, v_tile)
+                    if dropout:
+                        grad_weights = grad_weights * factor
                     grad_scores = weights * (grad_weights - d[..., None])
                     if score_mod is not None:
                         _, grads = vector_jacobian_product(

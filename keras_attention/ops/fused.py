@@ -7,7 +7,8 @@ serves a call is `keras_attention.ops.plan.plan_kernel`'s choice).
   `is_causal`) alone, a padding or other dense mask and a dense bias (as
   its `attn_mask`) without it. Off a CUDA device it also takes every other
   mask part, evaluated on the whole grid, and ALiBi, as a dense mask and
-  bias.
+  bias. Dropout goes as its `dropout_p` (PyTorch's generator draws that
+  mask).
 - `"torch_flex"`: PyTorch's FlexAttention (`keras_attention.ops.
   torch_flex`), compiled, on a CUDA device for the rest: windows, packed
   documents, ALiBi, the soft cap, a user's `mask_mod` and `score_mod`, the
@@ -158,6 +159,8 @@ def _jax_pallas(query, key, value, spec, return_lse=False):
         mask_mod=rest.mask_mod,
         query_offset=spec.query_offset,
         interpret=_pallas_interprets(),
+        dropout_rate=spec.dropout_rate,
+        dropout_words=spec.dropout_words,
         **native,
     )
     return (output, lse) if return_lse else output
@@ -187,6 +190,12 @@ def _torch_sdpa(query, key, value, spec):
     attends = None
     if mask is not None:
         mask = torch.as_tensor(mask, dtype=torch.bool, device=q.device)
+        while mask.dim() < 4:
+            mask = mask[None]
+        # Keys no query of a head sees: weight 0, but `0 * NaN` is NaN in the
+        # kernel's products (and the rows opened below read every key).
+        seen = mask.any(dim=-2)[..., None]
+        k, v = (torch.where(seen, x, x.new_zeros(())) for x in (k, v))
         attends = mask.any(dim=-1, keepdim=True)
         mask = mask | ~attends
     if bias is not None:
@@ -199,8 +208,16 @@ def _torch_sdpa(query, key, value, spec):
             bias = bias.masked_fill(~causal.to(q.device), float("-inf"))
             is_causal = False
         mask = bias
+    # Dropout from PyTorch's own generator: its mask differs from the hash
+    # of the other paths, and ignores the seed.
     output = scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=is_causal, scale=float(spec.scale)
+        q,
+        k,
+        v,
+        attn_mask=mask,
+        is_causal=is_causal,
+        scale=float(spec.scale),
+        dropout_p=spec.dropout_rate,
     )
     if attends is not None:
         output = output * attends.to(output.dtype)

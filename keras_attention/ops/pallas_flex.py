@@ -26,7 +26,17 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
-from jax.extend import core as jax_core
+
+from keras_attention.ops.pallas_tiles import (
+    _dropped,
+    _Mods,
+    _probabilities,
+    _Tile,
+    _tile_grids,
+    _to_kernel,
+    _unseen_zeroed,
+    _visit,
+)
 
 # The kinds of tile in a block map.
 EMPTY, PARTIAL, FULL = 0, 1, 2
@@ -48,6 +58,8 @@ def flex_attention(
     key_mask=None,
     query_offset=0,
     interpret=False,
+    dropout_rate=0.0,
+    dropout_words=None,
 ):
     """`softmax(score_mod(scale * Q K^T))` over the keys `mask_mod` keeps,
     times V, per head, in one Pallas kernel, with its own gradient.
@@ -129,6 +141,13 @@ def flex_attention(
         query_offset: the absolute position of the first query (int or
             scalar int32 array): the `q_idx` of the mods counts from it.
         interpret: run Pallas' interpreter (any device, CPUs included).
+        dropout_rate: attention dropout of the normalized weights (a Python
+            float in [0, 1)), its mask drawn inside the tiles, in the forward
+            and both backward kernels, from `dropout_words`.
+        dropout_words: int32 `(2,)`, the mask's key words
+            (`keras_attention.ops.random.dropout_words`): the mask is
+            `keras_attention.ops.random.attention_dropout_scale`'s, the same
+            as the `keras.ops` paths draw.
 
     Returns:
         `(output, lse)`: `(B, T, N, H_v)` in the dtype of `query`, and the
@@ -149,7 +168,7 @@ def flex_attention(
         - [Dao, 2023. FlashAttention-2](https://arxiv.org/abs/2307.08691)
         - [He et al., 2024. FlexAttention](https://pytorch.org/blog/flexattention/)
     """
-    geo = _geometry(query, key, value, block_size, scale, interpret)
+    geo = _geometry(query, key, value, block_size, scale, interpret, dropout_rate)
     block_map = jnp.asarray(block_map)
     expected = (geo.q_blocks, geo.k_blocks)
     if block_map.shape != expected or not jnp.issubdtype(block_map.dtype, jnp.integer):
@@ -164,7 +183,13 @@ def flex_attention(
     mods, inputs, consts = _hoist_mods(score_mod, score_mod_inputs, mask_mod, geo)
     data = _tile_data(geo, segment_ids, alibi_slopes, key_mask)
     block_map = block_map.astype(jnp.int32)
+    # The kernels' int32 scalars: the offset, then the dropout's key words.
     offset = jnp.reshape(jnp.asarray(query_offset, jnp.int32), (1,))
+    if geo.dropout:
+        if dropout_words is None:
+            raise ValueError("`dropout_rate` > 0 needs `dropout_words`.")
+        words = jnp.reshape(jnp.asarray(dropout_words).astype(jnp.int32), (2,))
+        offset = jnp.concatenate([offset, words])
     tables = (offset, *_visit_lists(block_map), *_visit_lists(block_map.T))
 
     def pad(x, length, depth):
@@ -194,9 +219,10 @@ class _Geometry(NamedTuple):
     k_blocks: int
     scale: float
     interpret: bool
+    dropout: float  # the rate, 0.0 without dropout
 
 
-def _geometry(query, key, value, block_size, scale, interpret):
+def _geometry(query, key, value, block_size, scale, interpret, dropout=0.0):
     shapes = [x.shape for x in (query, key, value)]
     if any(len(s) != 4 for s in shapes):
         raise ValueError(f"query, key and value must be 4-D; received {shapes}.")
@@ -232,6 +258,7 @@ def _geometry(query, key, value, block_size, scale, interpret):
         pl.cdiv(k_len, block_size),
         float(scale),
         bool(interpret),
+        float(dropout),
     )
 
 
@@ -287,24 +314,6 @@ def _tile_data(geo, segment_ids, alibi_slopes, key_mask):
 # -- the mods, as jaxprs whose arrays are kernel inputs -------------------------
 
 
-class _Mods(NamedTuple):
-    score: object  # the jaxpr of score_mod, or None
-    mask: object  # the jaxpr of mask_mod, or None
-    metas: tuple  # (shape, dtype) of inputs, score consts, mask consts
-    counts: tuple  # how many of each
-    trained: tuple  # indices of the inputs whose gradient is computed
-
-
-def _tile_grids(b, h, q_pos, k_pos):
-    full = (1, 1, 1, 1)
-    return (
-        jnp.full(full, b, jnp.int32),
-        jnp.full(full, h, jnp.int32),
-        q_pos.reshape(1, 1, -1, 1),
-        k_pos.reshape(1, 1, 1, -1),
-    )
-
-
 def _hoist_mods(score_mod, score_mod_inputs, mask_mod, geo):
     """The mods traced once on a tile's shapes. Pallas kernels cannot capture
     arrays, so every array a mod reads (its inputs, its closure) becomes an
@@ -355,119 +364,22 @@ def _hoist_mods(score_mod, score_mod_inputs, mask_mod, geo):
     return mods, inputs, tuple(arrays[len(inputs) :])
 
 
-def _to_kernel(x):
-    """Kernels read arrays of at least one axis, and no booleans."""
-    x = jnp.asarray(x)
-    return jnp.atleast_1d(x.astype(jnp.int32) if x.dtype == jnp.bool_ else x)
-
-
-def _from_kernel(ref, meta):
-    shape, dtype = meta
-    return ref[...].reshape(shape).astype(dtype)
-
-
-class _Tile:
-    """The mods of one program, their arrays loaded once, applied to tiles;
-    the ids, key mask and slopes (`data`, refs or None) read per tile."""
-
-    def __init__(self, geo, mods, refs, b, offset, data):
-        self.geo, self.mods, self.b, self.offset = geo, mods, b, offset
-        self.q_ids, self.k_ids, self.key_mask, self.slopes = data
-        values = [_from_kernel(r, m) for r, m in zip(refs, mods.metas, strict=True)]
-        n_in, n_score, _ = mods.counts
-        self.inputs = values[:n_in]
-        self.score_consts = values[n_in : n_in + n_score]
-        self.mask_consts = values[n_in + n_score :]
-
-    def positions(self, block):
-        return block * self.geo.block + lax.iota(jnp.int32, self.geo.block)
-
-    def row(self, ref, block):
-        """Tile `block` of a row (ids, key mask): a slice, never a gather."""
-        return ref[pl.ds(block * self.geo.block, self.geo.block)]
-
-    def raw(self, q, k):
-        """`scale * q k^T` in float32."""
-        dot = jnp.dot(q, k.T, preferred_element_type=jnp.float32)
-        return dot * self.geo.scale
-
-    def score(self, raw, h, q_block, k_block, trained=()):
-        """ALiBi, then `score_mod`, on the tile; `trained` replace the
-        differentiated inputs (so that `jax.vjp` sees them as arguments)."""
-        if self.slopes is not None:
-            q_pos = self.offset + self.positions(q_block)
-            distance = jnp.abs(q_pos[:, None] - self.positions(k_block)[None, :])
-            raw = raw - self.slopes[h] * distance.astype(jnp.float32)
-        if self.mods.score is None:
-            return raw
-        inputs = list(self.inputs)
-        for i, x in zip(self.mods.trained, trained, strict=False):
-            inputs[i] = x
-        fn = jax_core.jaxpr_as_fun(
-            jax_core.ClosedJaxpr(self.mods.score, self.score_consts)
-        )
-        grids = _tile_grids(
-            self.b,
-            h,
-            self.offset + self.positions(q_block),
-            self.positions(k_block),
-        )
-        return fn(raw[None, None], *grids, *inputs)[0][0, 0].astype(jnp.float32)
-
-    def keep(self, h, q_block, k_block, masked, rows=False):
-        """Bool `(block, block)`: real keys (and real queries, with `rows`),
-        and `mask_mod`, the segment ids and the key mask where the tile is
-        `masked`."""
-        geo = self.geo
-        shape = (geo.block, geo.block)
-        k_pos = self.positions(k_block)
-        keep = jnp.broadcast_to((k_pos < geo.k_len)[None, :], shape)
-        if rows:
-            keep &= (self.positions(q_block) < geo.q_len)[:, None]
-        if masked and self.mods.mask is not None:
-            fn = jax_core.jaxpr_as_fun(
-                jax_core.ClosedJaxpr(self.mods.mask, self.mask_consts)
-            )
-            grids = _tile_grids(self.b, h, self.offset + self.positions(q_block), k_pos)
-            keep &= jnp.broadcast_to(fn(*grids)[0], (1, 1, *shape))[0, 0]
-        if masked and self.q_ids is not None:
-            q_ids, k_ids = self.row(self.q_ids, q_block), self.row(self.k_ids, k_block)
-            keep &= q_ids[:, None] == k_ids[None, :]
-        if masked and self.key_mask is not None:
-            keep &= (self.row(self.key_mask, k_block) != 0)[None, :]
-        return keep
-
-
-def _visit(lists, row, body, carry):
-    """`body(block, masked, carry)` over the `PARTIAL` then the `FULL` blocks of
-    `row` (`lists` as `_visit_lists` makes them, as refs): two loops, so that
-    full tiles never evaluate `mask_mod`, and no branch in either."""
-    p_cols, p_count, f_cols, f_count = lists
-    for cols, count, masked in ((p_cols, p_count, True), (f_cols, f_count, False)):
-        carry = lax.fori_loop(
-            0,
-            count[row],
-            lambda t, c, cols=cols, masked=masked: body(cols[row, t], masked, c),
-            carry,
-        )
-    return carry
-
-
 # -- kernels --------------------------------------------------------------------
 
 
 def _forward_kernel(q_ref, k_ref, v_ref, data, offset_ref, *refs, geo, mods):
     lists, mod_refs, (o_ref, lse_ref) = refs[:4], refs[4:-2], refs[-2:]
     b, h, i = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-    tile = _Tile(geo, mods, mod_refs, b, offset_ref[0], data)
+    tile = _Tile(geo, mods, mod_refs, b, offset_ref, data)
     q = q_ref[...]
 
     def body(j, masked, carry):
         acc, m_prev, l_prev = carry
-        k = k_ref[pl.ds(j * geo.block, geo.block), :]
-        v = v_ref[pl.ds(j * geo.block, geo.block), :]
+        keep = tile.keep(h, i, j, masked, rows=masked)
+        k = _unseen_zeroed(k_ref[pl.ds(j * geo.block, geo.block), :], keep, masked)
+        v = _unseen_zeroed(v_ref[pl.ds(j * geo.block, geo.block), :], keep, masked)
         s = tile.score(tile.raw(q, k), h, i, j)
-        s = jnp.where(tile.keep(h, i, j, masked), s, -jnp.inf)
+        s = jnp.where(keep, s, -jnp.inf)
         m_next = jnp.maximum(m_prev, jnp.max(s, axis=1))
         # A row that has seen no key yet keeps m = -inf: exponentiate against
         # 0 instead, so that exp(-inf - -inf) never makes a NaN.
@@ -475,6 +387,7 @@ def _forward_kernel(q_ref, k_ref, v_ref, data, offset_ref, *refs, geo, mods):
         correction = jnp.exp(m_prev - m_safe)
         p = jnp.exp(s - m_safe[:, None])
         l_next = correction * l_prev + jnp.sum(p, axis=1)
+        p = _dropped(p, tile.dropout(h, i, j))  # after the normalizer
         pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
         return correction[:, None] * acc + pv, m_next, l_next
 
@@ -490,13 +403,6 @@ def _forward_kernel(q_ref, k_ref, v_ref, data, offset_ref, *refs, geo, mods):
     lse_ref[...] = jnp.where(seen, m + jnp.log(l_safe), -jnp.inf)
 
 
-def _probabilities(s, keep, lse):
-    """The softmax weights recomputed from the saved log-sum-exp; 0 where
-    hidden (and in rows that saw no key, whose lse is -inf)."""
-    lse = jnp.where(lse == -jnp.inf, 0.0, lse)
-    return jnp.where(keep, jnp.exp(jnp.where(keep, s, -jnp.inf) - lse[:, None]), 0.0)
-
-
 def _dq_kernel(
     q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, data, offset_ref, *refs, geo, mods
 ):
@@ -504,20 +410,22 @@ def _dq_kernel(
     lists, mod_refs = refs[:4], refs[4 : 4 + n_mods]
     dq_ref, *d_input_refs = refs[4 + n_mods :]
     b, h, i = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-    tile = _Tile(geo, mods, mod_refs, b, offset_ref[0], data)
+    tile = _Tile(geo, mods, mod_refs, b, offset_ref, data)
     q, do = q_ref[...], do_ref[...]
     lse, delta = lse_ref[...], delta_ref[...]
     trained = [tile.inputs[t] for t in mods.trained]
 
     def body(j, masked, carry):
         dq, d_inputs = carry
-        k = k_ref[pl.ds(j * geo.block, geo.block), :]
-        v = v_ref[pl.ds(j * geo.block, geo.block), :]
+        keep = tile.keep(h, i, j, masked, rows=True)
+        k = _unseen_zeroed(k_ref[pl.ds(j * geo.block, geo.block), :], keep, masked)
+        v = _unseen_zeroed(v_ref[pl.ds(j * geo.block, geo.block), :], keep, masked)
         s, pullback = jax.vjp(
             lambda raw, *xs: tile.score(raw, h, i, j, xs), tile.raw(q, k), *trained
         )
-        p = _probabilities(s, tile.keep(h, i, j, masked, rows=True), lse)
+        p = _probabilities(s, keep, lse)
         dp = jnp.dot(do, v.T, preferred_element_type=jnp.float32)
+        dp = _dropped(dp, tile.dropout(h, i, j))
         d_raw, *d_xs = pullback(p * (dp - delta[:, None]))
         dq = dq + jnp.dot(d_raw.astype(k.dtype), k, preferred_element_type=jnp.float32)
         return dq, [
@@ -541,7 +449,7 @@ def _dkv_kernel(
 ):
     lists, mod_refs, (dk_ref, dv_ref) = refs[:4], refs[4:-2], refs[-2:]
     b, kv_head, j = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-    tile = _Tile(geo, mods, mod_refs, b, offset_ref[0], data)
+    tile = _Tile(geo, mods, mod_refs, b, offset_ref, data)
     k, v = k_ref[...], v_ref[...]
 
     def head(r, carry):
@@ -553,12 +461,22 @@ def _dkv_kernel(
             rows = pl.ds(i * geo.block, geo.block)
             q, do = q_ref[rows, r, :], do_ref[rows, r, :]
             lse, delta = lse_ref[r, rows], delta_ref[r, rows]
-            s, pullback = jax.vjp(lambda raw: tile.score(raw, h, i, j), tile.raw(q, k))
-            p = _probabilities(s, tile.keep(h, i, j, masked, rows=True), lse)
-            dv = dv + jnp.dot(
-                p.T.astype(do.dtype), do, preferred_element_type=jnp.float32
+            keep = tile.keep(h, i, j, masked, rows=True)
+            k_seen = _unseen_zeroed(k, keep, masked)
+            s, pullback = jax.vjp(
+                lambda raw: tile.score(raw, h, i, j), tile.raw(q, k_seen)
             )
-            dp = jnp.dot(do, v.T, preferred_element_type=jnp.float32)
+            p = _probabilities(s, keep, lse)
+            # Dropout M / (1 - r): dV = (P M)^T dO, dP = (dO V^T) M.
+            factors = tile.dropout(h, i, j)
+            dv = dv + jnp.dot(
+                _dropped(p, factors).T.astype(do.dtype),
+                do,
+                preferred_element_type=jnp.float32,
+            )
+            v_seen = _unseen_zeroed(v, keep, masked)
+            dp = jnp.dot(do, v_seen.T, preferred_element_type=jnp.float32)
+            dp = _dropped(dp, factors)
             (d_raw,) = pullback(p * (dp - delta[:, None]))
             dk = dk + jnp.dot(
                 d_raw.T.astype(q.dtype), q, preferred_element_type=jnp.float32

@@ -119,7 +119,8 @@ def plan_kernel(
     if backend_name == "torch" and (platform or _torch_platform()) == "gpu":
         # A score_mod's inputs (T5's table) are read with Keras' gathers,
         # whose gradient FlexAttention's backward does not trace.
-        flex = not spec.score_mod_inputs
+        # FlexAttention has no dropout: SDPA takes it as `dropout_p`.
+        flex = not spec.score_mod_inputs and not spec.dropout_rate
         if flex and (return_lse or not _sdpa_takes_natively(spec)):
             return "torch_flex"
     if backend_name == "torch" and not return_lse:
@@ -195,6 +196,7 @@ def _cudnn_takes(spec, query, value, capability):
         padding_only
         and spec.bias is None
         and not spec.score_parts
+        and not spec.dropout_rate  # jax.nn's cuDNN call has no dropout
         and all(kind in STRUCTURAL_MASKS for kind in kinds)
         and (not kinds or is_zero_offset(spec.query_offset))
         # jax.nn's cuDNN takes a window only with the causal mask ("cuDNN

@@ -2,9 +2,11 @@
 
 import math
 
+import keras
 import numpy as np
 from keras import backend, ops
 
+from keras_attention.utils.backend import is_traced
 from keras_attention.utils.keras_internals import draw_seed
 
 # The element index is an int32 counter, so a mask has fewer than 2**31 entries.
@@ -231,3 +233,79 @@ def uniform_from_counter(shape, seed, counter):
     bits = _mix(ops.bitwise_xor(index, key_1))
     bits = _mix(ops.bitwise_xor(bits, key_2))
     return ops.cast(_shift_right(bits, 8), "float32") / float(2**24)
+
+
+def dropout_words(seed):
+    """The two int32 key words `(2,)` of attention dropout from `seed`: an
+    int, a `keras.random.SeedGenerator` (drawn once: every path of one call
+    reads the same words) or a seed tensor of two ints."""
+    if ops.is_tensor(seed) or isinstance(seed, np.ndarray):
+        seed = ops.cast(ops.reshape(ops.convert_to_tensor(seed), (-1,))[:2], "int32")
+        first = _mix(ops.bitwise_xor(seed[0], _tensor(_SALT_1)))
+        key_1 = _mix(ops.bitwise_xor(first, seed[1]))
+        key_2 = _mix(ops.bitwise_xor(key_1, _tensor(_SALT_2)))
+    else:
+        key_1, key_2 = _keys(seed)
+    return ops.stack([key_1, key_2])
+
+
+def attention_dropout_scale(words, rate, b, h, q_row, kv_idx, heads, query_length):
+    """Attention dropout's factor of each weight, float32 of the broadcast
+    shape of the int32 indices: `1 / (1 - rate)` where kept, 0 where dropped.
+
+    A pure function of the key `words`, the batch row `b`, the query head
+    `h`, the query's row `q_row` (from 0, not its absolute position) and the
+    key's index, so that every path draws the same mask, tile by tile or on
+    the whole grid. The row id `(b * heads + h) * query_length + q_row` is
+    hashed with the first key word, then `kv_idx` is mixed in with the
+    second: no flat `(T, S)` counter, which would pass int32 for long
+    sequences."""
+    key_1, key_2 = words[0], words[1]
+    row = (b * heads + h) * query_length + q_row
+    bits = _mix(ops.bitwise_xor(ops.cast(row, "int32"), key_1))
+    bits = _mix(ops.bitwise_xor(bits, ops.cast(kv_idx, "int32")))
+    bits = _mix(ops.bitwise_xor(bits, key_2), final_shift=False)
+    keep = ops.greater_equal(bits, _tensor(_keep_threshold(rate)))
+    return ops.cast(keep, "float32") * (1.0 / (1.0 - rate))
+
+
+def check_dropout_rate(rate):
+    """Attention dropout's rate: a float in [0, 1)."""
+    if (
+        isinstance(rate, (bool, np.bool_))
+        or not isinstance(rate, (int, float, np.integer, np.floating))
+        or math.isnan(rate)
+        or not 0.0 <= rate < 1.0
+    ):
+        raise ValueError(
+            "`dropout_rate` must be a Python float in [0, 1); received "
+            f"dropout_rate={rate!r} of type {type(rate).__name__}."
+        )
+
+
+def attention_dropout_words(rate, seed, query):
+    """The dropout mask's key words, drawn once for every path of the call,
+    or None without dropout."""
+    check_dropout_rate(rate)
+    if not rate:
+        return None
+    if seed is None and is_traced(query):
+        raise ValueError(
+            f"`dropout_rate={rate}` needs a `seed` (an int, a "
+            "`keras.random.SeedGenerator` or a seed tensor) in traced code "
+            "(`jax.jit`, `tf.function`), where Keras' global seed generator "
+            "cannot draw; received seed=None."
+        )
+    if not (
+        seed is None
+        or isinstance(seed, (int, np.integer, keras.random.SeedGenerator))
+        or ops.is_tensor(seed)
+        or isinstance(seed, np.ndarray)
+    ) or isinstance(seed, (bool, np.bool_)):
+        raise ValueError(
+            "`seed` must be an int, a `keras.random.SeedGenerator` or a seed "
+            f"tensor; received seed={seed!r} of type {type(seed).__name__}."
+        )
+    if isinstance(seed, np.integer):
+        seed = int(seed)
+    return dropout_words(seed)

@@ -41,6 +41,7 @@ from keras_attention.ops.mods import (
     index_grids,
     soft_cap_score_mod,
 )
+from keras_attention.ops.random import attention_dropout_scale
 
 # The block map's values.
 EMPTY, PARTIAL, FULL = 0, 1, 2
@@ -104,6 +105,10 @@ class AttentionSpec(NamedTuple):
         score_parts: `Part`s applied to the scores in order; a `"custom"` one
             takes `score_mod_inputs` as its last arguments.
         score_mod_inputs: the tensors a custom score part reads.
+        dropout_rate: the probability of dropping each normalized weight
+            (a Python float; 0 for none).
+        dropout_words: int32 `(2,)` key words of the dropout mask
+            (`keras_attention.ops.random.dropout_words`), or None.
     """
 
     scale: Any
@@ -113,6 +118,25 @@ class AttentionSpec(NamedTuple):
     mask_parts: tuple = ()
     score_parts: tuple = ()
     score_mod_inputs: tuple = ()
+    dropout_rate: float = 0.0
+    dropout_words: Any = None
+
+    def dropout_scale(self, b, h, q_row, kv_idx, heads, query_length):
+        """Float32 factors of the weights at these indices (broadcast):
+        `1 / (1 - rate)` kept, 0 dropped; None without dropout. `q_row`
+        counts from the first query, `h` the query heads."""
+        if not self.dropout_rate:
+            return None
+        return attention_dropout_scale(
+            self.dropout_words,
+            self.dropout_rate,
+            b,
+            h,
+            q_row,
+            kv_idx,
+            heads,
+            query_length,
+        )
 
     def mask_kinds(self):
         return tuple(part.kind for part in self.mask_parts)
@@ -231,6 +255,8 @@ def build_spec(
     score_mod=None,
     score_mod_inputs=(),
     soft_cap=None,
+    dropout_rate=0.0,
+    dropout_words=None,
 ):
     """The `AttentionSpec` of `dot_product_attention`'s arguments (checked
     there; `segment_ids` a pair `(query_ids (B, T), key_ids (B, S))`): the
@@ -266,6 +292,8 @@ def build_spec(
         mask_parts=tuple(mask_parts),
         score_parts=tuple(score_parts),
         score_mod_inputs=tuple(score_mod_inputs),
+        dropout_rate=float(dropout_rate),
+        dropout_words=dropout_words,
     )
 
 

@@ -188,3 +188,23 @@ def num_workers(strategy):
         return 1
     spec = resolver.cluster_spec().as_dict() or {}
     return max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
+
+
+def is_traced(tensor):
+    """Whether `tensor` belongs to code being traced (`jax.jit`,
+    `tf.function`, `torch.compile`), where Keras' global seed generator
+    cannot draw."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return isinstance(tensor, jax.core.Tracer)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return not tf.executing_eagerly()
+    if backend == "torch":
+        import torch
+
+        return bool(torch.compiler.is_compiling())
+    return False
