@@ -161,7 +161,10 @@ def _unseen_zeroed(x, keep, masked):
     products, forward and backward. A select on the loaded tile, no gather."""
     if not masked:
         return x
-    return jnp.where(jnp.any(keep, axis=0)[:, None], x, jnp.zeros((), x.dtype))
+    # A maximum over int32, not `jnp.any`: Triton's lowering has no
+    # `reduce_or` (tests/ops/test_lowering.py found it).
+    seen = jnp.max(keep.astype(jnp.int32), axis=0) > 0
+    return jnp.where(seen[:, None], x, jnp.zeros((), x.dtype))
 
 
 def _probabilities(s, keep, lse):

@@ -143,3 +143,22 @@ def test_an_embedding_with_mask_zero_reaches_cudnn():
     text = exported_text(lambda ids: model(ids), ids)
     assert attention.attention_path == "jax_cudnn"
     check_calls("jax_cudnn", text, grad=False)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["forward", "backward"])
+def test_attention_dropout_in_training_takes_the_pallas_kernel(grad):
+    """Dropout in training stays fused: the Pallas kernel drops the weights
+    inside its tiles (jax.nn's cuDNN takes no dropout)."""
+    layer = MultiHeadAttention(HEADS, HEAD_DIM, dropout=0.1, dtype="mixed_bfloat16")
+    layer.build((B, T, D), (B, T, D))
+    mask = padding()
+
+    def fn(x, mask):
+        x = x.astype("bfloat16")
+        masks = {"query_mask": mask, "value_mask": mask, "use_causal_mask": True}
+        return layer(x, x, training=True, **masks)
+
+    x = jax.ShapeDtypeStruct((B, T, D), "float32")
+    text = exported_text(fn, x, jax.ShapeDtypeStruct(mask.shape, mask.dtype), grad=grad)
+    assert layer.attention_path == "jax_pallas"
+    check_calls("jax_pallas", text, grad)
