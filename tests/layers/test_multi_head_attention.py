@@ -749,23 +749,24 @@ def test_packed_weights_see_only_their_document():
     )
 
 
-def test_packed_rows_in_training_with_attention_dropout(monkeypatch):
-    # Attention dropout takes the path of the weights, with a dense mask of
-    # the documents; an identity dropout makes it comparable.
-    from keras_attention.layers import _projections as module
-
-    class NoDropout(keras.layers.Layer):
-        def __init__(self, rate, seed=None, **kwargs):
-            super().__init__(**kwargs)
-
-        def call(self, x, training=None):
-            return x
-
-    monkeypatch.setattr(module, "Dropout", NoDropout)
-    layer = MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.5)
-    packed = layer(PACKED, PACKED, segment_ids=SEGMENTS, training=True)
-    alone = each_document_alone(lambda x: layer(x, x, training=True), PACKED, SEGMENTS)
-    np.testing.assert_allclose(np_(packed), alone, atol=2e-6)
+def test_packed_rows_in_training_with_attention_dropout():
+    # Attention dropout runs inside the op, on the documents' mask: two
+    # layers of the same seed and weights draw the same mask, and a change
+    # in one document leaves the other's rows as they were.
+    layers = [MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.5, seed=3)]
+    layers.append(MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.5, seed=3))
+    for layer in layers:
+        layer(PACKED, PACKED, segment_ids=SEGMENTS)
+    layers[1].set_weights(layers[0].get_weights())
+    changed = np.array(PACKED)
+    other = SEGMENTS != SEGMENTS[:, :1]
+    changed[other] += 1.0
+    first = np_(layers[0](PACKED, PACKED, segment_ids=SEGMENTS, training=True))
+    second = np_(layers[1](changed, changed, segment_ids=SEGMENTS, training=True))
+    np.testing.assert_allclose(first[~other], second[~other], atol=2e-6)
+    assert np.abs(first[other] - second[other]).max() > 1e-3
+    inference = np_(layers[0](PACKED, PACKED, segment_ids=SEGMENTS))
+    assert np.abs(first - inference).max() > 1e-3
 
 
 def test_a_pair_of_ids_masks_cross_attention_like_the_dense_mask():

@@ -178,7 +178,9 @@ def _path_call(path, monkeypatch):
         # empty, partial and full tiles; every mask and score part taken
         # (custom ones run in the interpreter, not through Triton).
         monkeypatch.setattr(plan, "_jax_platform", lambda: "gpu")
-        monkeypatch.setattr(plan, "_pallas_takes", lambda spec: spec.bias is None)
+        monkeypatch.setattr(
+            plan, "_pallas_takes", lambda spec, query: spec.bias is None
+        )
         monkeypatch.setattr(fused, "PALLAS_BLOCK_SIZE", 4)
         return {"flash_attention": True}
     if path == "sdpa" and BACKEND == "torch":
