@@ -31,6 +31,10 @@ take; both come from tokamax's `_src`, hence the extra's exact pin.
 # api.IMPLEMENTATIONS`), read at each call: the tests set `"xla"`, tokamax's
 # reference, to check the arguments on a CPU.
 IMPLEMENTATION = "mosaic_gpu"
+# tokamax's Hopper forward reads the key ranges in tiles of twice its
+# `block_q` queries (64 by its heuristics), which must divide the queries:
+# with ranges, the queries are padded to a multiple of this.
+QUERY_TILE = 128
 
 
 def tokamax_attention(query, key, value, spec, fallback=None):
@@ -79,13 +83,21 @@ def tokamax_attention(query, key, value, spec, fallback=None):
             return _attend(attention, query, key, value, spec, mask, soft_cap)
         causal_end = jnp.minimum(end, rows + 1) if spec.is_causal else end
         sees = causal_end > start
+        padding = -query_length % QUERY_TILE
+        # Padding rows (and rows that see no key) read the first key alone.
+        k_start = jnp.pad(jnp.where(sees, start, 0), ((0, 0), (0, padding)))
+        k_end = jnp.pad(
+            jnp.where(sees, end, 1), ((0, 0), (0, padding)), constant_values=1
+        )
+        padded = jnp.pad(query, ((0, 0), (0, padding), (0, 0), (0, 0)))
         # tokamax's ranges are per `(batch, kv head or 1, query)`.
         mask = mask_class(
-            k_start=jnp.where(sees, start, 0)[:, None, :],
-            k_end=jnp.where(sees, end, 1)[:, None, :],
+            k_start=k_start[:, None, :],
+            k_end=k_end[:, None, :],
             is_causal=spec.is_causal,
         )
-        output = _attend(attention, query, key, value, spec, mask, soft_cap)
+        output = _attend(attention, padded, key, value, spec, mask, soft_cap)
+        output = output[:, :query_length]
         return jnp.where(sees[:, :, None, None], output, jnp.zeros((), output.dtype))
 
     if not checks:

@@ -34,8 +34,13 @@ pytest.importorskip(
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from keras_attention.ops import attention_path, dot_product_attention  # noqa: E402
-from keras_attention.ops import fused, plan, tokamax_attention  # noqa: E402
+from keras_attention.ops import (  # noqa: E402
+    attention_path,
+    dot_product_attention,
+    fused,
+    plan,
+    tokamax_attention,
+)
 from tests.ops.fake_gpu import (  # noqa: E402
     CUDNN,
     MOSAIC_GPU,
@@ -48,8 +53,10 @@ from tests.ops.fake_gpu import (  # noqa: E402
 B, T, N, H = 2, 64, 4, 32
 SOFT_CAP = 5.0
 WINDOW = 16
-# Documents in order: three per row, of different lengths.
-DOCUMENTS = np.repeat(np.array([[0, 1, 2], [3, 4, 5]]), [[20, 30, 14]] * 1, axis=1)
+# Documents in order: three per row, of other lengths in each row.
+DOCUMENTS = np.stack(
+    [np.repeat([0, 1, 2], [20, 30, 14]), np.repeat([3, 4, 5], [8, 40, 16])]
+).astype("int32")
 OUT_OF_ORDER = np.concatenate([DOCUMENTS[:, 32:], DOCUMENTS[:, :32]], axis=1)
 LENGTHS = np.array([T, 40])
 RIGHT_PADDING = (np.arange(T)[None, :] < LENGTHS[:, None])[:, None, None, :]
@@ -79,7 +86,9 @@ CALLS = {
         {"segment_ids": (np.maximum(DOCUMENTS, 9 * (DOCUMENTS == 2)), DOCUMENTS)},
         N,
     ),
-    "right_padding+causal+gqa": ({"mask": RIGHT_PADDING, "is_causal": True}, 1),
+    # (cuDNN takes right padding with the causal mask, not with a window
+    # that is not causal.)
+    "right_padding+window+gqa": ({"mask": RIGHT_PADDING, "sliding_window": 8}, 1),
     # Not tokamax's: the Pallas kernel in the same function.
     "documents_out_of_order": ({"segment_ids": OUT_OF_ORDER}, N),
     "left_padding+soft_cap": (
@@ -160,7 +169,7 @@ LOWERED = {
         "soft_cap+causal",
         "soft_cap+causal+window",
         "documents+causal+gqa",
-        "right_padding+causal+gqa",
+        "right_padding+window+gqa",
     )
 }
 
