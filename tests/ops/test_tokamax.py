@@ -11,7 +11,8 @@
 - The lowering: the same calls exported for CUDA (`tests/ops/fake_gpu.py`,
   tokamax in `cross_compile`) call Mosaic GPU once forward and three times
   with the gradient (the forward kernel that saves the residuals, then dQ
-  and dK/dV), as `tests/ops/test_lowering.py` checks our kernels.
+  and dK/dV), as `tests/ops/test_lowering.py` checks our kernels; so does
+  `MultiHeadAttention` with the soft cap and padding, as users call it.
 
 Nothing here compiles or runs Mosaic GPU (it has no interpreter): its
 numbers on a Hopper stay unchecked here.
@@ -233,3 +234,32 @@ def test_without_tokamax_the_plan_keeps_the_pallas_kernel(monkeypatch):
     query, _, value = inputs(kv_heads)
     assert attention_path(query, value, **call) == "jax_pallas"
     assert not plan._tokamax_available()
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["forward", "backward"])
+def test_a_gemma_like_layer_takes_tokamax(grad, monkeypatch):
+    """`MultiHeadAttention` with the soft cap, the causal mask and padding
+    from its masks, in mixed bfloat16, as users call it."""
+    import tokamax
+
+    from keras_attention.layers import MultiHeadAttention
+
+    fake_hopper_gpu(monkeypatch, tokamax=True)
+    width = 128
+    layer = MultiHeadAttention(N, 64, soft_cap=SOFT_CAP, dtype="mixed_bfloat16")
+    layer.build((B, T, width), (B, T, width))
+
+    def fn(x, mask):
+        x = x.astype("bfloat16")
+        masks = {"query_mask": mask, "value_mask": mask, "use_causal_mask": True}
+        return layer(x, x, **masks)
+
+    x = jax.ShapeDtypeStruct((B, T, width), "float32")
+    mask = jax.ShapeDtypeStruct((B, T), jnp.bool_)
+    with tokamax.config.cross_compile(True):
+        counts = custom_call_counts(exported_text(fn, x, mask, grad=grad))
+    assert layer.attention_path == "jax_tokamax"
+    kernels = 3 if grad else 1
+    assert sum(counts[name] for name in MOSAIC_GPU) == kernels, counts
+    # Left padding's branch.
+    assert sum(counts[name] for name in TRITON) == kernels, counts
