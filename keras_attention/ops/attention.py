@@ -335,7 +335,8 @@ def attention_path(
 ):
     """The computation `dot_product_attention` takes for these arguments
     (the same names), on this backend and device: a backend's fused kernel
-    (`"torch_sdpa"`, `"torch_flex"`, `"jax_cudnn"`, `"jax_pallas"`) where one
+    (`"torch_sdpa"`, `"torch_flex"`, `"jax_cudnn"`, `"jax_tokamax"`,
+    `"jax_pallas"`) where one
     serves the call and `flash_attention` is not False, else `"chunked"`
     (`chunk_size` or `flash_attention=True`) or `"standard"`; the rules are
     `keras_attention.ops.plan.plan_kernel`'s. An explicit `chunk_size`
@@ -363,8 +364,8 @@ def attention_path(
 
     Returns:
         One of `keras_attention.ops.plan.PATHS`: `"torch_sdpa"`,
-        `"torch_flex"`, `"jax_cudnn"`, `"jax_pallas"`, `"chunked"` or
-        `"standard"`.
+        `"torch_flex"`, `"jax_cudnn"`, `"jax_tokamax"`, `"jax_pallas"`,
+        `"chunked"` or `"standard"`.
 
     Example:
 

@@ -19,6 +19,11 @@ serves a call is `keras_attention.ops.plan.plan_kernel`'s choice).
   causal mask and a window as its own arguments, padding over the keys as
   sequence lengths where it is right padding (checked in the graph; left
   padding takes the Pallas kernel in the same compiled function).
+- `"jax_tokamax"`: tokamax's Mosaic GPU attention (`keras_attention.ops.
+  tokamax_attention`), the causal mask, windows, documents and right
+  padding as ranges of keys per query, the soft cap as its own; documents
+  out of order and other padding take the Pallas kernel in the same
+  compiled function.
 - `"jax_pallas"`: `keras_attention.ops.pallas_flex.flex_attention`, which
   applies every part inside its tiles over the spec's block map.
 
@@ -66,6 +71,13 @@ def fused_attention(kernel, query, key, value, spec, return_lse=False):
         return _jax_cudnn(query, key, value, spec)
     if kernel == "jax_pallas":
         return _jax_pallas(query, key, value, spec, return_lse)
+    if kernel == "jax_tokamax":
+        from keras_attention.ops.tokamax_attention import tokamax_attention
+
+        def pallas():
+            return _jax_pallas(query, key, value, spec)
+
+        return tokamax_attention(query, key, value, spec, pallas)
     return _torch_sdpa(query, key, value, spec)
 
 

@@ -13,17 +13,24 @@ row of a table (tests/ops/test_plan.py, the device faked). The computations:
 - `"jax_cudnn"`: `jax.nn.dot_product_attention(implementation="cudnn")` on a
   GPU, half precision, head sizes up to 128 (256 from Hopper on), the
   causal mask, a window and padding over the keys as sequence lengths;
+- `"jax_tokamax"`: tokamax's Mosaic GPU flash attention (`keras_attention.
+  ops.tokamax_attention`, the `tokamax` extra) on Hopper and Blackwell, half
+  precision, for calls cuDNN does not take and it computes whole: the soft
+  cap, packed documents, a window that is not causal, heads cuDNN refuses;
 - `"jax_pallas"`: this package's Pallas kernel (`keras_attention.ops.
   pallas_flex`), which applies the mask and score parts inside its tiles,
   on a GPU with JAX, for every call cuDNN does not take whole;
 - `"chunked"` and `"standard"`: the `keras.ops` paths, the reference.
 """
 
+import functools
+import importlib.util
+
 from keras import backend
 
 from keras_attention.ops.spec import AttentionSpec
 
-KERNELS = ("torch_sdpa", "torch_flex", "jax_cudnn", "jax_pallas")
+KERNELS = ("torch_sdpa", "torch_flex", "jax_cudnn", "jax_tokamax", "jax_pallas")
 PATHS = (*KERNELS, "chunked", "standard")
 # cuDNN's flash attention through jax.nn: half precision, head sizes up to 128,
 # up to 256 from Hopper on (compute capability 9.0), multiples of 8.
@@ -31,6 +38,14 @@ CUDNN_DTYPES = ("bfloat16", "float16")
 CUDNN_MAX_HEAD_DIM = 128
 CUDNN_MAX_HEAD_DIM_HOPPER = 256
 HOPPER = (9, 0)
+# tokamax's Mosaic GPU attention: sm90 and sm100 only (its `gpu_utils`), and
+# heads up to 256: for wider heads its forward's smallest tiles (128 queries,
+# two stages of 64 keys) need more than a Hopper's 227 KiB of shared memory,
+# by its own estimate.
+TOKAMAX_GPUS = ((9, 0), (11, 0))
+TOKAMAX_MAX_HEAD_DIM = 256
+TOKAMAX_MASKS = ("causal", "window", "documents")
+TOKAMAX_SCORES = ("soft_cap",)
 # The Pallas kernel's largest head: a tile of 64 queries and keys of 256
 # features still fits a GPU's shared memory (fused.pallas_block_size).
 PALLAS_MAX_HEAD_DIM = 256
@@ -85,6 +100,10 @@ def plan_kernel(
     - JAX on a GPU: cuDNN for calls it takes whole (half precision, heads up
       to 128, 256 on Hopper, no dense mask but padding over the keys, no
       bias or score part, the causal mask and a window from position 0);
+      with the `tokamax` extra on Hopper and Blackwell, tokamax's Mosaic
+      GPU kernel for the other half-precision calls it takes whole (the
+      soft cap, documents, any window, padding over the keys, heads up to
+      256, from position 0, no dropout and no log-sum-exp asked for);
       the Pallas kernel for the other calls it computes without a gather
       (`PALLAS_MASKS`, `PALLAS_SCORES`, a padding mask over keys, float32,
       heads up to 256, any offset, the log-sum-exp).
@@ -130,6 +149,8 @@ def plan_kernel(
         capability = gpu_capability or _gpu_capability()
         if not return_lse and _cudnn_takes(spec, query, value, capability):
             return "jax_cudnn"
+        if not return_lse and _tokamax_takes(spec, query, value, capability):
+            return "jax_tokamax"
         # Lowered for CUDA in CI (tests/ops/test_lowering.py) and checked in
         # Pallas' interpreter against the standard path: the default for
         # what cuDNN does not take.
@@ -170,6 +191,39 @@ def _pallas_takes(spec, query):
         and all(kind in PALLAS_MASKS for kind in spec.mask_kinds())
         and all(kind in PALLAS_SCORES for kind in spec.score_kinds())
     )
+
+
+def _tokamax_takes(spec, query, value, capability):
+    """tokamax's Mosaic GPU kernel takes the call whole (its `Mask` of key
+    ranges per query row, `keras_attention.ops.tokamax_attention`). Its
+    documents out of order and padding that is not right padding go to the
+    Pallas kernel in the graph, so that kernel must take the call too."""
+    low, high = TOKAMAX_GPUS
+    kinds = spec.mask_kinds()
+    head_dim, value_dim = query.shape[-1], value.shape[-1]
+    return (
+        capability is not None
+        and low <= tuple(capability) < high
+        and _tokamax_available()
+        and backend.standardize_dtype(query.dtype) in CUDNN_DTYPES
+        and spec.bias is None
+        and not spec.dropout_rate
+        and (spec.mask is None or is_key_padding(spec.mask))
+        and all(kind in TOKAMAX_MASKS for kind in kinds)
+        and all(kind in TOKAMAX_SCORES for kind in spec.score_kinds())
+        and (not kinds or is_zero_offset(spec.query_offset))
+        and head_dim is not None
+        and value_dim is not None
+        and max(head_dim, value_dim) <= TOKAMAX_MAX_HEAD_DIM
+        and _pallas_takes(spec, query)
+    )
+
+
+@functools.cache
+def _tokamax_available():
+    """Whether tokamax is installed (found, not imported: importing it costs
+    seconds)."""
+    return importlib.util.find_spec("tokamax") is not None
 
 
 def is_key_padding(mask):

@@ -9,12 +9,15 @@ what this proves is that the kernels lower (Pallas' Triton lowering rules
 accept every operation of the kernels), not that Triton or cuDNN compile or
 compute them.
 
-- `fake_hopper_gpu(monkeypatch)`: the plan sees a GPU, Pallas does not
-  interpret, and JAX's cuDNN attention sees cuDNN 9.10 on compute capability
-  9.0 (an H100), undone with `monkeypatch`.
+- `fake_hopper_gpu(monkeypatch, tokamax=False)`: the plan sees a GPU,
+  Pallas does not interpret, and JAX's cuDNN attention sees cuDNN 9.10 on
+  compute capability 9.0 (an H100), undone with `monkeypatch`; the plan
+  sees tokamax installed only with `tokamax=True`, and tokamax then sees
+  the H100 too (its Mosaic GPU kernels lower for CUDA from a CPU inside
+  `tokamax.config.cross_compile(True)`, which the caller enters).
 - `lowered_custom_calls(fn, *structs, grad=False)`: the custom calls of
   `fn`'s module exported for CUDA, forward or forward and backward.
-- `TRITON`, `CUDNN`: the kernels' custom call targets.
+- `TRITON`, `CUDNN`, `MOSAIC_GPU`: the kernels' custom call targets.
 """
 
 import collections
@@ -38,6 +41,8 @@ CUDNN = frozenset(
         for direction in ("", "Backward")
     }
 )
+# Mosaic GPU's call (Pallas' Mosaic GPU lowering: tokamax's kernels).
+MOSAIC_GPU = frozenset({"mosaic_gpu_v2"})
 CUDNN_FORWARD = frozenset(name for name in CUDNN if not name.endswith("Backward"))
 CUDNN_BACKWARD = CUDNN - CUDNN_FORWARD
 # The compute capability and the cuDNN version faked: an H100 with cuDNN 9.10
@@ -49,10 +54,13 @@ _CALL = re.compile(r"stablehlo\.custom_call\s+@([\w$.\-]+)")
 _CALL_GENERIC = re.compile(r'call_target_name\s*=\s*"([^"]+)"')
 
 
-def fake_hopper_gpu(monkeypatch):
+def fake_hopper_gpu(monkeypatch, tokamax=False):
     """Make the plan see a GPU, Pallas lower for it (no interpreter) and
     JAX's cuDNN attention see cuDNN `CUDNN_VERSION` on a device of
-    `COMPUTE_CAPABILITY`, until `monkeypatch` undoes it."""
+    `COMPUTE_CAPABILITY`, until `monkeypatch` undoes it. The plan sees
+    tokamax installed with `tokamax` only (so that the tables of our own
+    kernels do not depend on what is installed), and tokamax then sees a
+    device of `COMPUTE_CAPABILITY` too."""
     from jax._src.cudnn import fused_attention_stablehlo as cudnn_attention
 
     from keras_attention.ops import fused, plan
@@ -69,6 +77,13 @@ def fake_hopper_gpu(monkeypatch):
     monkeypatch.setattr(cudnn_attention, "check_cudnn_version", lambda: CUDNN_VERSION)
     monkeypatch.setattr(cudnn_attention, "check_compute_capability", at_least)
     monkeypatch.setattr(cudnn_attention, "is_cuda_compute_capability_equal", equal)
+    monkeypatch.setattr(plan, "_tokamax_available", lambda: tokamax)
+    if tokamax:
+        from tokamax._src import gpu_utils
+
+        major, minor = COMPUTE_CAPABILITY
+        capability = float(f"{major}.{minor}")
+        monkeypatch.setattr(gpu_utils, "_compute_capability", lambda d=None: capability)
 
 
 def _capability(text):
@@ -96,7 +111,8 @@ def exported_text(fn, *structs, grad=False):
             return jnp.sum(jnp.asarray(fn(*args), jnp.float32))
 
         target = jax.grad(loss, argnums=floats)
-    checks = [export.DisabledSafetyCheck.custom_call(name) for name in TRITON | CUDNN]
+    kernels = TRITON | CUDNN | MOSAIC_GPU
+    checks = [export.DisabledSafetyCheck.custom_call(name) for name in kernels]
     exported = export.export(
         jax.jit(target), platforms=["cuda"], disabled_checks=checks
     )(*structs)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from keras_attention.ops import alibi_slopes, mods
+from keras_attention.ops import plan as plan_module
 from keras_attention.ops.plan import (
     CUDNN_MAX_HEAD_DIM,
     HOPPER,
@@ -53,6 +54,9 @@ CAP = {"soft_cap": 30.0}
 CUSTOM_SCORE = {"score_mod": mods.soft_cap_score_mod(5.0)}
 CUSTOM_MASK = {"mask_mod": mods.causal_mask_mod}
 FLASH = {"flash_attention": True}
+# tokamax installed (the `tokamax` extra), on Hopper and on a B200.
+TOKAMAX = {"tokamax": True, "capability": HOPPER}
+BLACKWELL = (10, 0)
 T5 = {
     "score_mod": mods.relative_position_score_mod(),
     "score_mod_inputs": (np.zeros((32, N), "float32"),),
@@ -143,6 +147,29 @@ CASES = [
     ("jax", "gpu", {**FLASH, "mask": np.ones((B, N, T, T), bool)}, "chunked"),
     ("jax", "gpu", {"bias": np.zeros((1, N, T, T), "float32")}, "standard"),
     ("jax", "gpu", {"head_dim": PALLAS_MAX_HEAD_DIM + 64}, "standard"),
+    # With tokamax, on Hopper and Blackwell: its Mosaic GPU kernel for the
+    # half-precision calls cuDNN does not take and it computes whole ...
+    ("jax", "gpu", {**TOKAMAX, **CAP, "is_causal": True}, "jax_tokamax"),
+    ("jax", "gpu", {**TOKAMAX, **CAP, "capability": BLACKWELL}, "jax_tokamax"),
+    ("jax", "gpu", {**TOKAMAX, **CAP, **FLASH, "mask": PADDING}, "jax_tokamax"),
+    ("jax", "gpu", {**TOKAMAX, "segments": True, "is_causal": True}, "jax_tokamax"),
+    ("jax", "gpu", {**TOKAMAX, "segments": True, "mask": PADDING}, "jax_tokamax"),
+    ("jax", "gpu", {**TOKAMAX, "sliding_window": 64}, "jax_tokamax"),
+    ("jax", "gpu", {**TOKAMAX, "head_dim": 100, "dtype": "float16"}, "jax_tokamax"),
+    # ... cuDNN first where it takes the call ...
+    ("jax", "gpu", {**TOKAMAX, "is_causal": True}, "jax_cudnn"),
+    ("jax", "gpu", {**TOKAMAX, "head_dim": 256, "mask": PADDING}, "jax_cudnn"),
+    # ... and ours for what tokamax does not compute, or not on that GPU.
+    ("jax", "gpu", {**TOKAMAX, **CAP, "capability": (8, 9)}, "jax_pallas"),
+    ("jax", "gpu", {**TOKAMAX, **CAP, "capability": (12, 0)}, "jax_pallas"),
+    ("jax", "gpu", {**TOKAMAX, **CAP, "tokamax": False}, "jax_pallas"),
+    ("jax", "gpu", {**TOKAMAX, **CAP, "dtype": "float32"}, "jax_pallas"),
+    ("jax", "gpu", {**TOKAMAX, **CAP, "return_lse": True}, "jax_pallas"),
+    ("jax", "gpu", {**TOKAMAX, **CAP, "dropout_rate": 0.1}, "jax_pallas"),
+    ("jax", "gpu", {**TOKAMAX, **ALIBI, "is_causal": True}, "jax_pallas"),
+    ("jax", "gpu", {**TOKAMAX, "is_causal": True, "query_offset": 3}, "jax_pallas"),
+    ("jax", "gpu", {**TOKAMAX, **CAP, **CUSTOM_MASK, **FLASH}, "chunked"),
+    ("jax", "gpu", {**TOKAMAX, **CAP, "head_dim": 320}, "standard"),
     # Off a GPU, and on TensorFlow: the keras.ops paths, which XLA compiles.
     ("jax", "cpu", {}, "standard"),
     ("jax", "cpu", FLASH, "chunked"),
@@ -163,7 +190,10 @@ def case_id(case):
     ids=[case_id(case) for case in CASES],
 )
 def test_the_kernel_follows_the_call_the_backend_and_the_device(
-    backend_name, platform, call, expected
+    backend_name, platform, call, expected, monkeypatch
 ):
+    call = dict(call)
+    tokamax = call.pop("tokamax", False)
+    monkeypatch.setattr(plan_module, "_tokamax_available", lambda: tokamax)
     assert expected in PATHS
-    assert plan(backend_name, platform, **dict(call)) == expected
+    assert plan(backend_name, platform, **call) == expected
