@@ -1,41 +1,36 @@
 """The `paths` part of the `gpu` suite: the path table's training workloads.
 
-`docs/attention_paths.md` says which kernel serves each attention layer call
-of real training workloads on a JAX GPU (a faked one: nothing was run). This
-part runs them on a real one. Each workload (`WORKLOADS`) is one call of
-`MultiHeadAttention` (or `GroupedQueryAttention`) in training, made as the
-table's rows make it, at a realistic size: 16,384 tokens per step
-(T = 4096, B = 4; the encoder at T = 2048 with 8 heads of 64, the packed
-documents at T = 8192), 16 heads of 128, in bfloat16 (`"mixed_bfloat16"`)
-and float32. For each, forward + backward (gradients of the weights and the
-input, the loss the mean square of the output), each side compiled whole:
+`docs/attention_paths.md` gives the kernel that serves each attention call of
+real training workloads on a faked JAX GPU. This part runs those calls on a
+real one: each workload (`WORKLOADS`) is one `MultiHeadAttention` (or
+`GroupedQueryAttention`) call in training, made as the table makes it, at
+16,384 tokens per step: T = 4096 (B = 4), 16 heads of 128 (the encoder: T =
+2048, 8 heads of 64; the packed documents: T = 8192), in bfloat16
+(`"mixed_bfloat16"`) and float32. Forward + backward (gradients of the
+weights and the input; loss: the output's mean square), compiled whole, of:
 
 - `ours`: our layer as users call it (`flash_attention=None`); the row
-  records `layer.attention_path` and the fused kernel its program holds;
+  records `layer.attention_path` and the fused kernel in its program;
 - `standard`: the same layer with `flash_attention=False`;
 - `keras`: `keras.layers.MultiHeadAttention` (or `GroupQueryAttention`),
-  the same weights (ours is made `from_keras` of it), `flash_attention=None`,
-  where Keras can express the call (not the soft cap; the documents as a
-  dense `(B, T, S)` `attention_mask`); `kernel`: what its program holds;
-- `jax_cudnn`: Keras' projections, then `jax.nn.dot_product_attention(...,
+  which ours is made `from_keras` of (the same weights), where Keras can
+  express the call (no soft cap; documents as a dense `(B, T, S)`
+  `attention_mask`); `kernel`: the fused kernel in its program, or `xla`;
+- `jax_cudnn`: Keras' projections around `jax.nn.dot_product_attention(...,
   implementation="cudnn")` on the projected tensors (padding as sequence
-  lengths, documents as a dense mask; no dropout, no soft cap), then Keras'
-  output projection;
-- `tokamax`: the same with `tokamax.dot_product_attention` (its soft cap
-  included), where tokamax is installed.
+  lengths, documents as a dense mask; no dropout, no soft cap);
+- `tokamax`: the same with `tokamax.dot_product_attention`, where installed.
 
-All sides of a workload and dtype are traced, compiled together
+The sides of a workload and dtype are traced, compiled together
 (`gpu.compile_steps`), run once (the warm-up), then timed in turn
 (`time_alternating`). The check: our output and input gradient against the
-standard path's on the same input, weights and dropout seed (the dropout
-mask is a hash of the seed and the position, the same on every path); the
-largest difference over the largest magnitude, within `TOLERANCES` of the
-dtype. A failure is recorded as such. Keys are padded at the end of each row
-(`padded_lengths`); a query mask zeroes the padded rows on both of ours.
+standard path's (same input, weights and dropout seed: the dropout mask
+hashes the seed and the position on every path), the largest difference
+over the largest magnitude, within `TOLERANCES`; a failure is recorded.
+Keys are padded at the end of each row (`padded_lengths`).
 
-One process for every workload; where it dies, each workload runs again in a
-process of its own. A workload that would start past the part's share is
-recorded as skipped.
+One process runs every workload; where it dies, each runs again in a
+process of its own. A workload past the part's share is recorded skipped.
 """
 
 import importlib.util
@@ -52,33 +47,16 @@ QUICK_XLA_FLAGS = (
 )
 SIDES = ("ours", "standard", "keras", "jax_cudnn", "tokamax")
 PEERS = ("standard", "keras", "jax_cudnn", "tokamax")
-# (title as in the path table where it has the row, what the call holds).
+# name: (title, as in the path table where it has the row; what the call
+# holds: padding as Keras masks (`masks`) or a `(B, 1, S)` `attention_mask`).
 WORKLOADS = {
-    "causal_padding": (
-        "MultiHeadAttention, causal, Keras masks",
-        {"causal": True, "padding": "masks"},
-    ),
-    "encoder_padding": (
-        "MultiHeadAttention, Embedding(mask_zero=True)",
-        {"padding": "masks"},
-    ),
-    "attention_mask": (
-        "MultiHeadAttention, attention_mask (B, 1, S)",
-        {"padding": "attention_mask"},
-    ),
-    "dropout": ("MultiHeadAttention, dropout=0.1", {"causal": True, "dropout": True}),
-    "gqa": (
-        "GroupedQueryAttention, causal, Keras masks",
-        {"causal": True, "padding": "masks", "gqa": True},
-    ),
-    "soft_cap": (
-        "MultiHeadAttention, soft_cap (Gemma 2)",
-        {"causal": True, "soft_cap": True},
-    ),
-    "documents": (
-        "MultiHeadAttention, packed documents (segment_ids)",
-        {"causal": True, "documents": True},
-    ),
+    "causal_padding": ("MultiHeadAttention, causal, Keras masks", "causal masks"),
+    "encoder_padding": ("MultiHeadAttention, Embedding(mask_zero=True)", "masks"),
+    "attention_mask": ("MultiHeadAttention, attention_mask (B, 1, S)", "mask_b1s"),
+    "dropout": ("MultiHeadAttention, dropout=0.1", "causal dropout"),
+    "gqa": ("GroupedQueryAttention, causal, Keras masks", "causal masks gqa"),
+    "soft_cap": ("MultiHeadAttention, soft_cap (Gemma 2)", "causal soft_cap"),
+    "documents": ("MultiHeadAttention, packed documents", "causal documents"),
 }
 
 FULL = {
@@ -129,11 +107,11 @@ def padded_lengths(batch, length):
 
 def refusal(side, spec, has_tokamax):
     """Why `side` cannot run workload `spec`, or None."""
-    if side == "keras" and spec.get("soft_cap"):
+    if side == "keras" and "soft_cap" in spec:
         return "Keras' MultiHeadAttention has no soft cap"
-    if side in ("jax_cudnn", "tokamax") and spec.get("dropout"):
+    if side in ("jax_cudnn", "tokamax") and "dropout" in spec:
         return f"{side}: its dot_product_attention has no attention dropout"
-    if side == "jax_cudnn" and spec.get("soft_cap"):
+    if side == "jax_cudnn" and "soft_cap" in spec:
         return "jax.nn.dot_product_attention has no soft cap"
     if side == "tokamax" and not has_tokamax:
         return "tokamax is not installed"
@@ -148,25 +126,18 @@ def _layers(spec, config, workload, dtype):
 
     batch, length, heads, head_dim = sizes(config, workload)
     policy = "mixed_bfloat16" if dtype == "bfloat16" else "float32"
-    rate = config["dropout"] if spec.get("dropout") else 0.0
-    if spec.get("gqa"):
-        theirs = keras.layers.GroupQueryAttention(
-            head_dim,
-            heads,
-            config["key_value_heads"],
-            dropout=rate,
-            seed=0,
-            dtype=policy,
-        )
+    rate = config["dropout"] if "dropout" in spec else 0.0
+    common = {"dropout": rate, "seed": 0, "dtype": policy}
+    if "gqa" in spec:
+        kv_heads = config["key_value_heads"]
+        theirs = keras.layers.GroupQueryAttention(head_dim, heads, kv_heads, **common)
         ours_class = GroupedQueryAttention
     else:
-        theirs = keras.layers.MultiHeadAttention(
-            heads, head_dim, dropout=rate, seed=0, dtype=policy
-        )
+        theirs = keras.layers.MultiHeadAttention(heads, head_dim, **common)
         ours_class = MultiHeadAttention
     shape = (batch, length, heads * head_dim)
     theirs.build(shape, shape)
-    options = {"soft_cap": config["soft_cap"]} if spec.get("soft_cap") else {}
+    options = {"soft_cap": config["soft_cap"]} if "soft_cap" in spec else {}
     ours = ours_class.from_keras(theirs, **options)
     standard = ours_class.from_keras(theirs, flash_attention=False, **options)
     return theirs, ours, standard
@@ -179,13 +150,13 @@ def _inputs(spec, config, workload):
     batch, length, heads, head_dim = sizes(config, workload)
     x = keras.random.normal((batch, length, heads * head_dim), seed=5)
     extras = {}
-    if spec.get("padding"):
+    if {"masks", "mask_b1s"} & spec:
         lengths = padded_lengths(batch, length)
         extras["lengths"] = keras.ops.convert_to_tensor(lengths)
         extras["mask"] = keras.ops.convert_to_tensor(
             np.arange(length)[None, :] < lengths[:, None]
         )
-    if spec.get("documents"):
+    if "documents" in spec:
         size = length // config["documents"]
         segments = np.broadcast_to(np.arange(length) // size, (batch, length))
         extras["segments"] = keras.ops.convert_to_tensor(segments.astype("int32"))
@@ -199,12 +170,12 @@ def _layer_forward(layer, spec, keras_side):
     """`forward(x, extras)` of a layer as the workload calls it."""
 
     def forward(x, extras):
-        arguments = {"training": True, "use_causal_mask": bool(spec.get("causal"))}
-        if spec.get("padding") == "masks":
+        arguments = {"training": True, "use_causal_mask": "causal" in spec}
+        if "masks" in spec:
             arguments.update(query_mask=extras["mask"], value_mask=extras["mask"])
-        elif spec.get("padding") == "attention_mask":
+        elif "mask_b1s" in spec:
             arguments["attention_mask"] = extras["mask"][:, None, :]
-        if spec.get("documents"):
+        if "documents" in spec:
             if keras_side:
                 arguments["attention_mask"] = extras["dense"]
             else:
@@ -224,12 +195,12 @@ def _peer_forward(theirs, side, spec, config):
             dense(x)
             for dense in (theirs._query_dense, theirs._key_dense, theirs._value_dense)
         )
-        arguments = {"is_causal": bool(spec.get("causal"))}
-        if spec.get("padding"):
+        arguments = {"is_causal": "causal" in spec}
+        if {"masks", "mask_b1s"} & spec:
             arguments["key_value_seq_lengths"] = extras["lengths"]
-        if spec.get("padding") == "masks":
+        if "masks" in spec:
             arguments["query_seq_lengths"] = extras["lengths"]
-        if spec.get("documents"):
+        if "documents" in spec:
             arguments["mask"] = extras["dense"][:, None]
         if side == "jax_cudnn":
             out = jax.nn.dot_product_attention(
@@ -237,8 +208,13 @@ def _peer_forward(theirs, side, spec, config):
             )
         else:
             import tokamax
+            from absl import flags
 
-            if spec.get("soft_cap"):
+            # tokamax reads its absl flags, parsing sys.argv (this process's
+            # `--suite gpu --case ...`) if nothing has: their defaults.
+            if not flags.FLAGS.is_parsed():
+                flags.FLAGS.mark_as_parsed()
+            if "soft_cap" in spec:
                 arguments["logits_soft_cap"] = config["soft_cap"]
             out = tokamax.dot_product_attention(q, k, v, **arguments)
         return theirs._output_dense(out)
@@ -284,13 +260,8 @@ def _workload(spec, config, workload, dtype, has_tokamax):
     once, checked, timed in turn."""
     import jax
 
+    from keras_attention.bench import gpu
     from keras_attention.bench.common import block
-    from keras_attention.bench.gpu import (
-        _memory_limit_bytes,
-        _reason,
-        _time_in_turn,
-        compile_steps,
-    )
     from keras_attention.bench.gpu_flex import kernels_in
 
     start = time.monotonic()
@@ -298,7 +269,7 @@ def _workload(spec, config, workload, dtype, has_tokamax):
     theirs, ours, standard = _layers(spec, config, workload, dtype)
     x, extras = _inputs(spec, config, workload)
     scores_bytes = 4 * batch * heads * length * length
-    limit = _memory_limit_bytes()
+    limit = gpu._memory_limit_bytes()
     result = {
         "title": WORKLOADS[workload][0],
         "batch": batch,
@@ -323,7 +294,7 @@ def _workload(spec, config, workload, dtype, has_tokamax):
         try:
             item = jax.jit(step).lower(values, x, extras)
         except Exception as error:  # recorded, the others still run
-            rows[side] = {"skipped": _reason(error)}
+            rows[side] = {"skipped": gpu._reason(error)}
             continue
         kernel = kernels_in(item)
         rows[side] = {"kernel": kernel}
@@ -339,7 +310,7 @@ def _workload(spec, config, workload, dtype, has_tokamax):
         lowered[side] = (item, heavy)
         arguments[side] = (values, x, extras)
     result["trace_s"] = time.monotonic() - start
-    compiled = compile_steps(lowered, config.get("parallel_compile", True))
+    compiled = gpu.compile_steps(lowered, config.get("parallel_compile", True))
     result["compile_s"] = time.monotonic() - start
     calls, warm = {}, {}
     for side in SIDES:
@@ -351,11 +322,11 @@ def _workload(spec, config, workload, dtype, has_tokamax):
                 raise step
             warm[side] = block(step(*arguments[side]))  # the warm-up
         except Exception as error:
-            rows[side]["skipped"] = _reason(error)
+            rows[side]["skipped"] = gpu._reason(error)
             continue
         calls[side] = (step, arguments[side])
     result["check"] = check(warm, dtype, rows)
-    timings = _time_in_turn(calls, config["repeats"], rows)
+    timings = gpu._time_in_turn(calls, config["repeats"], rows)
     for side, timing in timings.items():
         rows[side].update(timing, ms=1e3 * timing["median_s"])
     result["rows"] = {side: rows[side] for side in SIDES}
@@ -402,7 +373,7 @@ def case_paths(case):
     has_tokamax = importlib.util.find_spec("tokamax") is not None
     result = {"device": _device(), "tokamax": has_tokamax, "workloads": {}}
     for workload in case["workloads"]:
-        spec = WORKLOADS[workload][1]
+        spec = set(WORKLOADS[workload][1].split())
         rows = result["workloads"][workload] = {}
         for dtype in dtypes:
             if seconds is not None and time.monotonic() - start > seconds:
@@ -489,22 +460,18 @@ def markdown_lines(results, reasons):
         "",
         "### The path table's training workloads (paths)",
         "",
-        "Forward + backward of one attention layer call in training, ms per "
-        "step. ours: `flash_attention=None` (path: `attention_path`, then the "
-        "kernel in its program); standard: `flash_attention=False`; keras: "
-        "Keras' layer, same weights; jax_cudnn, tokamax: Keras' projections "
-        "around those ops. Speed = peer ms / ours ms. Check: ours against the "
-        "standard path, largest difference over largest magnitude, output / "
-        f"input gradient (tolerance {TOLERANCES['bfloat16']:g} in bfloat16, "
-        f"{TOLERANCES['float32']:g} in float32).",
+        "ms per forward + backward step of one layer call in training "
+        "(`gpu_paths`' docstring); ours path: `attention_path` (the kernel in "
+        "its program). Speed = peer ms / ours ms. Check: ours against the "
+        "standard path, largest difference / largest magnitude of the output "
+        f"and the input gradient (tolerance {TOLERANCES['bfloat16']:g} in "
+        f"bfloat16, {TOLERANCES['float32']:g} in float32).",
         "",
         "| workload | dtype | B x T, heads | ours path | "
         + " | ".join(SIDES)
         + " | vs standard | vs keras | vs jax_cudnn | check |",
         "| --- | --- | --- | --- |" + " ---: |" * (len(SIDES) + 3) + " --- |",
     ]
-    if "paths" in results["cases"] and not results["cases"]["paths"].get("workloads"):
-        lines.append(f"| {_cell(results['cases']['paths'], reasons)} |")
     ratios = results.get("ratios", {})
     for workload, dtypes in workload_rows(results).items():
         for dtype, record in dtypes.items():
@@ -540,28 +507,15 @@ def markdown_lines(results, reasons):
 
 def plot_panel(ax, results):
     """ms per step of each side, per workload and dtype (log scale)."""
+    from keras_attention.bench.gpu import _bars
+
     groups, series = [], {side: [] for side in SIDES}
     for workload, dtypes in workload_rows(results).items():
         for dtype, record in dtypes.items():
-            if "rows" not in record:
-                continue
-            groups.append(f"{workload}\n{dtype}")
-            for side in SIDES:
-                series[side].append(record["rows"][side].get("ms"))
-    if not any(v for values in series.values() for v in values):
-        ax.text(0.5, 0.5, "not measured in this run", ha="center")
-        ax.set_axis_off()
-        return
-    width = 0.8 / len(SIDES)
-    positions = np.arange(len(groups))
-    for i, side in enumerate(SIDES):
-        offset = (i - (len(SIDES) - 1) / 2) * width
-        heights = [v or 0.0 for v in series[side]]
-        ax.bar(positions + offset, heights, width, label=side)
-    ax.set_yscale("log")
-    ax.set_xticks(positions)
-    ax.set_xticklabels(groups, fontsize=6, rotation=45)
-    ax.set_ylabel("ms per forward+backward step")
-    ax.set_title("paths: training workloads", fontsize=10)
-    ax.legend(fontsize=6)
-    ax.grid(True, axis="y", alpha=0.3)
+            if "rows" in record:
+                groups.append(f"{workload} {dtype}")
+                for side in SIDES:
+                    series[side].append(record["rows"][side].get("ms"))
+    _bars(ax, groups, series, "paths: ms per fwd+bwd step")
+    if ax.patches:
+        ax.set_yscale("log")
