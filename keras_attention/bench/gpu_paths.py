@@ -79,18 +79,8 @@ FULL = {
 }
 # Every workload in float32 at T = 512 (the causal ones take the chunked
 # path on a CPU, so the check compares two paths there).
-QUICK = {
-    **FULL,
-    "dtypes": ("float32",),
-    "tokens": 512,
-    "length": 512,
-    "heads": 2,
-    "head_dim": 16,
-    "key_value_heads": 1,
-    "documents": 4,
-    "sizes": {},
-    "repeats": 2,
-}
+QUICK = {**FULL, "dtypes": ("float32",), "tokens": 512, "length": 512, "sizes": {}}
+QUICK.update(heads=2, head_dim=16, key_value_heads=1, documents=4, repeats=2)
 
 
 def sizes(config, workload):
@@ -191,10 +181,8 @@ def _peer_forward(theirs, side, spec, config):
     def forward(x, extras):
         import jax
 
-        q, k, v = (
-            dense(x)
-            for dense in (theirs._query_dense, theirs._key_dense, theirs._value_dense)
-        )
+        q = theirs._query_dense(x)
+        k, v = theirs._key_dense(x), theirs._value_dense(x)
         arguments = {"is_causal": "causal" in spec}
         if {"masks", "mask_b1s"} & spec:
             arguments["key_value_seq_lengths"] = extras["lengths"]
@@ -210,8 +198,7 @@ def _peer_forward(theirs, side, spec, config):
             import tokamax
             from absl import flags
 
-            # tokamax reads its absl flags, parsing sys.argv (this process's
-            # `--suite gpu --case ...`) if nothing has: their defaults.
+            # tokamax parses sys.argv (`--suite gpu --case ...`) for its flags.
             if not flags.FLAGS.is_parsed():
                 flags.FLAGS.mark_as_parsed()
             if "soft_cap" in spec:
@@ -270,14 +257,8 @@ def _workload(spec, config, workload, dtype, has_tokamax):
     x, extras = _inputs(spec, config, workload)
     scores_bytes = 4 * batch * heads * length * length
     limit = gpu._memory_limit_bytes()
-    result = {
-        "title": WORKLOADS[workload][0],
-        "batch": batch,
-        "length": length,
-        "heads": heads,
-        "head_dim": head_dim,
-        "scores_bytes": scores_bytes,
-    }
+    result = {"title": WORKLOADS[workload][0], "batch": batch, "length": length}
+    result.update(heads=heads, head_dim=head_dim, scores_bytes=scores_bytes)
     rows, lowered, arguments = {}, {}, {}
     for side in SIDES:
         reason = refusal(side, spec, has_tokamax)
@@ -347,12 +328,11 @@ def check(warm, dtype, rows):
     (_, standard), (_, standard_gradient) = warm["standard"]
     output = compare(ours, standard, tolerance)
     gradient = compare(ours_gradient, standard_gradient, tolerance)
-    return {
-        "output": output,
-        "input_gradient": gradient,
-        "same_path": rows["ours"].get("path") == "standard",
-        "passed": output["passed"] and gradient["passed"],
-    }
+    same_path = rows["ours"].get("path") == "standard"
+    passed = output["passed"] and gradient["passed"]
+    return dict(
+        output=output, input_gradient=gradient, same_path=same_path, passed=passed
+    )
 
 
 def case_paths(case):
@@ -446,10 +426,8 @@ def _check_cell(check):
         return f"not checked: {check.get('skipped', 'not run')}" if check else ""
     verdict = "ok" if check["passed"] else "**FAILED**"
     same = " (same path)" if check["same_path"] else ""
-    return (
-        f"{verdict} {check['output']['relative']:.1e} / "
-        f"{check['input_gradient']['relative']:.1e}{same}"
-    )
+    output, gradient = check["output"], check["input_gradient"]
+    return f"{verdict} {output['relative']:.1e} / {gradient['relative']:.1e}{same}"
 
 
 def markdown_lines(results, reasons):
