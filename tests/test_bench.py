@@ -288,6 +288,46 @@ def test_gpu_suite_quick(tmp_path):
     text = (tmp_path / "gpu.md").read_text()
     assert "| full | 64 | 4 | float32 |" in text and "cuDNN" in text
     check_flex_quick(results, text)
+    check_paths_quick(results, text)
+
+
+def check_paths_quick(results, text):
+    """The paths part's rows on a CPU: every workload in float32, ours on
+    the chunked or standard path, its output and input gradient within the
+    tolerance of the standard path's (two paths apart where causal), cuDNN
+    skipped with its reason, the speeds numbers."""
+    from keras_attention.bench.gpu_paths import QUICK, SIDES, TOLERANCES, WORKLOADS
+
+    case = results["cases"]["paths"]
+    assert list(case["workloads"]) == list(QUICK["workloads"]) == list(WORKLOADS)
+    for workload, dtypes in case["workloads"].items():
+        spec = WORKLOADS[workload][1].split()
+        record = dtypes["float32"]
+        assert list(record["rows"]) == list(SIDES)
+        rows = record["rows"]
+        for side in ("ours", "standard"):
+            check_timing(rows[side])
+        path = rows["ours"]["path"]
+        assert path == ("chunked" if "causal" in spec else "standard")
+        check = record["check"]
+        assert check["passed"] and check["same_path"] == (path == "standard")
+        for part in ("output", "input_gradient"):
+            assert check[part]["relative"] <= TOLERANCES["float32"]
+            assert check[part]["max_abs"] > 0
+        refused = {"dropout": "no attention dropout", "soft_cap": "no soft cap"}
+        reasons = [refused[word] for word in spec if word in refused]
+        assert (reasons or ["cuDNN"])[0] in rows["jax_cudnn"]["skipped"]
+        if "soft_cap" in spec:
+            assert "soft cap" in rows["keras"]["skipped"]
+        else:
+            check_timing(rows["keras"])
+            key = f"paths/{workload}/float32/ours_vs_keras_speed"
+            assert results["ratios"][key] > 0
+        if case["tokamax"] and "dropout" not in spec:
+            check_timing(rows["tokamax"])
+    assert results["paths_failed_checks"] == []
+    assert "### The path table's training workloads" in text
+    assert "| gqa | float32 | 1 x 512, 2 x 16 | chunked (xla) |" in text
 
 
 def check_flex_quick(results, text):
@@ -514,6 +554,98 @@ def test_gpu_report_takes_every_outcome_of_a_gpu_run(tmp_path):
     assert (tmp_path / "gpu.png").read_bytes().startswith(b"\x89PNG")
 
 
+def paths_gpu_results():
+    """The paths part as a GPU run may leave it: the process of every
+    workload died; run again, one workload passed its checks in bfloat16 and
+    failed them in float32, one found the budget spent."""
+    from keras_attention.bench.gpu import FULL
+    from keras_attention.bench.gpu_paths import SIDES
+
+    def record(ms, passed):
+        rows = {}
+        for i, side in enumerate(SIDES):
+            timing = {"median_s": (ms + i) / 1e3, "min_s": 0.001, "max_s": 1.0}
+            rows[side] = {**timing, "repeats": 5, "ms": ms + i, "kernel": "cudnn"}
+        rows["ours"]["path"] = "jax_cudnn"
+        rows["tokamax"] = {"skipped": "tokamax is not installed"}
+        relative = 1e-3 if passed else 0.5
+        part = {"relative": relative, "max_abs_diff": relative, "max_abs": 1.0}
+        check = {"output": part, "input_gradient": part, "same_path": False}
+        return {
+            "batch": 4,
+            "length": 4096,
+            "heads": 16,
+            "head_dim": 128,
+            "rows": rows,
+            "check": {**check, "passed": passed},
+        }
+
+    device = {"platform": "gpu", "device_kind": "NVIDIA H100", "jax": "0.11.2"}
+    again = {"bfloat16": record(2.0, True), "float32": record(10.0, False)}
+    return {
+        "suite": "gpu",
+        "quick": False,
+        "machine": {"cpu": "Xeon", "cores": 16, "backend": "jax", "keras": "3"},
+        "config": FULL,
+        "peak_flops": 989e12,
+        "peak_given": False,
+        "flops_formula": "fwd 4·B·H·T·S·D",
+        "cases": {
+            "paths": {"skipped": "exit -11: killed by signal 11 (out of memory?)"},
+            "paths/causal_padding": {
+                "device": device,
+                "workloads": {"causal_padding": again},
+            },
+            "paths/encoder_padding": {"skipped": "the suite's time budget was spent"},
+        },
+    }
+
+
+def test_gpu_paths_report_shows_failed_checks_and_dead_processes(tmp_path):
+    from keras_attention.bench.gpu import markdown, plot, summarize
+
+    results = paths_gpu_results()
+    summarize(results)
+    assert results["device"]["device_kind"] == "NVIDIA H100"
+    ratios = results["ratios"]
+    # Row i takes (ms + i): ours 2, standard 3, keras 4, jax_cudnn 5.
+    assert ratios["paths/causal_padding/bfloat16/ours_vs_standard_speed"] == 3 / 2
+    assert ratios["paths/causal_padding/bfloat16/ours_vs_jax_cudnn_speed"] == 5 / 2
+    assert "paths/causal_padding/bfloat16/ours_vs_tokamax_speed" not in ratios
+    assert results["paths_failed_checks"] == ["causal_padding/float32"]
+    text = markdown(results)
+    assert "| causal_padding | bfloat16 | 4 x 4096, 16 x 128 | jax_cudnn (cudnn) |" in (
+        text
+    )
+    assert "ok 1.0e-03 / 1.0e-03" in text and "**FAILED** 5.0e-01" in text
+    assert "Checks FAILED" in text and "causal_padding/float32." in text
+    for reason in ("killed by signal 11", "time budget was spent", "not installed"):
+        assert reason in text
+    assert "| encoder_padding | all | skipped [" in text
+    assert "| documents | all | skipped [" in text
+    plot(results, tmp_path / "gpu.png")
+    assert (tmp_path / "gpu.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_gpu_paths_part_runs_each_workload_alone_after_a_dead_process():
+    from keras_attention.bench.gpu_paths import QUICK, paths_part
+
+    calls = []
+
+    def measure(key, case):
+        calls.append((key, case["workloads"]))
+        return {"skipped": "exit -11: killed"} if key == "paths" else {}
+
+    paths_part(measure, QUICK, quick=True)
+    assert calls[0] == ("paths", QUICK["workloads"])
+    assert calls[1:] == [(f"paths/{w}", [w]) for w in QUICK["workloads"]]
+    calls.clear()
+    paths_part(
+        lambda key, case: calls.append(key) or {"skipped": "exceeded"}, QUICK, True
+    )
+    assert calls == ["paths"]  # not again for time
+
+
 def test_all_suites_leave_out_the_gpu_suite(monkeypatch):
     import types
 
@@ -567,6 +699,7 @@ def test_gpu_suite_past_its_time_budget_records_every_case_skipped(
     monkeypatch.setitem(gpu.QUICK, "budgets_s", dict.fromkeys(gpu.PARTS, 0))
     results = gpu.run(quick=True, out=str(tmp_path))
     assert set(results["cases"]) == {
+        "paths",
         "attention/T64",
         "attention/T128",
         "seq2seq",

@@ -1,5 +1,10 @@
 """The `gpu` suite: one run of about 8 minutes on one GPU, on the JAX backend.
 
+- `paths`: the path table's training workloads (`gpu_paths`, its
+  docstring): our layers with Keras masks, dropout, grouped-query heads, a
+  soft cap and packed documents, bfloat16 and float32, against our standard
+  path, Keras' layer, `jax.nn`'s cuDNN and tokamax; every fused output
+  checked against the standard path's.
 - `attention`: attention forward + backward (gradients of queries, keys and
   values) in bfloat16, T = S from 1024 to 32768, batch x T held at 32,768
   tokens, 16 heads of 128, without and with a causal mask, each variant
@@ -48,7 +53,7 @@ preallocation off. Usage: `python -m keras_attention.bench --suite gpu
 GPU machine. `--quick` is a dry run on a CPU (about a minute, mostly
 start-up and compiling): T = 64 and 128, seq2seq at n = 8 only,
 float32 there, tiny models (the flex part: T = 64, and T = 128 as its long
-case).
+case; the paths part: T = 512, float32).
 """
 
 import importlib.util
@@ -58,7 +63,7 @@ import time
 
 import numpy as np
 
-from keras_attention.bench import gpu_flex
+from keras_attention.bench import gpu_flex, gpu_paths
 from keras_attention.bench.common import describe
 from keras_attention.utils.progress import phase
 
@@ -117,8 +122,15 @@ FULL = {
         "repeats": 5,
     },
     "flex": gpu_flex.FULL,
-    # Seconds of each part, in order; about 8 minutes in all.
-    "budgets_s": {"attention": 210, "seq2seq": 90, "decode": 90, "flex": 110},
+    "paths": gpu_paths.FULL,
+    # Seconds of each part, in order; 8 minutes in all.
+    "budgets_s": {
+        "paths": 150,
+        "attention": 130,
+        "seq2seq": 50,
+        "decode": 50,
+        "flex": 100,
+    },
 }
 QUICK = {
     "attention": {
@@ -153,10 +165,18 @@ QUICK = {
         "repeats": 2,
     },
     "flex": gpu_flex.QUICK,
-    "budgets_s": {"attention": 600, "seq2seq": 600, "decode": 600, "flex": 600},
+    "paths": gpu_paths.QUICK,
+    "budgets_s": {
+        "paths": 600,
+        "attention": 600,
+        "seq2seq": 600,
+        "decode": 600,
+        "flex": 600,
+    },
 }
-# The flex part last: what the others leave of their shares goes to it.
-PARTS = ("attention", "seq2seq", "decode", "flex")
+# The paths part first (its checks matter most); the flex part last: what
+# the others leave of their shares goes to it.
+PARTS = ("paths", "attention", "seq2seq", "decode", "flex")
 # (model, search, cached): greedy with and without the Transformer's cache,
 # and beam search of width `BEAM_WIDTH` (the ancestry search for the
 # Transformer), each over the same sources.
@@ -561,6 +581,7 @@ CASES = {
     "seq2seq": _case_seq2seq,
     "decode": _case_decode,
     "flex": gpu_flex.case_flex,
+    "paths": gpu_paths.case_paths,
 }
 
 
@@ -640,6 +661,8 @@ def run(quick=False, out="runs/bench", timeout=None, peak_flops=None):
                 _attention_part(measure, config["attention"], quick, has_torch)
             elif part == "flex":
                 gpu_flex.flex_part(measure, config["flex"], quick)
+            elif part == "paths":
+                gpu_paths.paths_part(measure, config["paths"], quick)
             else:
                 phase(f"{part}: {PART_TITLES[part]}")
                 measure(part, {"kind": part, **config[part]})
@@ -749,6 +772,7 @@ def summarize(results):
         if greedy and beam:
             ratios[f"decode/{name}_beam{BEAM_WIDTH}_vs_greedy"] = beam / greedy
     gpu_flex.summarize(results, fractions, ratios)
+    gpu_paths.summarize(results, ratios)
     results["fractions"] = fractions
     results["ratios"] = ratios
 
@@ -876,6 +900,8 @@ def markdown(results):
             lines.append(f"| {name} | {search} | {cached} | {_cell(row, reasons)} | |")
     if "flex" in config:
         lines += gpu_flex.markdown_lines(results, reasons)
+    if "paths" in config:
+        lines += gpu_paths.markdown_lines(results, reasons)
     if reasons:
         lines += ["", "Skipped:", ""] + [
             f"- {line}" for line in _skipped_lines(reasons)
@@ -900,8 +926,8 @@ def plot(results, path):
     from keras_attention.viz import pyplot, save_figure
 
     plt = pyplot()
-    fig, axes = plt.subplots(1, 5, figsize=(25, 4.5))
-    fraction_ax, time_ax, seq2seq_ax, decode_ax, flex_ax = axes
+    fig, axes = plt.subplots(1, 6, figsize=(30, 4.5))
+    fraction_ax, time_ax, seq2seq_ax, decode_ax, flex_ax, paths_ax = axes
     cases = _attention_cases(results)
     for i, impl in enumerate(IMPLS):
         for mask, style in (("full", "o-"), ("causal", "s--")):
@@ -951,6 +977,7 @@ def plot(results, path):
         "decoding, ms per step",
     )
     gpu_flex.plot_panel(flex_ax, results)
+    gpu_paths.plot_panel(paths_ax, results)
     device = results.get("device", {}).get("device_kind", "")
     fig.suptitle(f"JAX, {device}: {describe(results['machine'])}", fontsize=9)
     fig.tight_layout()
