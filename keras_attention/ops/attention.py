@@ -1,6 +1,7 @@
 """Multi-head scaled dot-product attention with the layout of `keras.ops`."""
 
 import math
+import warnings
 
 import numpy as np
 from keras import backend, ops
@@ -24,7 +25,7 @@ from keras_attention.ops.masks import (
 from keras_attention.ops.mods import (
     document_mask_mod,
 )
-from keras_attention.ops.plan import KERNELS, plan_kernel
+from keras_attention.ops.plan import KERNELS, KernelUnavailable, plan_kernel
 from keras_attention.ops.random import attention_dropout_words, check_dropout_rate
 from keras_attention.ops.softmax import MASKED_SCORE, masked_softmax
 from keras_attention.ops.spec import build_spec
@@ -265,7 +266,14 @@ def dot_product_attention(
         )
         key = zero_unattended(key, attended)
         value = zero_unattended(value, attended)
-        return fused_attention(path, query, key, value, spec, return_lse)
+        try:
+            return fused_attention(path, query, key, value, spec, return_lse)
+        except KernelUnavailable as error:
+            warnings.warn(
+                f"{error} The call takes the `keras.ops` path instead.",
+                stacklevel=2,
+            )
+            path = "chunked" if flash_attention else "standard"
     if path == "chunked":
         groups = _group_size(q_shape[2], k_shape[2])
         if groups > 1:

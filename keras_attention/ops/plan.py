@@ -61,6 +61,13 @@ PALLAS_MASKS = ("causal", "window", "documents")
 PALLAS_SCORES = ("alibi", "soft_cap")
 
 
+class KernelUnavailable(RuntimeError):
+    """The kernel the plan chose cannot compute the call after all, found
+    only when it traces the call (PyTorch's FlexAttention tracing a user's
+    `mask_mod` with Dynamo): `dot_product_attention` warns and takes a
+    `keras.ops` path instead."""
+
+
 def plan_kernel(
     spec: AttentionSpec,
     query,

@@ -44,7 +44,7 @@ from torch.nn.attention.flex_attention import (
     flex_attention,
 )
 
-from keras_attention.ops.plan import is_zero_offset
+from keras_attention.ops.plan import KernelUnavailable, is_zero_offset
 
 # The `fn`s of custom parts that `torch.compile` could not compile: their
 # calls run uncompiled from then on, without trying again.
@@ -116,23 +116,34 @@ def _compiled_flex_attention():
 
 def _run(call, compiled, custom):
     """`(call(compiled), compiled)`; where the compilation of a call with
-    custom parts fails, `(call(False), False)` after a warning."""
-    if not compiled:
-        return call(False), False
+    custom parts fails, `(call(False), False)` after a warning. Where even
+    the uncompiled call cannot trace a custom part (FlexAttention traces the
+    mods with Dynamo: Keras 3.11's torch ops do not trace), raises
+    `KernelUnavailable`, and the op takes a `keras.ops` path."""
+    if compiled:
+        try:
+            return call(True), True
+        except torch._dynamo.exc.TorchDynamoException as error:
+            if not custom:
+                raise
+            _UNCOMPILED.update(custom)
+            warnings.warn(
+                "torch.compile could not compile FlexAttention with this call's "
+                f"`mask_mod` or `score_mod` ({type(error).__name__}); it runs "
+                "uncompiled from now on, which holds the (T, S) scores in "
+                "memory. Writing the function with torch operations may let it "
+                "compile.",
+                stacklevel=4,
+            )
     try:
-        return call(True), True
+        return call(False), False
     except torch._dynamo.exc.TorchDynamoException as error:
         if not custom:
             raise
-        _UNCOMPILED.update(custom)
-        warnings.warn(
-            "torch.compile could not compile FlexAttention with this call's "
-            f"`mask_mod` or `score_mod` ({type(error).__name__}); it runs "
-            "uncompiled from now on, which holds the (T, S) scores in memory. "
-            "Writing the function with torch operations may let it compile.",
-            stacklevel=4,
-        )
-        return call(False), False
+        raise KernelUnavailable(
+            "PyTorch's FlexAttention cannot trace this call's `mask_mod` or "
+            f"`score_mod` ({type(error).__name__}: {str(error).splitlines()[0]})."
+        ) from error
 
 
 def _tensor(x, device, dtype=None):

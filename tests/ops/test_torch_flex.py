@@ -20,10 +20,13 @@ from keras_attention.ops import (
     attention_path,
     dot_product_attention,
     mods,
+    plan,
 )
 from keras_attention.ops.fused import fused_attention
+from keras_attention.ops.plan import KernelUnavailable
 from keras_attention.ops.spec import build_spec
 from tests.conftest import trainable_gradients
+from tests.keras_versions import KERAS_VERSION
 
 pytestmark = [
     pytest.mark.skipif(
@@ -89,9 +92,40 @@ def spec_of(scale=0.3, **call):
 
 
 def flex(query, key, value, spec, return_lse=False):
-    """The kernel called by name, on tensors as the dispatch hands them."""
+    """The kernel called by name, on tensors as the dispatch hands them.
+    Before Keras 3.12 a mod written with keras.ops does not trace under
+    FlexAttention's Dynamo (the op then takes a keras.ops path, tested
+    below): those cases skip there, naming the error."""
     tensors = (ops.convert_to_tensor(x) for x in (query, key, value))
-    return fused_attention("torch_flex", *tensors, spec, return_lse)
+    try:
+        return fused_attention("torch_flex", *tensors, spec, return_lse)
+    except KernelUnavailable as error:
+        if KERAS_VERSION >= (3, 12):
+            raise
+        pytest.skip(f"Keras {keras.__version__}'s torch ops: {error}")
+
+
+def test_a_mod_flex_cannot_trace_takes_the_keras_ops_path(monkeypatch):
+    """Where FlexAttention cannot trace a user's mod even uncompiled (Keras
+    3.11's torch ops; the failure faked here), `dot_product_attention` warns
+    and computes the call on a keras.ops path."""
+    import torch
+    from torch.nn.attention import flex_attention as module
+
+    from keras_attention.ops import torch_flex
+
+    def fails(*args, **kwargs):
+        raise torch._dynamo.exc.Unsupported("Unexpected type in sourceless builder")
+
+    monkeypatch.setattr(torch_flex, "flex_attention", fails)
+    monkeypatch.setattr(torch_flex, "create_block_mask", fails)
+    monkeypatch.setattr(plan, "_torch_platform", lambda: "gpu")
+    assert module.flex_attention is not fails
+    call = CALLS["mask_mod"]
+    assert attention_path(Q, V, **call) == "torch_flex"
+    with pytest.warns(UserWarning, match="takes the `keras.ops` path"):
+        got = dot_product_attention(Q, K, V, scale=0.3, **call)
+    np.testing.assert_allclose(numpy(got), numpy(standard(Q, K, V, **call)), atol=2e-6)
 
 
 def standard(query, key, value, **call):
