@@ -25,7 +25,12 @@ from keras_attention.ops.masks import (
 from keras_attention.ops.mods import (
     document_mask_mod,
 )
-from keras_attention.ops.plan import KERNELS, KernelUnavailable, plan_kernel
+from keras_attention.ops.plan import (
+    KERNELS,
+    KernelUnavailable,
+    is_key_padding,
+    plan_kernel,
+)
 from keras_attention.ops.random import attention_dropout_words, check_dropout_rate
 from keras_attention.ops.softmax import MASKED_SCORE, masked_softmax
 from keras_attention.ops.spec import build_spec
@@ -264,6 +269,20 @@ def dot_product_attention(
             k_shape[2],
             query_offset,
         )
+        kinds = spec.mask_kinds()
+        # (Padding over the keys beside the causal mask or a window is
+        # exact above: it does not depend on the query.)
+        reads_functions = path in ("torch_flex", "jax_tokamax")
+        if reads_functions and (
+            any(k not in ("causal", "window") for k in kinds)
+            or (kinds and spec.mask is not None and not is_key_padding(spec.mask))
+        ):
+            # Documents, a mask_mod, or a dense mask beside the parts, which
+            # FlexAttention and tokamax read as functions: the keys no query
+            # sees under all of them together.
+            seen = ops.transpose(spec.seen_keys(query, key), (0, 2, 1))
+            seen = ops.any(_split_heads(seen, _groups(query, key)), axis=3)
+            attended = seen if attended is None else ops.logical_and(attended, seen)
         key = zero_unattended(key, attended)
         value = zero_unattended(value, attended)
         try:

@@ -223,6 +223,41 @@ class AttentionSpec(NamedTuple):
         batch, query_length, heads = ops.shape(query)[:3]
         return self.grids(batch, heads, query_length, ops.shape(key)[1])
 
+    def seen_keys(self, query, key, block_size=256):
+        """Bool `(B, N, S)`: the keys some query of each head may see under
+        every mask part and the dense mask together, evaluated one block of
+        queries at a time (never `(T, S)`). For the kernels that read the
+        parts as functions (FlexAttention, tokamax): what they cannot see
+        is zeroed before they read it."""
+        grid = BlockGrid.of(query, key, block_size, self.query_offset)
+        batch, heads, static_batch, static_heads = grid.heads_of
+        key_length = grid.key_length
+        key_positions = ops.arange(key_length, dtype="int32")
+        tile_mask = None if self.mask is None else grid.pad_mask(self.mask)
+        mask_mod = self.mask_mod
+
+        def step(i, seen):
+            rows = grid.query_positions(i * block_size, block_size)
+            allowed = ops.ones((1, 1, block_size, 1), "bool")
+            if mask_mod is not None:
+                grids = index_grids(batch, heads, rows, key_positions)
+                expected = (static_batch, static_heads, block_size, None)
+                allowed = evaluate_mask_mod(mask_mod, grids, expected)
+            if tile_mask is not None:
+                dense = tile_mask
+                if dense.shape[-2] != 1:
+                    shape = ops.shape(dense)
+                    start, size = (0, 0, i * block_size, 0), list(shape)
+                    size[2] = block_size
+                    dense = ops.slice(dense, start, size)
+                dense = dense[..., :key_length]
+                allowed = ops.logical_and(allowed, dense)
+            allowed = ops.broadcast_to(allowed, (batch, heads, block_size, key_length))
+            return ops.logical_or(seen, ops.any(allowed, axis=2))
+
+        seen = ops.zeros((batch, heads, key_length), "bool")
+        return ops.fori_loop(0, grid.num_query_blocks, step, seen)
+
     def block_map(self, grid, tile_mask=None):
         """Int32 `(query blocks, key blocks)` of `grid` (a `BlockGrid`):
         `EMPTY` where no query of the block may see a key of the other (for

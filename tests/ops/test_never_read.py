@@ -185,6 +185,17 @@ def _path_call(path, monkeypatch):
         return {"flash_attention": True}
     if path == "sdpa" and BACKEND == "torch":
         return {}
+    if path == "flex" and BACKEND == "torch":
+        import torch.nn.attention.flex_attention as flex
+
+        from keras_attention.ops import plan
+
+        # A CUDA device faked: FlexAttention (uncompiled here) takes what
+        # SDPA does not take as its own arguments; its backward, refused on
+        # a CPU before it runs, is the math the GPU's kernel fuses.
+        monkeypatch.setattr(plan, "_torch_platform", lambda: "gpu")
+        monkeypatch.setattr(flex, "_validate_device", lambda *tensors: None)
+        return {}
     return None
 
 
@@ -193,10 +204,11 @@ EXPECTED_PATH = {
     "chunked": "chunked",
     "pallas": "jax_pallas",
     "sdpa": "torch_sdpa",
+    "flex": "torch_flex",
 }
 
 
-@pytest.mark.parametrize("path", ["standard", "chunked", "pallas", "sdpa"])
+@pytest.mark.parametrize("path", ["standard", "chunked", "pallas", "sdpa", "flex"])
 @pytest.mark.parametrize("case", range(NUM_CASES))
 def test_unseen_keys_reach_no_output_and_no_gradient(case, path, monkeypatch):
     extra = _path_call(path, monkeypatch)
@@ -207,6 +219,8 @@ def test_unseen_keys_reach_no_output_and_no_gradient(case, path, monkeypatch):
     chosen = attention_path(clean[0], clean[2], **{**call, **extra})
     if path == "sdpa" and chosen != "torch_sdpa":
         pytest.skip("SDPA takes no soft cap")
+    if path == "flex" and chosen != "torch_flex":
+        pytest.skip(f"SDPA takes this call as its own arguments ({chosen})")
     assert chosen == EXPECTED_PATH[path]
 
     def attend(q, k, v):
