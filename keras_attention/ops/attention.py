@@ -285,8 +285,14 @@ def dot_product_attention(
             attended = seen if attended is None else ops.logical_and(attended, seen)
         key = zero_unattended(key, attended)
         value = zero_unattended(value, attended)
+
         try:
-            return fused_attention(path, query, key, value, spec, return_lse)
+            # `_standard`: where a dense mask the plan hoped is padding is
+            # not (the chunked path's custom gradient cannot sit in JAX's
+            # conditional: it closes over the mask).
+            return fused_attention(
+                path, query, key, value, spec, return_lse, fallback=_standard
+            )
         except KernelUnavailable as error:
             warnings.warn(
                 f"{error} The call takes the `keras.ops` path instead.",
@@ -294,19 +300,13 @@ def dot_product_attention(
             )
             path = "chunked" if flash_attention else "standard"
     if path == "chunked":
-        groups = _group_size(q_shape[2], k_shape[2])
-        if groups > 1:
-            # The tiles slice one head axis; the copies cost O(S * N * H),
-            # the size of the queries, against O(T * S * N) of attention.
-            key, value = ops.repeat(key, groups, 2), ops.repeat(value, groups, 2)
-        return chunked_attention(
-            query,
-            key,
-            value,
-            spec,
-            chunk_size=chunk_size or DEFAULT_CHUNK_SIZE,
-            return_lse=return_lse,
-        )
+        return _chunked(query, key, value, spec, chunk_size, return_lse)
+    return _standard(query, key, value, spec, return_weights, return_lse)
+
+
+def _standard(query, key, value, spec, return_weights=False, return_lse=False):
+    """The standard path: the outputs, then the weights and the log-sum-exp
+    where asked (a tuple then)."""
     results = []
     if return_weights or backend.standardize_dtype(value.dtype) == "float16":
         weights, lse, value = _weights(query, key, spec, return_lse, value)
@@ -322,6 +322,23 @@ def dot_product_attention(
     else:
         results.extend(_attend_normalizing_last(query, key, value, spec, return_lse))
     return results[0] if len(results) == 1 else tuple(results)
+
+
+def _chunked(query, key, value, spec, chunk_size, return_lse=False):
+    """The chunked path, grouped heads copied for its tiles."""
+    groups = _groups(query, key)
+    if groups > 1:
+        # The tiles slice one head axis; the copies cost O(S * N * H), the
+        # size of the queries, against O(T * S * N) of attention.
+        key, value = ops.repeat(key, groups, 2), ops.repeat(value, groups, 2)
+    return chunked_attention(
+        query,
+        key,
+        value,
+        spec,
+        chunk_size=chunk_size or DEFAULT_CHUNK_SIZE,
+        return_lse=return_lse,
+    )
 
 
 def _spec(q_shape, k_shape, *, scale, alibi_slopes, segment_ids, **arguments):

@@ -39,7 +39,7 @@ References:
 
 from keras import ops
 
-from keras_attention.ops.plan import is_key_padding, is_zero_offset
+from keras_attention.ops.plan import is_factorable, is_key_padding, is_zero_offset
 from keras_attention.ops.spec import BlockGrid, dense_mask_part
 
 # The tile of the Pallas kernel: 128 x 128 fills a Hopper SM's tensor cores
@@ -57,12 +57,17 @@ def pallas_block_size(head_dim):
     return PALLAS_BLOCK_SIZE if head_dim <= 128 else PALLAS_WIDE_HEAD_BLOCK_SIZE
 
 
-def fused_attention(kernel, query, key, value, spec, return_lse=False):
+def fused_attention(kernel, query, key, value, spec, return_lse=False, fallback=None):
     """Attention of `(B, T, N, H)` queries over `(B, S, N_kv, H)` keys and
     values as `spec` describes it, with `kernel` (one of
     `keras_attention.ops.plan.KERNELS`): `(B, T, N, H_v)` equal to the
     standard path's to float rounding, and the log-sum-exp `(B, N, T)` too
-    with `return_lse` (the Pallas kernel and FlexAttention only)."""
+    with `return_lse` (the Pallas kernel and FlexAttention only). A JAX
+    kernel given a dense mask the plan found factorable checks in the graph
+    whether it is padding, and calls `fallback(query, key, value, spec)`
+    (a `keras.ops` path) where it is not."""
+    if kernel.startswith("jax") and is_factorable(spec.mask):
+        return _factored(kernel, query, key, value, spec, fallback)
     if kernel == "torch_flex":
         from keras_attention.ops.torch_flex import torch_flex_attention
 
@@ -79,6 +84,38 @@ def fused_attention(kernel, query, key, value, spec, return_lse=False):
 
         return tokamax_attention(query, key, value, spec, pallas)
     return _torch_sdpa(query, key, value, spec)
+
+
+def _factored(kernel, query, key, value, spec, fallback):
+    """A dense `(B or 1, 1, T, S)` mask: where it is a mask over queries
+    times one over keys (padding), `kernel` takes the keys' with the rows
+    zeroed after it; else `fallback(query, key, value, spec)`, the standard
+    path. Both are compiled, and one select picks per call, on the device.
+    The standard branch's `(T, S)` buffers may be reserved even when the
+    kernel runs: padding as Keras masks or `(B, 1, S)` avoids both."""
+    import jax
+
+    mask = ops.cast(spec.mask, "bool")
+    rows = ops.any(mask, axis=-1)  # (B or 1, 1, T)
+    cols = ops.any(mask, axis=-2)  # (B or 1, 1, S)
+    factored = ops.all(
+        ops.equal(mask, ops.logical_and(rows[..., None], cols[..., None, :]))
+    )
+
+    # The branches take the tensors they differentiate as operands: a
+    # custom gradient inside a branch may not close over the outer trace.
+    def by_kernel(query, key, value, mask):
+        rows, cols = ops.any(mask, axis=-1), ops.any(mask, axis=-2)
+        keys = spec._replace(mask=cols[:, :, None, :])
+        output = fused_attention(kernel, query, key, value, keys)
+        shown = ops.transpose(rows, (0, 2, 1))[..., None]  # (B or 1, T, 1, 1)
+        return ops.where(shown, output, ops.zeros((), output.dtype))
+
+    def by_fallback(query, key, value, mask):
+        return fallback(query, key, value, spec._replace(mask=mask))
+
+    operands = (query, key, value, mask)
+    return jax.lax.cond(factored, by_kernel, by_fallback, *operands)
 
 
 def _jax_cudnn(query, key, value, spec):

@@ -26,6 +26,7 @@ row of a table (tests/ops/test_plan.py, the device faked). The computations:
 import functools
 import importlib.util
 
+import numpy as np
 from keras import backend
 
 from keras_attention.ops.spec import AttentionSpec
@@ -154,6 +155,11 @@ def plan_kernel(
             return "torch_sdpa"
     if backend_name == "jax" and (platform or _jax_platform()) == "gpu":
         capability = gpu_capability or _gpu_capability()
+        if not return_lse and is_factorable(spec.mask):
+            # A dense mask that may be padding (rows and columns): the kernel
+            # that takes the call with padding over the keys serves when the
+            # graph finds it is (fused.py), the standard path when not.
+            spec = spec._replace(mask=_KEY_PADDING_SHAPE)
         if not return_lse and _cudnn_takes(spec, query, value, capability):
             return "jax_cudnn"
         if not return_lse and _tokamax_takes(spec, query, value, capability):
@@ -231,6 +237,22 @@ def _tokamax_available():
     """Whether tokamax is installed (found, not imported: importing it costs
     seconds)."""
     return importlib.util.find_spec("tokamax") is not None
+
+
+# A stand-in of a mask's shape over keys alone, `(1, 1, 1, 1)`: the plan
+# reads masks by their shape only.
+_KEY_PADDING_SHAPE = np.ones((1, 1, 1, 1), bool)
+
+
+def is_factorable(mask):
+    """Whether a dense mask `(B or 1, 1, T, S)` (or `(B, T, S)`-like, one
+    mask for every head) may be padding, a mask over queries and one over
+    keys (the `(B, T, S)` a padded batch builds): `fused.py` checks in the
+    graph whether it is."""
+    if mask is None or is_key_padding(mask):
+        return False
+    shape = tuple(mask.shape)
+    return len(shape) == 4 and shape[1] == 1
 
 
 def is_key_padding(mask):

@@ -68,11 +68,13 @@ CALLS = {
         "jax_cudnn",
         "jax_pallas",
     ),
-    # A (B, T, S) mask is any mask: the keras.ops path reads it whole.
+    # A (B, T, S) mask built from padding: the graph finds it is padding
+    # and the kernel takes it (the standard path is compiled beside it for
+    # any other mask).
     "attention_mask (B, T, S)": (
         lambda m: {"attention_mask": m[:, None, :] & m[:, :, None]},
-        "standard",
-        "standard",
+        "jax_cudnn",
+        "jax_pallas",
     ),
 }
 

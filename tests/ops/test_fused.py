@@ -205,6 +205,46 @@ def test_jax_kernel_reads_right_padding_as_lengths_and_left_padding_by_pallas(
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="Pallas, on JAX")
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("padding", [True, False], ids=["padding", "any_mask"])
+def test_a_dense_mask_that_is_padding_takes_the_kernel_in_the_graph(
+    monkeypatch, is_causal, padding
+):
+    """A `(B, 1, T, S)` mask on a GPU (faked; the Pallas kernel in its
+    interpreter): where it is a mask over queries times one over keys, as a
+    padded batch builds it, the kernel takes it as padding over the keys,
+    the masked rows zeroed; any other mask takes the standard path. Both are
+    compiled, the graph picks; both equal the standard path."""
+    import jax
+
+    from keras_attention.ops import attention_path, plan
+
+    monkeypatch.setattr(plan, "_jax_platform", lambda: "gpu")
+    if padding:
+        rows = np.arange(T)[None, :] < np.array([T, 4])[:, None]
+        cols = np.arange(S)[None, :] < np.array([S, 6])[:, None]
+        mask = (rows[:, :, None] & cols[:, None, :])[:, None]
+    else:
+        mask = rng.random((B, 1, T, S)) > 0.3
+    call = {"mask": mask, "is_causal": is_causal}
+    assert attention_path(Q, V, **call) == "jax_pallas"
+    got = jax.jit(
+        lambda q, k, v, m: dot_product_attention(q, k, v, **{**call, "mask": m})
+    )(Q, K, V, mask)
+    want = dot_product_attention(Q, K, V, flash_attention=False, **call)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(got), ops.convert_to_numpy(want), atol=2e-6
+    )
+    # Eagerly the graph's choice is a value: the kernel for padding only.
+    chosen, cond = [], jax.lax.cond
+    monkeypatch.setattr(
+        jax.lax, "cond", lambda p, *a: chosen.append(bool(p)) or cond(p, *a)
+    )
+    dot_product_attention(Q, K, V, **call)
+    assert chosen == [padding]
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="Pallas, on JAX")
 @pytest.mark.parametrize(
     "call",
     [

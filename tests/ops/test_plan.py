@@ -144,6 +144,22 @@ CASES = [
     ("jax", "gpu", {**FLASH, **CUSTOM_SCORE}, "chunked"),
     ("jax", "gpu", {**FLASH, **CUSTOM_MASK}, "chunked"),
     ("jax", "gpu", {"mask": np.ones((B, N, T, T), bool)}, "standard"),
+    # A (B, 1, T, S) mask may be padding: the kernel serves where the graph
+    # finds it is (rows times columns), the chunked path where not.
+    ("jax", "gpu", {"mask": np.ones((B, 1, T, T), bool)}, "jax_cudnn"),
+    ("jax", "gpu", {"mask": np.ones((B, 1, T, T), bool), **CAP}, "jax_pallas"),
+    (
+        "jax",
+        "gpu",
+        {"mask": np.ones((B, 1, T, T), bool), "dtype": "float32"},
+        "jax_pallas",
+    ),
+    (
+        "jax",
+        "gpu",
+        {"mask": np.ones((B, 1, T, T), bool), "return_lse": True},
+        "standard",
+    ),
     ("jax", "gpu", {**FLASH, "mask": np.ones((B, N, T, T), bool)}, "chunked"),
     ("jax", "gpu", {"bias": np.zeros((1, N, T, T), "float32")}, "standard"),
     ("jax", "gpu", {"head_dim": PALLAS_MAX_HEAD_DIM + 64}, "standard"),
