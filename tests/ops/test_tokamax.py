@@ -263,3 +263,33 @@ def test_a_gemma_like_layer_takes_tokamax(grad, monkeypatch):
     assert sum(counts[name] for name in MOSAIC_GPU) == kernels, counts
     # Left padding's branch.
     assert sum(counts[name] for name in TRITON) == kernels, counts
+
+
+@pytest.mark.parametrize(
+    "name", ["documents+right_padding+soft_cap", "right_padding+window+gqa"]
+)
+def test_keys_no_query_sees_are_never_read_by_tokamax(name, tokamax_on_a_cpu):
+    """NaN and inf in the padded keys and values, and in a document no
+    query belongs to, reach no output and no gradient through tokamax."""
+    call, kv_heads = CALLS[name]
+    call = dict(call)
+    unseen = np.zeros((B, T), bool)
+    unseen[1, LENGTHS[1] :] = True
+    if "segment_ids" in call:
+        keys = DOCUMENTS.copy()
+        keys[0, 20:50] = 7  # a document of keys alone
+        unseen[0, 20:50] = True
+        call["segment_ids"] = (DOCUMENTS, keys)
+    query, key, value = inputs(kv_heads)
+    assert attention_path(query, value, **call) == "jax_tokamax"
+    clean = outputs_and_gradients(call, query, key, value)
+    hidden = jnp.asarray(unseen[:, :, None, None])
+    poisoned = outputs_and_gradients(
+        call,
+        query,
+        jnp.where(hidden, jnp.nan, key),
+        jnp.where(hidden, jnp.inf, value),
+    )
+    for got, want in zip(poisoned, clean, strict=True):
+        assert np.isfinite(got).all()
+        np.testing.assert_array_equal(got, want)
