@@ -164,7 +164,7 @@ def test_keras_mask_from_token_embedding_reaches_the_layer(name):
 @names
 def test_jit_compiled_training_step_runs(name):
     # torch.compile fails on Keras 3.11's compiled train step for any model
-    # (README, "Keras releases").
+    # (docs/install.md, "Keras releases").
     skip_on_torch_before((3, 12), "a jit-compiled train step fails in Dynamo")
     query = keras.Input((T, D))
     value = keras.Input((S, D))
