@@ -27,9 +27,11 @@ as do the next, without torch and compiling one variant at a time.
 
 import time
 
+from keras_attention.bench.common import finish_axes
 from keras_attention.bench.gpu_common import (
     attention_flops,
     case_seconds,
+    cases_by_length,
     compile_steps,
     describe_error,
     device_info,
@@ -287,22 +289,12 @@ def attention_part(measure, config, quick, has_torch):
             retried["first_try"] = result["skipped"]
 
 
-def attention_cases(results):
-    """`[(length, case)]` of the attention cases, by T."""
-    cases = [
-        (int(key.split("/T")[1]), case)
-        for key, case in results["cases"].items()
-        if key.startswith("attention/T")
-    ]
-    return sorted(cases, key=lambda item: item[0])
-
-
 def summarize(results, fractions, ratios):
     """Adds `device` to `results`, each row's `peak_fraction`, and the
     fractions of the peak (per mask, impl and T) and the ratios (time of
     ours over each peer) to `fractions` and `ratios`."""
     peak = results["peak_flops"]
-    for length, case in attention_cases(results):
+    for length, case in cases_by_length(results, "attention"):
         if "device" in case and "device" not in results:
             results["device"] = case["device"]
         for mask in MASKS:
@@ -334,16 +326,15 @@ def markdown_lines(results, reasons, assumed):
         f"ms per step (median of the repeats after a warm-up) and, in brackets, "
         f"the fraction of a dense bfloat16 peak of {peak / 1e12:.0f} "
         f"TFLOP/s{assumed}. FLOPs: {results['flops_formula']}. "
-        f"{config['tokens']} tokens per step (B = "
-        f"{config['tokens']} / T), {config['heads']} "
-        f"heads of {config['head_dim']}; ours chunked with tiles of "
-        f"{config['chunk_size']}. The variants of a row were timed "
-        "in turn in one process.",
+        f"{config['tokens']} tokens per step (B = {config['tokens']} / T), "
+        f"{config['heads']} heads of {config['head_dim']}; ours chunked with "
+        f"tiles of {config['chunk_size']}. The variants of a row were timed in "
+        "turn in one process.",
         "",
         "| mask | T | B | dtype | " + " | ".join(IMPLS) + " |",
         "| --- | ---: | ---: | --- |" + " ---: |" * len(IMPLS),
     ]
-    cases = attention_cases(results)
+    cases = cases_by_length(results, "attention")
     if "attention" in results["cases"]:  # the part failed in this process
         lines.append(f"| {table_cell(results['cases']['attention'], reasons)} |")
     for mask in MASKS:
@@ -367,7 +358,7 @@ def markdown_lines(results, reasons, assumed):
 
 def plot_panels(fraction_ax, time_ax, results):
     """Each variant's fraction of the peak and ms per step against T."""
-    cases = attention_cases(results)
+    cases = cases_by_length(results, "attention")
     for i, impl in enumerate(IMPLS):
         for mask, style in (("full", "o-"), ("causal", "s--")):
             xs, fractions, times = [], [], []
@@ -385,16 +376,12 @@ def plot_panels(fraction_ax, time_ax, results):
         (fraction_ax, f"% of {results['peak_flops'] / 1e12:.0f} TFLOP/s"),
         (time_ax, "ms per forward+backward step"),
     ):
-        if not ax.lines:
-            ax.text(0.5, 0.5, "not measured in this run", ha="center")
-            ax.set_axis_off()
-            continue
-        ax.set_xscale("log", base=2)
-        if ax is time_ax:
-            ax.set_yscale("log")
-        ax.set_xlabel("sequence length T = S (B·T constant)")
-        ax.set_ylabel(label)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6)
+        finish_axes(
+            ax,
+            "sequence length T = S (B·T constant)",
+            label,
+            log_y=ax is time_ax,
+            legend_size=6,
+        )
     fraction_ax.set_title("attention, fraction of peak", fontsize=10)
     time_ax.set_title("attention, time per step", fontsize=10)

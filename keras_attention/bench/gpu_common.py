@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from keras_attention.bench.common import time_alternating
+from keras_attention.bench.common import leave_empty, time_alternating
 
 FLOPS_FORMULA = (
     "forward 4·B·H·T·S·D (the two matmuls), backward 2.5x the forward, so "
@@ -118,6 +118,16 @@ def kernels_in(lowered):
     return "+".join(found) or "xla"
 
 
+def cases_by_length(results, part):
+    """`[(length, case)]` of a part's cases (keys `part/T<length>`), by T."""
+    cases = [
+        (int(key.split("/T")[1]), case)
+        for key, case in results["cases"].items()
+        if key.startswith(f"{part}/T")
+    ]
+    return sorted(cases, key=lambda item: item[0])
+
+
 def table_cell(row, reasons):
     """A report cell: ms and the fraction of the peak, or a footnote number
     of why the row was skipped (`reasons`: the report's footnotes, appended
@@ -133,8 +143,7 @@ def table_cell(row, reasons):
 def bars(ax, groups, series, title):
     """Grouped bars of `series` (`{label: [value per group]}`) on `ax`."""
     if not groups or not any(v for values in series.values() for v in values):
-        ax.text(0.5, 0.5, "not measured in this run", ha="center")
-        ax.set_axis_off()
+        leave_empty(ax)
         return
     width = 0.8 / len(series)
     positions = np.arange(len(groups))

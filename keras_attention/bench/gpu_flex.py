@@ -56,9 +56,11 @@ speed-up over Keras' (`keras ms / ours ms`).
 
 import time
 
+from keras_attention.bench.common import finish_axes
 from keras_attention.bench.gpu_common import (
     attention_flops,
     case_seconds,
+    cases_by_length,
     compile_steps,
     describe_error,
     device_info,
@@ -526,12 +528,7 @@ def flex_part(measure, config, quick):
 
 def flex_cases(results):
     """`[(length, case)]` of the flex cases, by T."""
-    cases = [
-        (int(key.split("/T")[1]), case)
-        for key, case in results["cases"].items()
-        if key.startswith("flex/T")
-    ]
-    return sorted(cases, key=lambda item: item[0])
+    return cases_by_length(results, "flex")
 
 
 def _reference(variant):
@@ -674,13 +671,7 @@ def plot_panel(ax, results):
             color = "k" if variant == "plain" else f"C{VARIANTS.index(variant)}"
             alpha = 0.6 if side == "keras" else 1.0
             ax.plot(xs, ys, style, color=color, label=name, alpha=alpha)
-    if not ax.lines:
-        ax.text(0.5, 0.5, "not measured in this run", ha="center")
-        ax.set_axis_off()
-        return
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("sequence length T = S")
-    ax.set_ylabel("TFLOP/s of the visible pairs")
-    ax.set_title("flex: fwd+bwd throughput", fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=6)
+    if finish_axes(
+        ax, "sequence length T = S", "TFLOP/s of the visible pairs", legend_size=6
+    ):
+        ax.set_title("flex: fwd+bwd throughput", fontsize=10)
