@@ -57,20 +57,25 @@ from keras_attention.bench import (
 )
 from keras_attention.bench.common import describe
 
-# Besides what this module uses, the names of the parts that it held before
-# the suite was split into them, importable from here as before (F401).
-from keras_attention.bench.gpu_attention import IMPLS, MASKS  # noqa: F401
-from keras_attention.bench.gpu_common import (  # noqa: F401
+# The names marked F401 were this module's before the suite was split into
+# its parts: importable from here as before.
+from keras_attention.bench.gpu_attention import (
+    IMPLS,  # noqa: F401
+    MASKS,  # noqa: F401
+    MATERIALIZING,  # noqa: F401
+    PEERS,  # noqa: F401
+)
+from keras_attention.bench.gpu_common import (
     FLOPS_FORMULA,
     SECONDS_VARIABLE,
-    attention_flops,
-    compile_steps,
+    attention_flops,  # noqa: F401
+    compile_steps,  # noqa: F401
     describe_error,
 )
-from keras_attention.bench.gpu_decode import (  # noqa: F401
-    BEAM_WIDTH,
-    DECODE_RUNS,
-    decode_label,
+from keras_attention.bench.gpu_decode import (
+    BEAM_WIDTH,  # noqa: F401
+    DECODE_RUNS,  # noqa: F401
+    decode_label,  # noqa: F401
 )
 from keras_attention.utils.progress import phase
 

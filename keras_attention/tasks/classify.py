@@ -19,13 +19,13 @@ from keras_attention.models import HierarchicalAttentionNetwork, TransformerClas
 from keras_attention.names import CLASSIFICATION_MONITORS
 from keras_attention.tasks import runner
 
-# Besides what this module uses, the names it held before the classifiers
-# moved to `classify_models`, importable from here as before (F401).
-from keras_attention.tasks.classify_models import (  # noqa: F401
+# The names marked F401 were this module's before the classifiers moved to
+# classify_models: importable from here as before.
+from keras_attention.tasks.classify_models import (
     MODELS,
     SETTINGS,
     build_model,
-    classify_texts,
+    classify_texts,  # noqa: F401
     encode_for_model,
     explain,
 )

@@ -25,19 +25,19 @@ from keras_attention.tasks.common import (
     phase,
 )
 
-# Besides what this module uses, the names it held before text generation
-# moved to `lm_generation`, importable from here as before (F401).
-from keras_attention.tasks.lm_generation import (  # noqa: F401
-    SAMPLERS,
+# The names marked F401 were this module's before text generation moved to
+# lm_generation: importable from here as before.
+from keras_attention.tasks.lm_generation import (
+    SAMPLERS,  # noqa: F401
     check_draft,
     check_sampler,
     continue_texts,
     make_sampler,
     measure_speculative,
-    prompt_token_ids,
+    prompt_token_ids,  # noqa: F401
     speculative_length,
-    speculative_texts,
-    time_speculative,
+    speculative_texts,  # noqa: F401
+    time_speculative,  # noqa: F401
 )
 from keras_attention.utils.files import write_text
 from keras_attention.viz import plot_curves
