@@ -222,15 +222,10 @@ def test_gpu_suite_quick(tmp_path):
     """The gpu suite's dry run on a CPU (one process per case, on JAX): every
     row of every part is there, measured or skipped with its reason (a CPU
     has no cuDNN), and every fraction of the peak is a number."""
-    from keras_attention.bench.gpu import (
-        DECODE_RUNS,
-        IMPLS,
-        MASKS,
-        PEAK_FLOPS,
-        QUICK,
-        attention_flops,
-        decode_label,
-    )
+    from keras_attention.bench.gpu import PEAK_FLOPS, QUICK
+    from keras_attention.bench.gpu_attention import IMPLS, MASKS
+    from keras_attention.bench.gpu_common import attention_flops
+    from keras_attention.bench.gpu_decode import DECODE_RUNS, decode_label
 
     results = run_suite("gpu", tmp_path)
     config = QUICK["attention"]
@@ -370,7 +365,9 @@ def gpu_results():
     """What the gpu suite records on a GPU, for the report's code: a T where
     everything ran, one where the standard paths did not fit and Keras fell
     back, a T whose process died, a failed part."""
-    from keras_attention.bench.gpu import FULL, IMPLS, attention_flops
+    from keras_attention.bench.gpu import FULL
+    from keras_attention.bench.gpu_attention import IMPLS
+    from keras_attention.bench.gpu_common import attention_flops
 
     def timed(ms, batch, length, causal):
         flops = attention_flops(batch, 16, length, 128, causal)
@@ -672,7 +669,7 @@ def test_all_suites_leave_out_the_gpu_suite(monkeypatch):
 
 
 def test_gpu_suite_runs_a_failed_attention_process_again_cautiously():
-    from keras_attention.bench.gpu import QUICK, _attention_part
+    from keras_attention.bench.gpu_attention import QUICK, attention_part
 
     calls = []
 
@@ -682,7 +679,7 @@ def test_gpu_suite_runs_a_failed_attention_process_again_cautiously():
             return {"skipped": "exit -11: killed by signal 11 (out of memory?)"}
         return {"batch": 1}
 
-    _attention_part(measure, QUICK["attention"], quick=True, has_torch=True)
+    attention_part(measure, QUICK, quick=True, has_torch=True)
     # Once more without torch, compiling in turn, and so on for the next T.
     assert calls == [
         ("attention/T64", True, True),
@@ -727,7 +724,7 @@ def test_gpu_suite_rnn_units_are_the_seq2seq_suites_matched_ones():
 
 
 def test_attention_flops_count_fwd_and_bwd_and_halve_causal():
-    from keras_attention.bench.gpu import attention_flops
+    from keras_attention.bench.gpu_common import attention_flops
 
     # fwd 4·B·H·T·S·D, bwd 2.5x the forward.
     assert attention_flops(2, 3, 5, 7, causal=False) == 3.5 * 4 * 2 * 3 * 5 * 5 * 7

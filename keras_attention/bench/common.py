@@ -20,6 +20,9 @@ import numpy as np
 from keras_attention.utils.backend import compile_function, value_and_grad
 from keras_attention.utils.files import write_text
 
+# What a figure's panel says where the run measured nothing for it.
+NOT_MEASURED = "not measured in this run"
+
 
 def machine():
     """What the figures were measured on."""
@@ -282,6 +285,31 @@ def fit_exponent(xs, ys):
     if len(xs) < 2:
         return None
     return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+
+
+def leave_empty(ax, text=NOT_MEASURED):
+    """Hides `ax`'s axes and says why: a figure keeps its layout when a run
+    measured nothing for one of its panels."""
+    ax.text(0.5, 0.5, text, ha="center")
+    ax.set_axis_off()
+
+
+def finish_axes(ax, xlabel, ylabel, log_y=False, legend_size=8, empty=NOT_MEASURED):
+    """Labels a panel of curves against a length that doubles (a log-2 x
+    axis; `log_y`: a log y axis too), with its grid and legend; a panel with
+    no curve is left empty (`leave_empty`, saying `empty`). Returns whether
+    it had curves."""
+    if not ax.lines:
+        leave_empty(ax, empty)
+        return False
+    ax.set_xscale("log", base=2)
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    return True
 
 
 def write_report(results, out, name, markdown, plot):

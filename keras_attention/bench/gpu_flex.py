@@ -56,6 +56,24 @@ speed-up over Keras' (`keras ms / ours ms`).
 
 import time
 
+from keras_attention.bench.common import finish_axes
+
+# The names marked F401 were this module's before the parts shared them:
+# importable from here as before.
+from keras_attention.bench.gpu_common import (
+    CUSTOM_CALLS,  # noqa: F401
+    attention_flops,
+    case_seconds,
+    cases_by_length,
+    compile_steps,
+    describe_error,
+    device_info,
+    kernels_in,
+    memory_limit_bytes,
+    table_cell,
+    time_in_turn,
+)
+
 # Visible (query, key) pairs per head, the FLOPs of the attention rows.
 FLEX_FLOPS_FORMULA = (
     "3.5 x 4·B·H·D·P (forward 4·B·H·D·P, backward 2.5x the forward) over the "
@@ -76,11 +94,6 @@ SIDES = ("ours", "keras")
 # device's memory is not run (XLA's temporaries and autotuning need the rest).
 DENSE_FRACTION = 0.5
 TARGETS = {"layer_speed": 0.95, "throughput_vs_plain": 0.8}
-CUSTOM_CALLS = (
-    ("__cudnn$fmha", "cudnn"),
-    ("__gpu$xla.gpu.triton", "triton"),
-    ("mosaic_gpu", "mosaic_gpu"),
-)
 
 FULL = {
     "lengths": (1024, 4096, 16384, 32768),
@@ -153,8 +166,6 @@ def variant_flops(variant, batch, heads, length, head_dim, config):
 
 def layer_flops(batch, heads, length, head_dim, causal):
     """`LAYER_FLOPS_FORMULA`."""
-    from keras_attention.bench.gpu import attention_flops
-
     width = heads * head_dim
     projections = 24 * batch * length * width * heads * head_dim
     return attention_flops(batch, heads, length, head_dim, causal) + projections
@@ -174,16 +185,6 @@ def dense_bytes(variant, batch, heads, length):
     return 12 * heads * grid, (
         "a (1, H, T, S) float32 bias, its bfloat16 copy and their gradients"
     )
-
-
-def kernels_in(lowered):
-    """The fused kernels a lowered step calls (`CUSTOM_CALLS`), or `"xla"`."""
-    try:
-        text = lowered.as_text()
-    except Exception:  # a record, not a measurement
-        return "unknown"
-    found = [name for call, name in CUSTOM_CALLS if call in text]
-    return "+".join(found) or "xla"
 
 
 def _arguments(variant, config, segments):
@@ -326,24 +327,15 @@ def _layers(config, batch, length, policy):
 
 def case_flex(case):
     """Every row of `row_names` at one T: traced, compiled together
-    (`gpu.compile_steps`), run once each, then timed in turn per group."""
+    (`compile_steps`), run once each, then timed in turn per group."""
     import jax
     import keras
     import numpy as np
 
     from keras_attention.bench.common import accelerator, block
-    from keras_attention.bench.gpu import (
-        _case_seconds,
-        _device,
-        _memory_limit_bytes,
-        _reason,
-        _time_in_turn,
-        attention_flops,
-        compile_steps,
-    )
     from keras_attention.ops import attention_path
 
-    start, seconds = time.monotonic(), _case_seconds()
+    start, seconds = time.monotonic(), case_seconds()
     on_accelerator = accelerator() is not None
     dtype = "bfloat16" if on_accelerator else "float32"
     policy = case["policy"] if on_accelerator else "float32"
@@ -357,7 +349,7 @@ def case_flex(case):
     segments = keras.ops.convert_to_tensor(
         np.broadcast_to(np.arange(length) // document, (batch, length)).astype("int32")
     )
-    limit = _memory_limit_bytes()
+    limit = memory_limit_bytes()
     repeats = case["long_repeats"] if length >= case["long_from"] else case["repeats"]
     causal_only = case.get("causal_only", False)
     names, run = row_names(causal_only)
@@ -366,7 +358,7 @@ def case_flex(case):
         "length": length,
         "dtype": dtype,
         "policy": policy,
-        "device": _device(),
+        "device": device_info(),
         "memory_limit_bytes": limit,
         "repeats": repeats,
         "causal_only": causal_only,
@@ -384,7 +376,7 @@ def case_flex(case):
             step = jax.jit(jax.value_and_grad(loss, argnums=argnums))
             item = step.lower(*attention_args)
         except Exception as error:  # recorded, the others still run
-            rows[name] = {"skipped": _reason(error)}
+            rows[name] = {"skipped": describe_error(error)}
             return None
         lowered[name] = (item, heavy)
         calls_of[name] = attention_args
@@ -398,7 +390,7 @@ def case_flex(case):
         except Exception as error:
             for name in run:
                 if name.startswith("layer/"):
-                    rows[name] = {"skipped": _reason(error)}
+                    rows[name] = {"skipped": describe_error(error)}
     for mask, sides in layers.items():
         for side, (layer, step, args) in sides.items():
             name = f"layer/{mask}/{side}"
@@ -407,7 +399,7 @@ def case_flex(case):
             try:
                 item = jax.jit(step).lower(*args)
             except Exception as error:
-                rows[name] = {"skipped": _reason(error)}
+                rows[name] = {"skipped": describe_error(error)}
                 continue
             lowered[name] = (item, False)
             calls_of[name] = args
@@ -427,7 +419,7 @@ def case_flex(case):
             try:
                 path = attention_path(q, v, flash_attention=True, **arguments)
             except Exception as error:
-                path = f"unknown ({_reason(error)})"
+                path = f"unknown ({describe_error(error)})"
             item = lower(name, _ours_loss(variant, case), argnums, False)
             if item is not None:
                 notes[name] = {"path": path, "kernel": kernels_in(item)}
@@ -467,12 +459,12 @@ def case_flex(case):
         notes[name] = {
             "kernel": kernels_in(item),
             "note": f"keras.ops' own choice ({notes[name]['kernel']}) failed to "
-            f"compile ({_reason(step)}); timed with flash_attention=False",
+            f"compile ({describe_error(step)}); timed with flash_attention=False",
         }
     result["compile_s"] = time.monotonic() - start
     for name, step in compiled.items():
         if isinstance(step, Exception):
-            rows[name] = {"skipped": _reason(step)}
+            rows[name] = {"skipped": describe_error(step)}
     groups = {
         "layer": [n for n in run if n.startswith("layer/")],
         "attention": [n for n in run if not n.startswith("layer/")],
@@ -488,10 +480,10 @@ def case_flex(case):
             try:
                 block(compiled[name](*calls_of[name]))  # the warm-up
             except Exception as error:
-                rows[name] = {"skipped": _reason(error)}
+                rows[name] = {"skipped": describe_error(error)}
                 continue
             calls[name] = (compiled[name], calls_of[name])
-        timings = _time_in_turn(calls, repeats, rows)
+        timings = time_in_turn(calls, repeats, rows)
         for name, timing in timings.items():
             causal = "causal" in name or name.split("/")[0] in CAUSAL_VARIANTS
             if group == "layer":
@@ -540,12 +532,7 @@ def flex_part(measure, config, quick):
 
 def flex_cases(results):
     """`[(length, case)]` of the flex cases, by T."""
-    cases = [
-        (int(key.split("/T")[1]), case)
-        for key, case in results["cases"].items()
-        if key.startswith("flex/T")
-    ]
-    return sorted(cases, key=lambda item: item[0])
+    return cases_by_length(results, "flex")
 
 
 def _reference(variant):
@@ -591,8 +578,6 @@ def summarize(results, fractions, ratios):
 def markdown_lines(results, reasons):
     """The flex part's section of the suite's report (`reasons`: the
     report's footnotes of skipped cells, appended to)."""
-    from keras_attention.bench.gpu import _cell
-
     config = results["config"].get("flex", FULL)
     ratios = results.get("ratios", {})
     peak = results["peak_flops"]
@@ -617,7 +602,7 @@ def markdown_lines(results, reasons):
         "| --- | ---: | ---: | ---: | ---: | --- | --- | ---: |",
     ]
     if "flex" in results["cases"]:  # the part failed in this process
-        lines.append(f"| {_cell(results['cases']['flex'], reasons)} |")
+        lines.append(f"| {table_cell(results['cases']['flex'], reasons)} |")
     for mask in LAYER_MASKS:
         for length, case in cases:
             rows = case.get("rows", {})
@@ -626,7 +611,7 @@ def markdown_lines(results, reasons):
             speed = ratios.get(f"flex/layer_{mask}/ours_vs_keras_speed/T{length}")
             lines.append(
                 f"| {mask} | {length} | {case.get('batch', '')} | "
-                f"{_cell(ours, reasons)} | {_cell(keras, reasons)} | "
+                f"{table_cell(ours, reasons)} | {table_cell(keras, reasons)} | "
                 f"{ours.get('path', '')} | {keras.get('kernel', '')} | "
                 f"{'n/a' if speed is None else f'{speed:.2f}'} |"
             )
@@ -658,10 +643,10 @@ def markdown_lines(results, reasons):
             note = " (fallback)" if "note" in keras else ""
             lines.append(
                 f"| {variant} | {length} | {case.get('batch', '')} | "
-                f"{ours.get('path', '')} | {_cell(ours, reasons)} | {tflops} | "
+                f"{ours.get('path', '')} | {table_cell(ours, reasons)} | {tflops} | "
                 f"{'' if against is None else f'{against:.2f}'} | "
                 f"{keras.get('kernel', '')}{note} | "
-                + (_cell(keras, reasons) if keras else "")
+                + (table_cell(keras, reasons) if keras else "")
                 + f" | {'' if speedup is None else f'{speedup:.2f}x'} |"
             )
     for _, case in cases:
@@ -690,13 +675,7 @@ def plot_panel(ax, results):
             color = "k" if variant == "plain" else f"C{VARIANTS.index(variant)}"
             alpha = 0.6 if side == "keras" else 1.0
             ax.plot(xs, ys, style, color=color, label=name, alpha=alpha)
-    if not ax.lines:
-        ax.text(0.5, 0.5, "not measured in this run", ha="center")
-        ax.set_axis_off()
-        return
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("sequence length T = S")
-    ax.set_ylabel("TFLOP/s of the visible pairs")
-    ax.set_title("flex: fwd+bwd throughput", fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=6)
+    if finish_axes(
+        ax, "sequence length T = S", "TFLOP/s of the visible pairs", legend_size=6
+    ):
+        ax.set_title("flex: fwd+bwd throughput", fontsize=10)

@@ -22,7 +22,7 @@ weights and the input; loss: the output's mean square), compiled whole, of:
 - `tokamax`: the same with `tokamax.dot_product_attention`, where installed.
 
 The sides of a workload and dtype are traced, compiled together
-(`gpu.compile_steps`), run once (the warm-up), then timed in turn
+(`compile_steps`), run once (the warm-up), then timed in turn
 (`time_alternating`). The check: our output and input gradient against the
 standard path's (same input, weights and dropout seed: the dropout mask
 hashes the seed and the position on every path), the largest difference
@@ -38,6 +38,18 @@ import os
 import time
 
 import numpy as np
+
+from keras_attention.bench.gpu_common import (
+    bars,
+    case_seconds,
+    compile_steps,
+    describe_error,
+    device_info,
+    kernels_in,
+    memory_limit_bytes,
+    table_cell,
+    time_in_turn,
+)
 
 # The fused output's largest difference from the standard path's, over the
 # standard one's largest magnitude (float32: room for TF32 matmuls).
@@ -247,16 +259,14 @@ def _workload(spec, config, workload, dtype, has_tokamax):
     once, checked, timed in turn."""
     import jax
 
-    from keras_attention.bench import gpu
     from keras_attention.bench.common import block
-    from keras_attention.bench.gpu_flex import kernels_in
 
     start = time.monotonic()
     batch, length, heads, head_dim = sizes(config, workload)
     theirs, ours, standard = _layers(spec, config, workload, dtype)
     x, extras = _inputs(spec, config, workload)
     scores_bytes = 4 * batch * heads * length * length
-    limit = gpu._memory_limit_bytes()
+    limit = memory_limit_bytes()
     result = {"title": WORKLOADS[workload][0], "batch": batch, "length": length}
     result.update(heads=heads, head_dim=head_dim, scores_bytes=scores_bytes)
     rows, lowered, arguments = {}, {}, {}
@@ -275,7 +285,7 @@ def _workload(spec, config, workload, dtype, has_tokamax):
         try:
             item = jax.jit(step).lower(values, x, extras)
         except Exception as error:  # recorded, the others still run
-            rows[side] = {"skipped": gpu._reason(error)}
+            rows[side] = {"skipped": describe_error(error)}
             continue
         kernel = kernels_in(item)
         rows[side] = {"kernel": kernel}
@@ -291,7 +301,7 @@ def _workload(spec, config, workload, dtype, has_tokamax):
         lowered[side] = (item, heavy)
         arguments[side] = (values, x, extras)
     result["trace_s"] = time.monotonic() - start
-    compiled = gpu.compile_steps(lowered, config.get("parallel_compile", True))
+    compiled = compile_steps(lowered, config.get("parallel_compile", True))
     result["compile_s"] = time.monotonic() - start
     calls, warm = {}, {}
     for side in SIDES:
@@ -303,11 +313,11 @@ def _workload(spec, config, workload, dtype, has_tokamax):
                 raise step
             warm[side] = block(step(*arguments[side]))  # the warm-up
         except Exception as error:
-            rows[side]["skipped"] = gpu._reason(error)
+            rows[side]["skipped"] = describe_error(error)
             continue
         calls[side] = (step, arguments[side])
     result["check"] = check(warm, dtype, rows)
-    timings = gpu._time_in_turn(calls, config["repeats"], rows)
+    timings = time_in_turn(calls, config["repeats"], rows)
     for side, timing in timings.items():
         rows[side].update(timing, ms=1e3 * timing["median_s"])
     result["rows"] = {side: rows[side] for side in SIDES}
@@ -346,12 +356,11 @@ def case_paths(case):
     import keras
 
     from keras_attention.bench.common import accelerator
-    from keras_attention.bench.gpu import _case_seconds, _device, _reason
 
-    start, seconds = time.monotonic(), _case_seconds()
+    start, seconds = time.monotonic(), case_seconds()
     dtypes = case["dtypes"] if accelerator() is not None else ("float32",)
     has_tokamax = importlib.util.find_spec("tokamax") is not None
-    result = {"device": _device(), "tokamax": has_tokamax, "workloads": {}}
+    result = {"device": device_info(), "tokamax": has_tokamax, "workloads": {}}
     for workload in case["workloads"]:
         spec = set(WORKLOADS[workload][1].split())
         rows = result["workloads"][workload] = {}
@@ -362,7 +371,7 @@ def case_paths(case):
             try:
                 rows[dtype] = _workload(spec, case, workload, dtype, has_tokamax)
             except Exception as error:  # one workload's failure leaves the rest
-                rows[dtype] = {"skipped": _reason(error)}
+                rows[dtype] = {"skipped": describe_error(error)}
             keras.backend.clear_session()
     return result
 
@@ -432,8 +441,6 @@ def _check_cell(check):
 
 def markdown_lines(results, reasons):
     """The part's section of the suite's report."""
-    from keras_attention.bench.gpu import _cell
-
     lines = [
         "",
         "### The path table's training workloads (paths)",
@@ -454,13 +461,15 @@ def markdown_lines(results, reasons):
     for workload, dtypes in workload_rows(results).items():
         for dtype, record in dtypes.items():
             if "rows" not in record:
-                lines.append(f"| {workload} | {dtype} | {_cell(record, reasons)} |")
+                lines.append(
+                    f"| {workload} | {dtype} | {table_cell(record, reasons)} |"
+                )
                 continue
             rows = record["rows"]
             cells = []
             for side in SIDES:
                 row = rows[side]
-                cell = f"{row['ms']:.3g}" if "ms" in row else _cell(row, reasons)
+                cell = f"{row['ms']:.3g}" if "ms" in row else table_cell(row, reasons)
                 if side != "ours" and row.get("kernel") not in (None, "xla"):
                     cell += f" ({row['kernel']})"
                 cells.append(cell)
@@ -485,8 +494,6 @@ def markdown_lines(results, reasons):
 
 def plot_panel(ax, results):
     """ms per step of each side, per workload and dtype (log scale)."""
-    from keras_attention.bench.gpu import _bars
-
     groups, series = [], {side: [] for side in SIDES}
     for workload, dtypes in workload_rows(results).items():
         for dtype, record in dtypes.items():
@@ -494,6 +501,6 @@ def plot_panel(ax, results):
                 groups.append(f"{workload} {dtype}")
                 for side in SIDES:
                     series[side].append(record["rows"][side].get("ms"))
-    _bars(ax, groups, series, "paths: ms per fwd+bwd step")
+    bars(ax, groups, series, "paths: ms per fwd+bwd step")
     if ax.patches:
         ax.set_yscale("log")

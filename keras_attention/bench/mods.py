@@ -39,7 +39,12 @@ Usage: `python -m keras_attention.bench --suite mods [--quick] [--out DIR]`.
 
 import numpy as np
 
-from keras_attention.bench.common import describe, fit_exponent
+from keras_attention.bench.common import (
+    describe,
+    finish_axes,
+    fit_exponent,
+    leave_empty,
+)
 
 HEADS, HEAD_DIM, CHUNK, CAP = 8, 64, 256, 30.0
 NUM_BUCKETS, MAX_DISTANCE = 32, 128
@@ -344,8 +349,7 @@ def _plot(results, path):
         ratio_ax.set_xscale("log")
         ratio_ax.set_xlabel("time / the first implementation of the case")
     else:
-        ratio_ax.text(0.5, 0.5, "not measured in this run", ha="center")
-        ratio_ax.set_axis_off()
+        leave_empty(ratio_ax)
     curves = [
         (key, case)
         for key, case in results["cases"].items()
@@ -366,16 +370,12 @@ def _plot(results, path):
             color="gray",
             label="proportional to L (work T * L)",
         )
-    if packing_ax.lines:
-        packing_ax.set_xscale("log", base=2)
-        packing_ax.set_yscale("log")
-        packing_ax.set_xlabel("document length L in one packed row")
-        packing_ax.set_ylabel("forward + backward time (s)")
-        packing_ax.grid(True, which="both", alpha=0.3)
-        packing_ax.legend(fontsize=8)
-    else:
-        packing_ax.text(0.5, 0.5, "not measured in this run", ha="center")
-        packing_ax.set_axis_off()
+    finish_axes(
+        packing_ax,
+        "document length L in one packed row",
+        "forward + backward time (s)",
+        log_y=True,
+    )
     fig.suptitle(f"mods: {describe(results['machine'])}", fontsize=9)
     fig.tight_layout()
     save_figure(fig, path)

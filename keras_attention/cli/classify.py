@@ -135,12 +135,12 @@ def check(args):
 
 
 def run(args):
-    from keras_attention.tasks import classify
+    from keras_attention.tasks import classify, classify_models
 
     if args.load:
         model = load_model(args.load)
         for texts in read_inputs(args.texts, "texts to classify"):
-            results = classify.classify_texts(model, texts)
+            results = classify_models.classify_texts(model, texts)
             for text, result in zip(texts, results, strict=True):
                 line = f"{result['label']}\t{result['probability']:.3f}"
                 if "top_words" in result:

@@ -153,7 +153,7 @@ def check(args):
 
 
 def run(args):
-    from keras_attention.tasks import lm
+    from keras_attention.tasks import lm, lm_generation
 
     sampling = {
         "temperature": args.temperature,
@@ -162,11 +162,11 @@ def run(args):
     }
     if args.load:
         model = load_model(args.load)
-        sampler = lm.make_sampler(args.sampler, seed=args.seed, **sampling)
+        sampler = lm_generation.make_sampler(args.sampler, seed=args.seed, **sampling)
         draft = load_model(args.draft) if args.draft else None
         first = True
         for prompts in read_inputs(args.prompts, "prompts"):
-            texts = lm.continue_texts(
+            texts = lm_generation.continue_texts(
                 model, prompts, args.length, sampler, draft, args.draft_tokens
             )
             for text in texts:

@@ -18,11 +18,11 @@ from keras_attention.data.classification import (
     load_classification_data,
     load_fortunes,
     load_reviews,
-    read_labelled_csv,
     split_labelled,
     split_sentences,
 )
 from keras_attention.data.files import DataFormatError
+from keras_attention.data.labelled_csv import read_labelled_csv
 from keras_attention.data.pipeline import encode_texts
 from keras_attention.data.tokenization import train_word_piece
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from keras_attention.data.captioning import read_captioned_images
-from keras_attention.data.classification import read_labelled_csv
 from keras_attention.data.files import DataFormatError
+from keras_attention.data.labelled_csv import read_labelled_csv
 from keras_attention.data.translation import read_tsv
 from tests.properties import EXAMPLES, outcome
 

@@ -7,7 +7,8 @@ import pytest
 
 from keras_attention import cli
 from keras_attention.data import DataFormatError
-from keras_attention.tasks.classify import classify_texts, compare, run_classify
+from keras_attention.tasks.classify import compare, run_classify
+from keras_attention.tasks.classify_models import classify_texts
 from tests.tasks.callbacks import Record, StopAt
 from tests.tasks.outputs import assert_keras_archive, assert_picture
 
@@ -258,7 +259,8 @@ def test_a_labelling_budget_must_be_a_positive_integer(labelled):
 
 
 def test_the_learning_rate_defaults_to_the_settings_and_must_be_positive():
-    from keras_attention.tasks.classify import SETTINGS, Classification
+    from keras_attention.tasks.classify import Classification
+    from keras_attention.tasks.classify_models import SETTINGS
 
     assert Classification().learning_rate == SETTINGS["learning_rate"]
     assert Classification(learning_rate=0.01).learning_rate == 0.01

@@ -8,13 +8,8 @@ import pytest
 from keras_attention import cli
 from keras_attention.models import GPT, LSTMLanguageModel
 from keras_attention.tasks.common import ArgumentError
-from keras_attention.tasks.lm import (
-    build_model,
-    continue_texts,
-    make_sampler,
-    matched_lstm_units,
-    run_lm,
-)
+from keras_attention.tasks.lm import build_model, matched_lstm_units, run_lm
+from keras_attention.tasks.lm_generation import continue_texts, make_sampler
 from tests.tasks.callbacks import Record, StopAt
 from tests.tasks.outputs import assert_keras_archive, assert_picture
 
