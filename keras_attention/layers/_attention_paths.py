@@ -7,7 +7,6 @@ Keras' einsum formulation over several attention axes."""
 from keras import ops
 
 from keras_attention.layers._segment_ids import merge_document_mask
-from keras_attention.layers.attention_plan import plan_attention
 from keras_attention.ops.attention import (
     apply_attention_weights,
     attention_path,
@@ -18,45 +17,31 @@ from keras_attention.ops.multi_axis import (
     apply_multi_axis_weights,
     multi_axis_attention_weights,
 )
-from keras_attention.ops.plan import KERNELS
 
 
 def op_path(
     query, key, value, *, flash_attention, chunk_size, own_bias, score_mod, **arguments
 ):
     """`(path, arguments)`: the path the attention op takes when the weights
-    are not needed, and the keyword arguments of `dot_product_attention`
-    that take it.
+    are not needed (`ops.plan.plan_kernel` decides), and the keyword
+    arguments of `dot_product_attention` that take it.
 
     `arguments` are `dot_product_attention`'s masks and biases (`mask`,
     `is_causal`, `sliding_window`, `bias`, `alibi_slopes`, `segment_ids`,
-    `attn_logits_soft_cap`);
+    `attn_logits_soft_cap`, `dropout_rate`);
     `flash_attention` and `chunk_size` the layer's; `own_bias` whether `bias`
     holds a bias the layer made itself (T5's, or ALiBi's where the op cannot
-    compute it), which keeps the standard path.
+    compute it), which keeps the `keras.ops` path standard: the chunked path
+    never builds the `(T, S)` scores a bias adds to, and the layer's forced
+    chunk size serves its other calls.
     """
-    plan = plan_attention(
-        use_causal_mask=arguments["is_causal"],
-        sliding_window=arguments["sliding_window"],
-        alibi=arguments["alibi_slopes"] is not None,
-        own_bias=own_bias,
-        dense_bias=arguments["bias"] is not None,
-        flash_attention=flash_attention,
-        chunk_size=chunk_size,
-        key_length=key.shape[1],
-        query_length=query.shape[1],
+    if own_bias:
+        chunk_size = None
+        flash_attention = False if flash_attention is False else None
+    arguments.update(
+        score_mod=score_mod, flash_attention=flash_attention, chunk_size=chunk_size
     )
-    arguments["score_mod"] = score_mod
-    # False: the standard path, as asked (no fused kernel either).
-    arguments["flash_attention"] = False if flash_attention is False else None
-    arguments["chunk_size"] = chunk_size
-    # A backend's fused kernel wherever one serves the call (the op's plan),
-    # else the chunked path where the layer's plan switches to it by length.
-    path = attention_path(query, value, **arguments)
-    if path not in KERNELS:
-        arguments["chunk_size"] = plan.chunk_size
-        path = "standard" if plan.chunk_size is None else "chunked"
-    return path, arguments
+    return attention_path(query, value, **arguments), arguments
 
 
 def attend_with_weights(

@@ -34,7 +34,6 @@ from keras_attention.layers._segment_ids import (
 from keras_attention.layers.attention_plan import plan_attention
 from keras_attention.layers.key_value_cache import (
     cache_length,
-    cache_slots,
     check_cache,
     check_cache_arguments,
     check_cache_dtype,
@@ -456,8 +455,6 @@ class MultiHeadAttention(
         offset = 0 if cache_update_index is None else cache_update_index
         needs_weights = self._needs_weights(return_attention_scores, training)
         plan = self._plan(
-            query,
-            key,
             cache,
             use_causal_mask,
             segment_ids,
@@ -555,8 +552,8 @@ class MultiHeadAttention(
                 f"over one sequence axis; received query shape {shapes[0]}."
             )
 
-    def _plan(self, query, key, cache, causal, segment_ids, bias, needs_weights):
-        """How this call attends (`layers.attention_plan.plan_attention`)."""
+    def _plan(self, cache, causal, segment_ids, bias, needs_weights):
+        """What this call passes to the op (`layers.attention_plan`)."""
         return plan_attention(
             num_attention_axes=len(self._attention_axes),
             cached=cache is not None,
@@ -568,10 +565,6 @@ class MultiHeadAttention(
             relative=self._relative_bias is not None,
             dense_bias=bias is not None,
             needs_weights=needs_weights,
-            flash_attention=self._flash_attention,
-            chunk_size=self._chunk_size,
-            key_length=key.shape[1] if cache is None else cache_slots(cache),
-            query_length=query.shape[1],
         )
 
     def _project_query(self, query, start_index=0, positions=None):

@@ -29,9 +29,11 @@ from keras_attention.ops.plan import (
     KERNELS,
     KernelUnavailable,
     is_key_padding,
+    keras_ops_path,
     plan_kernel,
 )
 from keras_attention.ops.random import attention_dropout_words, check_dropout_rate
+from keras_attention.ops.sinks import apply_sinks, check_sinks, kept_share
 from keras_attention.ops.softmax import MASKED_SCORE, masked_softmax
 from keras_attention.ops.spec import build_spec
 
@@ -86,6 +88,7 @@ def dot_product_attention(
     return_lse=False,
     dropout_rate=0.0,
     seed=None,
+    sinks=None,
 ):
     """Scaled dot-product attention, `softmax(Q K^T / sqrt(d_k)) V`, per head.
 
@@ -130,8 +133,10 @@ def dot_product_attention(
             kernel on a GPU with JAX; see `attention_path`), else the chunked
             path (tiles of `chunk_size`, default 256). False takes the
             standard path. None (the default) takes the fused kernel where
-            one serves, else the chunked path when `chunk_size` is set, else
-            the standard path.
+            one serves, else the chunked path when `chunk_size` is set or
+            the call is long (from 1024 x 1024 queries x keys, 512 x 512
+            with a causal mask or a window, without a dense bias), else
+            the standard path. The rules are `ops.plan.plan_kernel`'s.
         attn_logits_soft_cap: if set, scores `s` become
             `cap * tanh(s / cap)` before the softmax (Gemma 2; the tanh of
             JAX's TPU kernels that keras.ops reaches only there).
@@ -193,6 +198,12 @@ def dot_product_attention(
             tensor of two ints. None draws from Keras' global seed
             generator, which traced code (`jax.jit`, `tf.function`) cannot:
             there a seed is required.
+        sinks: optional float `(num_heads,)`: per head, a logit that joins
+            every query's softmax as one more key with no value (GPT-OSS's
+            learned sinks; `keras_attention.ops.sinks`). Computed exactly
+            from the log-sum-exp, `output * sigmoid(lse - sink)`, so only
+            paths that return it take the call. The weights returned are
+            the scaled ones, the log-sum-exp includes the sink.
 
     Returns:
         `(batch, T, num_heads, value_dim)`, followed by the weights and the
@@ -222,6 +233,7 @@ def dot_product_attention(
         flash_attention, chunk_size, return_weights, bias, attn_logits_soft_cap
     )
     _check_mods(score_mod, score_mod_inputs, mask_mod)
+    sinks = check_sinks(sinks, q_shape[2])
     words = attention_dropout_words(dropout_rate, seed, query)
     spec = _spec(
         q_shape,
@@ -241,6 +253,8 @@ def dot_product_attention(
         score_mod_inputs=score_mod_inputs,
         soft_cap=attn_logits_soft_cap,
     )
+    # Sinks are applied from the log-sum-exp: only paths that return it.
+    needs_lse = return_lse or sinks is not None
     path = plan_kernel(
         spec,
         query,
@@ -248,8 +262,46 @@ def dot_product_attention(
         flash_attention=flash_attention,
         chunk_size=chunk_size,
         return_weights=return_weights,
-        return_lse=return_lse,
+        return_lse=needs_lse,
     )
+    results = _run(
+        path,
+        query,
+        key,
+        value,
+        spec,
+        chunk_size,
+        return_weights,
+        needs_lse,
+        flash_attention=flash_attention,
+        mask=mask,
+        is_causal=is_causal,
+        sliding_window=sliding_window,
+        query_offset=query_offset,
+    )
+    if sinks is None:
+        return results
+    return apply_sinks(results, sinks, return_weights, return_lse)
+
+
+def _run(
+    path,
+    query,
+    key,
+    value,
+    spec,
+    chunk_size,
+    return_weights,
+    return_lse,
+    *,
+    flash_attention,
+    mask,
+    is_causal,
+    sliding_window,
+    query_offset,
+):
+    """The call on `path`, falling back to a `keras.ops` path where a
+    kernel turns out unable to trace it."""
     # Keys and values no query may see are never read: the standard path
     # zeroes them from the full dense mask it builds, the chunked path and
     # the Pallas kernel in each partial tile, SDPA from its dense mask; the
@@ -266,7 +318,7 @@ def dot_product_attention(
             is_causal,
             query_length,
             key_length,
-            k_shape[2],
+            key.shape[2],
             query_offset,
         )
         kinds = spec.mask_kinds()
@@ -298,7 +350,7 @@ def dot_product_attention(
                 f"{error} The call takes the `keras.ops` path instead.",
                 stacklevel=2,
             )
-            path = "chunked" if flash_attention else "standard"
+            path = keras_ops_path(spec, query, value, flash_attention)
     if path == "chunked":
         return _chunked(query, key, value, spec, chunk_size, return_lse)
     return _standard(query, key, value, spec, return_weights, return_lse)
@@ -376,6 +428,7 @@ def attention_path(
     return_weights=False,
     return_lse=False,
     dropout_rate=0.0,
+    sinks=None,
 ):
     """The computation `dot_product_attention` takes for these arguments
     (the same names), on this backend and device: a backend's fused kernel
@@ -405,6 +458,8 @@ def attention_path(
         return_weights: as for `dot_product_attention`.
         return_lse: as for `dot_product_attention`.
         dropout_rate: as for `dot_product_attention` (cuDNN takes none).
+        sinks: as for `dot_product_attention` (only paths that return the
+            log-sum-exp take them).
 
     Returns:
         One of `keras_attention.ops.plan.PATHS`: `"torch_sdpa"`,
@@ -448,7 +503,7 @@ def attention_path(
         flash_attention=flash_attention,
         chunk_size=chunk_size,
         return_weights=return_weights,
-        return_lse=return_lse,
+        return_lse=return_lse or sinks is not None,
     )
 
 
@@ -804,11 +859,13 @@ def attention_weights(
     bias=None,
     alibi_slopes=None,
     attn_logits_soft_cap=None,
+    sinks=None,
 ):
     """The weights `softmax(scale * Q K^T + bias)` `(B, N, T, S)` of
-    `dot_product_attention` (same arguments, the soft cap included), for code
-    that transforms them, e.g. dropout, before `apply_attention_weights`. Keys
-    at positions no query may attend to are never read."""
+    `dot_product_attention` (same arguments, the soft cap and the sinks
+    included), for code that transforms them, e.g. dropout, before
+    `apply_attention_weights`. Keys at positions no query may attend to are
+    never read."""
     query, key = ops.convert_to_tensor(query), ops.convert_to_tensor(key)
     if mask is not None:
         mask = ops.convert_to_tensor(mask)
@@ -825,7 +882,11 @@ def attention_weights(
         alibi_slopes=alibi_slopes,
         soft_cap=attn_logits_soft_cap,
     )
-    return _weights(query, key, spec)[0]
+    sinks = check_sinks(sinks, q_shape[2])
+    weights, lse, _ = _weights(query, key, spec, return_lse=sinks is not None)
+    if sinks is None:
+        return weights
+    return weights * ops.cast(kept_share(lse, sinks)[..., None], weights.dtype)
 
 
 def apply_attention_weights(weights, value, mask=None, is_causal=False):

@@ -67,7 +67,7 @@ def fused_attention(kernel, query, key, value, spec, return_lse=False, fallback=
     whether it is padding, and calls `fallback(query, key, value, spec)`
     (a `keras.ops` path) where it is not."""
     if kernel.startswith("jax") and is_factorable(spec.mask):
-        return _factored(kernel, query, key, value, spec, fallback)
+        return _factored(kernel, query, key, value, spec, fallback, return_lse)
     if kernel == "torch_flex":
         from keras_attention.ops.torch_flex import torch_flex_attention
 
@@ -86,12 +86,13 @@ def fused_attention(kernel, query, key, value, spec, return_lse=False, fallback=
     return _torch_sdpa(query, key, value, spec)
 
 
-def _factored(kernel, query, key, value, spec, fallback):
+def _factored(kernel, query, key, value, spec, fallback, return_lse=False):
     """A dense `(B or 1, 1, T, S)` mask: where it is a mask over queries
     times one over keys (padding), `kernel` takes the keys' with the rows
-    zeroed after it; else `fallback(query, key, value, spec)`, the standard
-    path. Both are compiled, and one select picks per call, on the device.
-    The standard branch's `(T, S)` buffers may be reserved even when the
+    zeroed after it (their log-sum-exp -inf); else `fallback(query, key,
+    value, spec, return_lse=return_lse)`, the standard path. Both are
+    compiled, and one select picks per call, on the device. The standard
+    branch's `(T, S)` buffers may be reserved even when the
     kernel runs: padding as Keras masks or `(B, 1, S)` avoids both."""
     import jax
 
@@ -107,12 +108,17 @@ def _factored(kernel, query, key, value, spec, fallback):
     def by_kernel(query, key, value, mask):
         rows, cols = ops.any(mask, axis=-1), ops.any(mask, axis=-2)
         keys = spec._replace(mask=cols[:, :, None, :])
-        output = fused_attention(kernel, query, key, value, keys)
+        results = fused_attention(kernel, query, key, value, keys, return_lse)
+        output = results[0] if return_lse else results
         shown = ops.transpose(rows, (0, 2, 1))[..., None]  # (B or 1, T, 1, 1)
-        return ops.where(shown, output, ops.zeros((), output.dtype))
+        output = ops.where(shown, output, ops.zeros((), output.dtype))
+        if not return_lse:
+            return output
+        return output, ops.where(rows, results[1], float("-inf"))  # (B, N, T)
 
     def by_fallback(query, key, value, mask):
-        return fallback(query, key, value, spec._replace(mask=mask))
+        masked = spec._replace(mask=mask)
+        return fallback(query, key, value, masked, return_lse=return_lse)
 
     operands = (query, key, value, mask)
     return jax.lax.cond(factored, by_kernel, by_fallback, *operands)

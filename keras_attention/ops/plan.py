@@ -20,7 +20,12 @@ row of a table (tests/ops/test_plan.py, the device faked). The computations:
 - `"jax_pallas"`: this package's Pallas kernel (`keras_attention.ops.
   pallas_flex`), which applies the mask and score parts inside its tiles,
   on a GPU with JAX, for every call cuDNN does not take whole;
-- `"chunked"` and `"standard"`: the `keras.ops` paths, the reference.
+- `"chunked"` and `"standard"`: the `keras.ops` paths, the reference. Where
+  no kernel serves, the chunked path takes long calls by itself
+  (`keras_ops_path`, the crossover measured below).
+
+This is the one place a call's computation is chosen: the layers decide only
+which parts they pass to the op (`layers.attention_plan`), then ask here.
 """
 
 import functools
@@ -60,6 +65,19 @@ BIAS_SCORES = ("alibi",)
 # path there.
 PALLAS_MASKS = ("causal", "window", "documents")
 PALLAS_SCORES = ("alibi", "soft_cap")
+# Where no kernel serves, the chunked path takes a call by itself from this
+# many queries x keys squared; below it the standard path is as fast or
+# faster. Measured (XLA, forward + backward, width 256, 4096 tokens per
+# batch, 2-core CPU): causal, chunked/standard is 0.82 at T=512 and 0.63 at
+# 1024 (it skips the tiles above the diagonal); not causal, 1.05 at 512 and
+# 0.94 at 1024. Tiles of 256 (`chunked.DEFAULT_CHUNK_SIZE`) beat 128 and
+# 512 at every length measured. Counting scores, not keys, keeps a few
+# queries over a long cache (a decoding step, the `k` beams of
+# `ancestry_beam_search`) on the standard path: their `(T, S)` scores are no
+# bigger than the keys, and the chunked path's loop over tiles costs there
+# (the beam step of width 4 at 256 tokens took 7x greedy's step on an H200).
+AUTO_CHUNK_MIN_LENGTH = 1024
+AUTO_CHUNK_MIN_LENGTH_CAUSAL = 512
 
 
 class KernelUnavailable(RuntimeError):
@@ -115,19 +133,24 @@ def plan_kernel(
       the Pallas kernel for the other calls it computes without a gather
       (`PALLAS_MASKS`, `PALLAS_SCORES`, a padding mask over keys, float32,
       heads up to 256, any offset, the log-sum-exp).
-    - Otherwise the chunked path with `flash_attention=True`, else the
-      standard one: a dense `(T, S)` mask or bias, T5's table or a custom
-      score or mask function on a GPU (Triton has no gather), and every call
-      on a CPU, a TPU and TensorFlow.
+    - Otherwise a `keras.ops` path (`keras_ops_path`): a dense `(T, S)`
+      mask or bias, T5's table or a custom score or mask function on a GPU
+      (Triton has no gather), and every call on a CPU, a TPU and
+      TensorFlow. The chunked path with `flash_attention=True` or from
+      `AUTO_CHUNK_MIN_LENGTH` squared scores (`AUTO_CHUNK_MIN_LENGTH_CAUSAL`
+      where a causal mask or a window skips tiles), else the standard one.
 
     Args:
         spec: the call's `AttentionSpec`.
-        query: `(B, T, N, H)` (dtype and head size decide cuDNN).
+        query: `(B, T, N, H)` (dtype and head size decide cuDNN, its
+            length the chunked path).
         value: `(B, S, N_kv, H_v)`.
         flash_attention: as for `dot_product_attention`.
         chunk_size: as for `dot_product_attention`.
         return_weights: as for `dot_product_attention`.
-        return_lse: as for `dot_product_attention`.
+        return_lse: as for `dot_product_attention`; also asked for
+            `sinks`, which are applied from it (cuDNN, tokamax and SDPA,
+            which do not return it, then leave the call to the others).
         backend_name: the Keras backend (default: the current one).
         platform: `"cpu"`, `"gpu"` or `"tpu"` (default: the backend's
             device, `"gpu"` for CUDA on PyTorch; a test fakes it).
@@ -155,7 +178,7 @@ def plan_kernel(
             return "torch_sdpa"
     if backend_name == "jax" and (platform or _jax_platform()) == "gpu":
         capability = gpu_capability or _gpu_capability()
-        if not return_lse and is_factorable(spec.mask):
+        if is_factorable(spec.mask):
             # A dense mask that may be padding (rows and columns): the kernel
             # that takes the call with padding over the keys serves when the
             # graph finds it is (fused.py), the standard path when not.
@@ -169,7 +192,34 @@ def plan_kernel(
         # what cuDNN does not take.
         if _pallas_takes(spec, query):
             return "jax_pallas"
-    return "chunked" if memory_efficient else "standard"
+    return keras_ops_path(spec, query, value, flash_attention)
+
+
+def keras_ops_path(spec, query, value, flash_attention=None):
+    """`"chunked"` or `"standard"`, where no kernel serves the call.
+
+    `flash_attention=True` takes the chunked path. With None, so do calls of
+    at least `AUTO_CHUNK_MIN_LENGTH` squared queries x keys
+    (`AUTO_CHUNK_MIN_LENGTH_CAUSAL` squared where a causal mask or a window
+    lets it skip tiles), both lengths known when tracing, without a dense
+    bias (whose `(T, S)` scores the chunked path never builds). Keys of a
+    length known only when the graph runs keep the standard path; queries
+    of one leave the keys' length alone to decide.
+    """
+    if flash_attention:
+        return "chunked"
+    query_length, key_length = query.shape[1], value.shape[1]
+    if flash_attention is False or spec.bias is not None:
+        return "standard"
+    if not isinstance(key_length, int):
+        return "standard"
+    skips_tiles = spec.is_causal or spec.window is not None
+    threshold = AUTO_CHUNK_MIN_LENGTH_CAUSAL if skips_tiles else AUTO_CHUNK_MIN_LENGTH
+    if isinstance(query_length, int):
+        long_enough = query_length * key_length >= threshold * threshold
+    else:  # the queries' length unknown: the keys' alone
+        long_enough = key_length >= threshold
+    return "chunked" if long_enough else "standard"
 
 
 def _sdpa_takes(spec, memory_efficient):

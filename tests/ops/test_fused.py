@@ -245,6 +245,35 @@ def test_a_dense_mask_that_is_padding_takes_the_kernel_in_the_graph(
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="Pallas, on JAX")
+@pytest.mark.parametrize("padding", [True, False])
+def test_a_dense_mask_that_may_be_padding_gives_the_log_sum_exp_too(
+    monkeypatch, padding
+):
+    """Both branches of the graph's check give the log-sum-exp (-inf for a
+    masked row), which sinks read."""
+    import jax
+
+    from keras_attention.ops import plan
+
+    monkeypatch.setattr(plan, "_jax_platform", lambda: "gpu")
+    rows = np.arange(T)[None, :] < np.array([T, 4])[:, None]
+    cols = np.arange(S)[None, :] < np.array([S, 6])[:, None]
+    mask = (rows[:, :, None] & cols[:, None, :])[:, None]
+    if not padding:
+        mask = mask & (rng.random((B, 1, T, S)) > 0.3)
+
+    def attend(q, k, v, m, **extra):
+        return dot_product_attention(q, k, v, mask=m, return_lse=True, **extra)
+
+    got = jax.jit(attend)(Q, K, V, mask)
+    want = attend(Q, K, V, mask, flash_attention=False)
+    for found, expected in zip(got, want, strict=True):
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(found), ops.convert_to_numpy(expected), atol=2e-6
+        )
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="Pallas, on JAX")
 @pytest.mark.parametrize(
     "call",
     [

@@ -213,3 +213,82 @@ def test_the_kernel_follows_the_call_the_backend_and_the_device(
     monkeypatch.setattr(plan_module, "_tokamax_available", lambda: tokamax)
     assert expected in PATHS
     assert plan(backend_name, platform, **call) == expected
+
+
+SHORT = 64
+LONG = plan_module.AUTO_CHUNK_MIN_LENGTH
+LONG_CAUSAL = plan_module.AUTO_CHUNK_MIN_LENGTH_CAUSAL
+
+# Where no kernel serves: the `keras.ops` path by the number of scores.
+LENGTH_CASES = {
+    "short": (dict(queries=SHORT, keys=SHORT), "standard"),
+    "long": (dict(queries=LONG, keys=LONG), "chunked"),
+    "just below the crossover": (dict(queries=LONG, keys=LONG - 1), "standard"),
+    "causal lowers the crossover": (
+        dict(queries=LONG_CAUSAL, keys=LONG_CAUSAL, is_causal=True),
+        "chunked",
+    ),
+    "a window lowers it too": (
+        dict(queries=LONG_CAUSAL, keys=LONG_CAUSAL, sliding_window=16),
+        "chunked",
+    ),
+    "not below the causal crossover without them": (
+        dict(queries=LONG_CAUSAL, keys=LONG_CAUSAL),
+        "standard",
+    ),
+    "keys of a length known only when running": (
+        dict(queries=LONG, keys=None, is_causal=True),
+        "standard",
+    ),
+    "queries of a length known only when running: the keys decide": (
+        dict(queries=None, keys=LONG),
+        "chunked",
+    ),
+    "flash_attention=True forces tiles": (
+        dict(queries=SHORT, keys=SHORT, flash_attention=True),
+        "chunked",
+    ),
+    "flash_attention=False forbids the switch": (
+        dict(queries=LONG, keys=LONG, flash_attention=False),
+        "standard",
+    ),
+    "weights returned": (
+        dict(queries=LONG, keys=LONG, return_weights=True),
+        "standard",
+    ),
+    "a dense bias keeps the standard path": (
+        dict(queries=LONG, keys=LONG, bias=True),
+        "standard",
+    ),
+    # One decoding step (or a few beams) over a long cache: its scores are
+    # no bigger than the keys.
+    "a few queries over a long cache": (
+        dict(queries=4, keys=4 * LONG, is_causal=True),
+        "standard",
+    ),
+    "a few queries over a longer cache": (
+        dict(queries=4, keys=LONG * LONG // 4),
+        "chunked",
+    ),
+}
+
+
+@pytest.mark.parametrize("backend_name", ["tensorflow", "jax"])
+@pytest.mark.parametrize("case", sorted(LENGTH_CASES))
+def test_long_calls_take_the_chunked_path_where_no_kernel_serves(backend_name, case):
+    call, expected = dict(LENGTH_CASES[case][0]), LENGTH_CASES[case][1]
+    queries, keys = call.pop("queries"), call.pop("keys")
+    asked = {
+        name: call.pop(name)
+        for name in ("flash_attention", "return_weights")
+        if name in call
+    }
+    if call.pop("bias", False):
+        call["bias"] = keras.KerasTensor((1, 1, queries or 1, keys or 1))
+    spec = build_spec(scale=0.125, **call)
+    query = keras.KerasTensor((B, queries, N, 16))
+    value = keras.KerasTensor((B, keys, N, 16))
+    path = plan_kernel(
+        spec, query, value, backend_name=backend_name, platform="cpu", **asked
+    )
+    assert path == expected
