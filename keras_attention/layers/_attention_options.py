@@ -2,7 +2,7 @@
 models' attention needs (Gemma's soft cap and scale, Qwen's projection
 biases, Qwen 3's and Gemma 3's query/key normalization, a model's own rotary
 embedding, Gemma's kernel layout, keras-hub's dropout on the attention
-output): their checks, their defaults and their config.
+output, GPT-OSS's attention sinks): their checks, their defaults and their config.
 
 The layer arguments (`query_norm`, `key_norm`, `rotary_embedding`) are kept
 out of Keras' attribute tracking until `build`, which tracks each right after
@@ -28,6 +28,7 @@ DEFAULTS = {
     "output_dropout": 0.0,
     "use_output_bias": None,
     "kernel_layout": "input_first",
+    "use_sinks": False,
 }
 LAYER_OPTIONS = ("query_norm", "key_norm", "rotary_embedding")
 
@@ -41,6 +42,10 @@ def check_options(options, attention_positions):
         raise ValueError(
             f"`kernel_layout` must be one of {KERNEL_LAYOUTS}; received "
             f"{options['kernel_layout']!r}."
+        )
+    if options["use_sinks"] not in (True, False):
+        raise ValueError(
+            f"`use_sinks` must be True or False; received {options['use_sinks']!r}."
         )
     if options["use_output_bias"] not in (None, True, False):
         raise ValueError(

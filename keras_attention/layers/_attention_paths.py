@@ -28,7 +28,7 @@ def op_path(
 
     `arguments` are `dot_product_attention`'s masks and biases (`mask`,
     `is_causal`, `sliding_window`, `bias`, `alibi_slopes`, `segment_ids`,
-    `attn_logits_soft_cap`, `dropout_rate`);
+    `attn_logits_soft_cap`, `sinks`, `dropout_rate`);
     `flash_attention` and `chunk_size` the layer's; `own_bias` whether `bias`
     holds a bias the layer made itself (T5's, or ALiBi's where the op cannot
     compute it), which keeps the `keras.ops` path standard: the chunked path
@@ -58,10 +58,12 @@ def attend_with_weights(
     alibi_slopes,
     segment_ids,
     attn_logits_soft_cap,
+    sinks,
 ):
     """`(output, weights)` on the standard path, every mask materialized
     (`mask`: None or `(B, N, T, S)`; the documents and the window added to
-    it), the weights passed through `dropout`."""
+    it), the weights (with the `sinks`' share taken) passed through
+    `dropout`."""
     if segment_ids is not None:
         mask = merge_document_mask(mask, segment_ids)
         if len(mask.shape) == 3:
@@ -80,6 +82,7 @@ def attend_with_weights(
         bias=bias,
         alibi_slopes=alibi_slopes,
         attn_logits_soft_cap=attn_logits_soft_cap,
+        sinks=sinks,
     )
     kept = dropout(weights)
     return apply_attention_weights(kept, value, mask, is_causal), weights

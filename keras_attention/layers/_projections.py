@@ -74,6 +74,13 @@ class EinsumProjections:
         self._output_dense.build((*query_shape[:-1], heads, self.value_dim))
         if options["rotary_embedding"] is not None:
             self.rotary_embedding = options["rotary_embedding"]
+        if options["use_sinks"]:
+            # After the projections, as in keras-hub's GPT-OSS (Keras lists
+            # a layer's own weights before its sublayers' either way). Zeros:
+            # a sink of logit 0 adds 1 to the softmax's denominator.
+            self.sinks = self.add_weight(
+                shape=(heads,), initializer="zeros", name="sinks"
+            )
 
     def _build_norm(self, name, input_shape, heads):
         """The `query_norm` or `key_norm` option, if given, as an attribute

@@ -214,6 +214,12 @@ class MultiHeadAttention(
         kernel_layout: `"input_first"`, Keras' `(dim, heads, size)` query,
             key and value kernels, or `"heads_first"`, Gemma's `(heads,
             dim, size)`.
+        use_sinks: a trainable logit per head, `sinks` `(num_heads,)`
+            (zeros at first), that joins every query's softmax as one more
+            key with no value (GPT-OSS; `ops.dot_product_attention`'s
+            `sinks`). Computed from the log-sum-exp on every path, fused
+            kernels that return it included. Needs one attention axis and
+            the layer's own `_compute_attention`.
         **kwargs: base layer arguments. `key_dim=None` (with `value_dim`
             None) settles the head size in `build` as the query's last axis
             divided by `num_heads`, as keras-hub's models do.
@@ -310,6 +316,7 @@ class MultiHeadAttention(
         output_dropout=0.0,
         use_output_bias=None,
         kernel_layout="input_first",
+        use_sinks=False,
         **kwargs,
     ):
         keras_internals.require("get_keras_mask", "set_keras_mask")
@@ -339,6 +346,7 @@ class MultiHeadAttention(
             "output_dropout": output_dropout,
             "use_output_bias": use_output_bias,
             "kernel_layout": kernel_layout,
+            "use_sinks": use_sinks,
         }
         _attention_options.check_options(options, attention_positions)
         if flash_attention not in (None, True, False):
@@ -546,6 +554,14 @@ class MultiHeadAttention(
         shapes = (static_shape(query), static_shape(value), static_shape(key))
         check_attention_shapes(*shapes)
         check_cache_arguments(query, cache, cache_update_index)
+        if self._options["use_sinks"] and (
+            len(self._attention_axes) != 1 or self._custom_attention()
+        ):
+            raise ValueError(
+                "`use_sinks=True` needs one attention axis and the layer's own "
+                f"`_compute_attention`; received attention_axes="
+                f"{self._attention_axes} in {type(self).__name__}."
+            )
         if bias is not None and len(query.shape) != 3:
             raise ValueError(
                 "`attention_bias` needs (batch, length, dim) inputs attending "
@@ -700,6 +716,7 @@ class MultiHeadAttention(
             "alibi_slopes": alibi_slopes,
             "segment_ids": segment_ids,
             "attn_logits_soft_cap": self._options["soft_cap"],
+            "sinks": self.sinks if self._options["use_sinks"] else None,
         }
         if self._needs_weights(return_attention_scores, training):
             self._record_path("standard")
