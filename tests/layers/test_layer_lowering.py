@@ -164,3 +164,23 @@ def test_attention_dropout_in_training_takes_the_pallas_kernel(grad):
     text = exported_text(fn, x, jax.ShapeDtypeStruct(mask.shape, mask.dtype), grad=grad)
     assert layer.attention_path == "jax_pallas"
     check_calls("jax_pallas", text, grad)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["forward", "backward"])
+def test_a_gpt_oss_layer_with_sinks_takes_the_pallas_kernel(grad):
+    """GPT-OSS's attention (grouped heads, a window, learned sinks) stays
+    fused: the sinks are applied from the Pallas kernel's log-sum-exp."""
+    layer = GroupedQueryAttention(
+        HEAD_DIM, HEADS, 2, sliding_window=128, use_sinks=True, dtype="mixed_bfloat16"
+    )
+    layer.build((B, T, D), (B, T, D))
+    mask = padding()
+
+    def fn(x, mask):
+        x = x.astype("bfloat16")
+        return layer(x, x, value_mask=mask, use_causal_mask=True)
+
+    x = jax.ShapeDtypeStruct((B, T, D), "float32")
+    text = exported_text(fn, x, jax.ShapeDtypeStruct(mask.shape, mask.dtype), grad=grad)
+    assert layer.attention_path == "jax_pallas"
+    check_calls("jax_pallas", text, grad)

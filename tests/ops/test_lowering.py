@@ -39,6 +39,7 @@ if keras.backend.backend() != "jax":
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 
 from keras_attention.ops import (  # noqa: E402
     alibi_slopes,
@@ -61,6 +62,7 @@ B, T, S, N = 2, 256, 256, 4
 OFFSET_QUERIES = 128  # T of the calls at an offset: the last 128 of 256 keys
 WINDOW = 128
 SOFT_CAP = 30.0
+SINKS = np.linspace(-1.0, 1.0, N).astype("float32")  # GPT-OSS's, one per head
 DTYPES = ("bfloat16", "float32")
 HEAD_SIZES = (64, 128, 256)
 
@@ -98,6 +100,12 @@ CONFIGS = {
         {"is_causal": True, "attn_logits_soft_cap": SOFT_CAP}, ("mask",), kv_heads=2
     ),
     "documents+alibi": Config({"alibi_slopes": alibi_slopes(N)}, ("segments",)),
+    "causal+sinks": Config({"is_causal": True, "sinks": SINKS}),
+    "causal+window+padding+sinks+gqa": Config(
+        {"is_causal": True, "sliding_window": WINDOW, "sinks": SINKS},
+        ("mask",),
+        kv_heads=2,
+    ),
 }
 
 # The path of each configuration, with flash_attention=None (the default)
@@ -130,6 +138,10 @@ PATHS = {
     "gqa":                         ("C  C  C   P  P  P",  "C  C  C   P  P  P"),
     "causal+padding+soft_cap+gqa": ("P  P  P   P  P  P",  "P  P  P   P  P  P"),
     "documents+alibi":             ("P  P  P   P  P  P",  "P  P  P   P  P  P"),
+    # Sinks read the log-sum-exp, which cuDNN through jax.nn does not give.
+    "causal+sinks":                ("P  P  P   P  P  P",  "P  P  P   P  P  P"),
+    "causal+window+padding+sinks+gqa":
+                                   ("P  P  P   P  P  P",  "P  P  P   P  P  P"),
 }
 # fmt: on
 
