@@ -118,6 +118,14 @@ TINY = {
         0.3,
         scales_at=1.0,
     ),
+    # GPT-OSS: biases on every projection, learned sinks, a window of 3 on
+    # every other layer, a mixture of experts.
+    "gpt_oss": Tiny(
+        "GptOssBackbone",
+        {**DECODER, "num_experts": 4, "top_k": 2, "sliding_window": 3},
+        "GptOssCausalLM",
+        0.3,
+    ),
     "gemma": Tiny("GemmaBackbone", GEMMA, "GemmaCausalLM", 0.5),
     # Gemma 2: both soft caps, post norms, a window of 3 in layer 0.
     "gemma2": Tiny(
@@ -245,17 +253,17 @@ def inputs(
 def attention_layers(model):
     """The self-attention layer of each block of a backbone, keras-hub's or
     ours: keras-hub's blocks name it `_self_attention_layer` (Llama's
-    relatives, its generic decoder and encoder) or `attention` (Phi-3,
-    Gemma); ALBERT's blocks come in a list."""
+    relatives, its generic decoder and encoder), `self_attention_layer`
+    (GPT-OSS) or `attention` (Phi-3, Gemma); ALBERT's blocks come in a
+    list."""
     blocks = [
         block
         for entry in model.transformer_layers
         for block in (entry if isinstance(entry, list) else [entry])
     ]
+    names = ("_self_attention_layer", "self_attention_layer", "attention")
     return [
-        block._self_attention_layer
-        if hasattr(block, "_self_attention_layer")
-        else block.attention
+        getattr(block, next(name for name in names if hasattr(block, name)))
         for block in blocks
     ]
 

@@ -105,6 +105,7 @@ INT8_FAMILIES = [
     "qwen3_moe",
     "gemma",
     "gemma2",
+    "gpt_oss",
 ]
 
 

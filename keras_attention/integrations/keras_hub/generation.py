@@ -44,13 +44,19 @@ QUANTIZED_CACHE_TASKS = {
     "keras_hub.src.models.qwen_moe.qwen_moe_causal_lm:QwenMoeCausalLM": _LLAMA,
     "keras_hub.src.models.qwen3_moe.qwen3_moe_causal_lm:Qwen3MoeCausalLM": _LLAMA,
     "keras_hub.src.models.gemma.gemma_causal_lm:GemmaCausalLM": _GEMMA,
+    "keras_hub.src.models.gpt_oss.gpt_oss_causal_lm:GptOssCausalLM": _LLAMA,
 }
 
 # Where keras-hub's blocks keep their attention layer: Llama's, Mistral's,
-# Mixtral's and Qwen's `_self_attention_layer`, Phi-3's and Gemma's
-# `attention`. (Read by name: on PyTorch a block's layers are not in its
-# `__dict__` but in torch's module registry.)
-_BLOCK_ATTENTION_ATTRIBUTES = ("_self_attention_layer", "attention")
+# Mixtral's and Qwen's `_self_attention_layer`, GPT-OSS's
+# `self_attention_layer`, Phi-3's and Gemma's `attention`. (Read by name: on
+# PyTorch a block's layers are not in its `__dict__` but in torch's module
+# registry.)
+_BLOCK_ATTENTION_ATTRIBUTES = (
+    "_self_attention_layer",
+    "self_attention_layer",
+    "attention",
+)
 
 _LOCK = threading.RLock()
 # keras-hub's task class -> its quantized-cache subclass.

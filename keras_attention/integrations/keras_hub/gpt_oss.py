@@ -1,0 +1,137 @@
+"""GPT-OSS (keras-hub's `GptOssBackbone`) with our attention.
+
+keras-hub's `GptOssAttention` adds its learned sinks as one more logit column
+and computes the dense `(B, N, T, S + 1)` scores on every backend. Ours
+computes the sinks from the log-sum-exp (`ops.sinks`), on the chunked path
+and the fused kernels too, so GPT-OSS trains and decodes memory-efficiently.
+
+keras-hub's window keeps the keys `q - w <= j <= q`: `w + 1` keys, where the
+model card and Hugging Face's implementation keep `w`. The adapter matches
+keras-hub by default (`sliding_window_keys="keras_hub"`) and takes the
+paper's with `sliding_window_keys="paper"`.
+
+References:
+    - [OpenAI, 2025. gpt-oss-120b & gpt-oss-20b Model Card](
+      https://arxiv.org/abs/2508.10925)
+    - [Xiao et al., 2023. Efficient Streaming Language Models with Attention
+      Sinks](https://arxiv.org/abs/2309.17453)
+"""
+
+from keras_hub.src.layers.modeling.rotary_embedding import RotaryEmbedding
+from keras_hub.src.models.gpt_oss import gpt_oss_decoder
+
+from keras_attention.integrations.keras_hub.attention import (
+    KerasHubAttention,
+    initializer_config,
+)
+from keras_attention.integrations.keras_hub.masks import HandsMaskParts
+from keras_attention.integrations.keras_hub.swap import Family
+
+# keras-hub's `w + 1` keys, or the model card's `w`.
+SLIDING_WINDOW_KEYS = ("keras_hub", "paper")
+
+
+class GptOssAttention(KerasHubAttention):
+    """keras-hub's `GptOssAttention` as our `GroupedQueryAttention`: biases
+    on every projection, YaRN rotary positions, a learned sink per query
+    head (`use_sinks`), the causal sliding window, dropout on the attention
+    output.
+
+    Args:
+        num_query_heads, num_key_value_heads, rope_max_wavelength,
+        rope_scaling_factor, kernel_initializer, sliding_window, dropout,
+        head_dim: keras-hub's `GptOssAttention`'s; `sliding_window` None or
+            0 is no window.
+        sliding_window_keys: `"keras_hub"` (keras-hub's `w + 1` keys, the
+            default, so outputs match keras-hub's model) or `"paper"` (the
+            model card's `w`).
+        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
+            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+    """
+
+    def __init__(
+        self,
+        num_query_heads,
+        num_key_value_heads,
+        rope_max_wavelength=10000,
+        rope_scaling_factor=1.0,
+        kernel_initializer="glorot_uniform",
+        sliding_window=4096,
+        dropout=0,
+        head_dim=None,
+        sliding_window_keys="keras_hub",
+        **kwargs,
+    ):
+        if sliding_window_keys not in SLIDING_WINDOW_KEYS:
+            raise ValueError(
+                f"`sliding_window_keys` must be one of {SLIDING_WINDOW_KEYS}; "
+                f"received {sliding_window_keys!r}."
+            )
+        window = sliding_window or None
+        if window is not None and sliding_window_keys == "keras_hub":
+            window += 1
+        keras_hub_config = {
+            "num_query_heads": num_query_heads,
+            "num_key_value_heads": num_key_value_heads,
+            "rope_max_wavelength": rope_max_wavelength,
+            "rope_scaling_factor": rope_scaling_factor,
+            "kernel_initializer": initializer_config(kernel_initializer),
+            "sliding_window": sliding_window,
+            "dropout": dropout,
+            "head_dim": head_dim,
+        }
+        if sliding_window_keys != "keras_hub":
+            keras_hub_config["sliding_window_keys"] = sliding_window_keys
+        super().__init__(
+            keras_hub_config,
+            head_dim=head_dim,
+            num_query_heads=num_query_heads,
+            num_key_value_heads=num_key_value_heads,
+            use_bias=True,
+            sliding_window=window,
+            output_dropout=dropout,
+            use_sinks=True,
+            kernel_initializer=kernel_initializer,
+            rotary_embedding=_yarn_rotary(
+                rope_max_wavelength, rope_scaling_factor, kwargs.get("dtype")
+            ),
+            **kwargs,
+        )
+
+
+def _yarn_rotary(max_wavelength, scaling_factor, dtype):
+    """keras-hub's GPT-OSS rotary embedding: YaRN, as its attention builds it
+    (the whole head rotated: GPT-OSS's head sizes are even)."""
+    return RotaryEmbedding(
+        max_wavelength=max_wavelength,
+        scaling_factor=scaling_factor,
+        rope_type="yarn",
+        beta_fast=32.0,
+        beta_slow=1.0,
+        original_max_position_embeddings=4096,
+        truncate=False,
+        dtype=dtype,
+    )
+
+
+class GptOssTransformerDecoder(
+    HandsMaskParts, gpt_oss_decoder.GptOssTransformerDecoder
+):
+    """keras-hub's GPT-OSS block, handing its attention the mask's parts (the
+    window is the attention's own)."""
+
+
+FAMILIES = (
+    Family(
+        name="GPT-OSS",
+        backbones=("keras_hub.src.models.gpt_oss.gpt_oss_backbone:GptOssBackbone",),
+        replacements={
+            "keras_hub.src.models.gpt_oss.gpt_oss_decoder:GptOssAttention": (
+                GptOssAttention
+            ),
+            "keras_hub.src.models.gpt_oss.gpt_oss_backbone:GptOssTransformerDecoder": (
+                GptOssTransformerDecoder
+            ),
+        },
+    ),
+)
