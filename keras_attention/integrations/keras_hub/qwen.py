@@ -224,48 +224,37 @@ class Qwen3SparseMoeBlock(DenseMaskForExperts, qwen3_moe_decoder.Qwen3SparseMoeB
     """keras-hub's Qwen 3 MoE experts, given keras-hub's dense mask."""
 
 
-_QWEN = "keras_hub.src.models.qwen"
+def _qwen_family(name, package, block, *layers):
+    """The family of keras-hub's `{name}Backbone`, in its package
+    `keras_hub.src.models.{package}`. Our classes have the names of the
+    keras-hub classes they replace: `layers` (the attention, and the MoE
+    models' experts) in the package's decoder module, `block` in its
+    backbone module."""
+    module = f"keras_hub.src.models.{package}.{package}"
+    replacements = {f"{module}_decoder:{layer.__name__}": layer for layer in layers}
+    replacements[f"{module}_backbone:{block.__name__}"] = block
+    return Family(
+        name=name,
+        backbones=(f"{module}_backbone:{name}Backbone",),
+        replacements=replacements,
+    )
+
+
 FAMILIES = (
-    Family(
-        name="Qwen",
-        backbones=(f"{_QWEN}.qwen_backbone:QwenBackbone",),
-        replacements={
-            f"{_QWEN}.qwen_decoder:QwenAttention": QwenAttention,
-            f"{_QWEN}.qwen_backbone:QwenTransformerDecoder": QwenTransformerDecoder,
-        },
+    _qwen_family("Qwen", "qwen", QwenTransformerDecoder, QwenAttention),
+    _qwen_family("Qwen3", "qwen3", Qwen3TransformerDecoder, Qwen3Attention),
+    _qwen_family(
+        "QwenMoe",
+        "qwen_moe",
+        QwenMoeTransformerDecoder,
+        QwenMoeAttention,
+        QwenSparseMoeBlock,
     ),
-    Family(
-        name="Qwen3",
-        backbones=(f"{_QWEN}3.qwen3_backbone:Qwen3Backbone",),
-        replacements={
-            f"{_QWEN}3.qwen3_decoder:Qwen3Attention": Qwen3Attention,
-            f"{_QWEN}3.qwen3_backbone:Qwen3TransformerDecoder": (
-                Qwen3TransformerDecoder
-            ),
-        },
-    ),
-    Family(
-        name="QwenMoe",
-        backbones=(f"{_QWEN}_moe.qwen_moe_backbone:QwenMoeBackbone",),
-        replacements={
-            f"{_QWEN}_moe.qwen_moe_decoder:QwenMoeAttention": QwenMoeAttention,
-            f"{_QWEN}_moe.qwen_moe_decoder:QwenSparseMoeBlock": QwenSparseMoeBlock,
-            f"{_QWEN}_moe.qwen_moe_backbone:QwenMoeTransformerDecoder": (
-                QwenMoeTransformerDecoder
-            ),
-        },
-    ),
-    Family(
-        name="Qwen3Moe",
-        backbones=(f"{_QWEN}3_moe.qwen3_moe_backbone:Qwen3MoeBackbone",),
-        replacements={
-            f"{_QWEN}3_moe.qwen3_moe_decoder:Qwen3MoeAttention": Qwen3MoeAttention,
-            f"{_QWEN}3_moe.qwen3_moe_decoder:Qwen3SparseMoeBlock": (
-                Qwen3SparseMoeBlock
-            ),
-            f"{_QWEN}3_moe.qwen3_moe_backbone:Qwen3MoeTransformerDecoder": (
-                Qwen3MoeTransformerDecoder
-            ),
-        },
+    _qwen_family(
+        "Qwen3Moe",
+        "qwen3_moe",
+        Qwen3MoeTransformerDecoder,
+        Qwen3MoeAttention,
+        Qwen3SparseMoeBlock,
     ),
 )
