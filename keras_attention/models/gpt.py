@@ -1,14 +1,9 @@
 import keras
 from keras import ops
 
-from keras_attention._checks import check_rate
 from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.key_value_cache import check_cache_dtype
-from keras_attention.layers.positions import (
-    ATTENTION_POSITIONS,
-    INPUT_POSITIONS,
-    positions_from_alias,
-)
+from keras_attention.layers.positions import INPUT_POSITIONS, positions_from_alias
 from keras_attention.layers.transformer_decoder import TransformerDecoderBlock
 from keras_attention.models.language_model import (
     LanguageModel,
@@ -16,6 +11,7 @@ from keras_attention.models.language_model import (
     check_language_model_args,
     tied_embedding,
 )
+from keras_attention.models.transformer_options import check_transformer_options
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -173,15 +169,15 @@ class GPT(PackedInputsMixin, LanguageModel):
             input_positions=input_positions,
             attention_positions=attention_positions,
         )
-        check_rate("dropout", dropout)
+        check_transformer_options(
+            hidden_dim,
+            num_heads,
+            dropout,
+            input_positions,
+            attention_positions,
+            num_key_value_heads,
+        )
         check_cache_dtype(cache_dtype)
-        INPUT_POSITIONS.check(input_positions)
-        ATTENTION_POSITIONS.check(attention_positions)
-        if hidden_dim % num_heads:
-            raise ValueError(
-                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
-                f"({num_heads})."
-            )
 
         # === Layers ===
         def initializer():

@@ -1,14 +1,18 @@
 import keras
 from keras import ops
 
-from keras_attention._checks import check_choice, check_positive_int, check_rate
+from keras_attention._checks import check_choice, check_rate
 from keras_attention.layers.additive_attention import AdditiveAttention
 from keras_attention.layers.attention_rnn_cell import AttentionRNNCell
 from keras_attention.layers.dot_product_attention import DotProductAttention
 from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.location_attention import LocationAttention
 from keras_attention.layers.multiplicative_attention import MultiplicativeAttention
-from keras_attention.models.seq2seq import Seq2Seq, token_id_inputs
+from keras_attention.models.seq2seq import (
+    Seq2Seq,
+    check_seq2seq_args,
+    token_id_inputs,
+)
 from keras_attention.ops import padding_mask
 
 # attention name -> (cell style, attention layer factory(units, max_source_length))
@@ -108,15 +112,14 @@ class RNNSeq2Seq(Seq2Seq):
         dtype=None,
         **kwargs,
     ):
-        for name, value in (
-            ("source_vocabulary_size", source_vocabulary_size),
-            ("target_vocabulary_size", target_vocabulary_size),
-            ("embedding_dim", embedding_dim),
-            ("units", units),
-            ("max_source_length", max_source_length),
-            ("max_target_length", max_target_length),
-        ):
-            check_positive_int(name, value)
+        check_seq2seq_args(
+            source_vocabulary_size,
+            target_vocabulary_size,
+            max_source_length,
+            max_target_length,
+            embedding_dim=embedding_dim,
+            units=units,
+        )
         check_choice("attention", attention, ATTENTIONS)
         check_choice("decoder_cell", decoder_cell, CELLS)
         check_rate("dropout", dropout)

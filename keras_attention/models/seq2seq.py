@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attention._checks import check_positive_int
 from keras_attention.decoding import GenerationMixin
 from keras_attention.models.saving import ConfigMixin
 
@@ -76,3 +77,22 @@ def token_id_inputs():
         name: keras.Input((None,), dtype="int32", name=name)
         for name in ("encoder_token_ids", "decoder_token_ids")
     }
+
+
+def check_seq2seq_args(
+    source_vocabulary_size,
+    target_vocabulary_size,
+    max_source_length,
+    max_target_length,
+    **sizes,
+):
+    """Checks the sizes every translation model has, and its own positive
+    sizes (`sizes`, by name)."""
+    for name, value in {
+        "source_vocabulary_size": source_vocabulary_size,
+        "target_vocabulary_size": target_vocabulary_size,
+        **sizes,
+        "max_source_length": max_source_length,
+        "max_target_length": max_target_length,
+    }.items():
+        check_positive_int(name, value)

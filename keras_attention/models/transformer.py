@@ -1,21 +1,21 @@
 import keras
 from keras import ops
 
-from keras_attention._checks import check_choice, check_positive_int, check_rate
+from keras_attention._checks import check_choice
 from keras_attention.decoding import ancestry_attention_mask
 from keras_attention.layers.dropout import Dropout
-from keras_attention.layers.multi_head_attention import check_key_value_heads
-from keras_attention.layers.positions import (
-    ATTENTION_POSITIONS,
-    INPUT_POSITIONS,
-    positions_from_alias,
-)
+from keras_attention.layers.positions import positions_from_alias
 from keras_attention.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
 from keras_attention.layers.transformer_decoder import TransformerDecoderBlock
 from keras_attention.layers.transformer_encoder import TransformerEncoderBlock
-from keras_attention.models.seq2seq import Seq2Seq, token_id_inputs
+from keras_attention.models.seq2seq import (
+    Seq2Seq,
+    check_seq2seq_args,
+    token_id_inputs,
+)
+from keras_attention.models.transformer_options import check_transformer_options
 from keras_attention.ops import padding_mask
 
 PRESETS = {
@@ -170,28 +170,26 @@ class Transformer(Seq2Seq):
             input_positions=input_positions,
             attention_positions=attention_positions,
         )
-        for name, value in (
-            ("source_vocabulary_size", source_vocabulary_size),
-            ("target_vocabulary_size", target_vocabulary_size),
-            ("hidden_dim", hidden_dim),
-            ("num_heads", num_heads),
-            ("num_encoder_layers", num_encoder_layers),
-            ("num_decoder_layers", num_decoder_layers),
-            ("intermediate_dim", intermediate_dim),
-            ("max_source_length", max_source_length),
-            ("max_target_length", max_target_length),
-        ):
-            check_positive_int(name, value)
-        check_rate("dropout", dropout)
-        check_positive_int("chunk_size", chunk_size, allow_none=True)
-        check_key_value_heads(num_heads, num_key_value_heads)
-        INPUT_POSITIONS.check(input_positions)
-        ATTENTION_POSITIONS.check(attention_positions)
-        if hidden_dim % num_heads:
-            raise ValueError(
-                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
-                f"({num_heads})."
-            )
+        check_seq2seq_args(
+            source_vocabulary_size,
+            target_vocabulary_size,
+            max_source_length,
+            max_target_length,
+            hidden_dim=hidden_dim,
+            num_heads=num_heads,
+            num_encoder_layers=num_encoder_layers,
+            num_decoder_layers=num_decoder_layers,
+            intermediate_dim=intermediate_dim,
+        )
+        check_transformer_options(
+            hidden_dim,
+            num_heads,
+            dropout,
+            input_positions,
+            attention_positions,
+            num_key_value_heads,
+            chunk_size,
+        )
         if share_embeddings and source_vocabulary_size != target_vocabulary_size:
             raise ValueError(
                 "`share_embeddings=True` needs one joint vocabulary; received "

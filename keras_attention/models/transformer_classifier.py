@@ -1,14 +1,9 @@
 import keras
 from keras import ops
 
-from keras_attention._checks import check_choice, check_positive_int, check_rate
+from keras_attention._checks import check_choice, check_positive_int
 from keras_attention.layers.dropout import Dropout
-from keras_attention.layers.multi_head_attention import check_key_value_heads
-from keras_attention.layers.positions import (
-    ATTENTION_POSITIONS,
-    INPUT_POSITIONS,
-    positions_from_alias,
-)
+from keras_attention.layers.positions import positions_from_alias
 from keras_attention.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
@@ -22,6 +17,7 @@ from keras_attention.models.text_classifier import (
     check_classifier_args,
     class_probabilities,
 )
+from keras_attention.models.transformer_options import check_transformer_options
 from keras_attention.ops import padding_mask
 
 # The id of the [CLS] token prepended with `pooling="cls"`: `[START]` in the
@@ -333,20 +329,22 @@ def _encoder_options(
     num_key_value_heads,
     chunk_size,
 ):
-    """Checks the options the classifier and the text encoder share;
-    returns them as `_encoder_layers` takes them."""
-    check_rate("dropout", dropout)
-    if hidden_dim % num_heads:
-        raise ValueError(
-            f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
-            f"({num_heads})."
-        )
-    check_key_value_heads(num_heads, num_key_value_heads)
-    check_positive_int("chunk_size", chunk_size, allow_none=True)
+    """Checks the options the classifier and the text encoder share
+    (`check_transformer_options`); returns them as `_encoder_layers` takes
+    them."""
+    check_transformer_options(
+        hidden_dim,
+        num_heads,
+        dropout,
+        input_positions,
+        attention_positions,
+        num_key_value_heads,
+        chunk_size,
+    )
     return {
         "dropout": dropout,
-        "input_positions": INPUT_POSITIONS.check(input_positions),
-        "attention_positions": ATTENTION_POSITIONS.check(attention_positions),
+        "input_positions": input_positions,
+        "attention_positions": attention_positions,
         "num_key_value_heads": num_key_value_heads,
         "chunk_size": chunk_size,
     }

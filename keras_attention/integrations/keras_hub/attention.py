@@ -1,8 +1,13 @@
 """`KerasHubAttention`, our grouped-query attention with the call of
 keras-hub's decoder attention layers, which the families' adapters subclass
-with each keras-hub layer's constructor."""
+with each keras-hub layer's constructor, and `KerasHubRotaryAttention`, its
+subclass for the families whose attention differs in its rotary embedding
+and a few options only (Llama, Mistral, Mixtral, Phi-3, Qwen)."""
+
+import inspect
 
 import keras
+from keras_hub.src.layers.modeling.rotary_embedding import RotaryEmbedding
 
 from keras_attention.integrations.keras_hub.masks import attention_call_arguments
 from keras_attention.layers.grouped_query_attention import GroupedQueryAttention
@@ -12,6 +17,30 @@ def initializer_config(initializer):
     """An initializer argument as keras-hub's layers keep it in their config:
     serialized, whether it came as a name, a config or an object."""
     return keras.initializers.serialize(keras.initializers.get(initializer))
+
+
+def keras_hub_arguments(constructor, arguments):
+    """A keras-hub layer's config, out of the arguments that its adapter's
+    constructor took (whose named parameters are keras-hub's).
+
+    Args:
+        constructor: the adapter's `__init__`.
+        arguments: that constructor's `locals()`.
+
+    Returns:
+        `{name: value}` of the constructor's named parameters (`self` and
+        `**kwargs` aside) in their order, the initializers serialized as
+        keras-hub keeps them (`initializer_config`).
+    """
+    config = {}
+    for name, parameter in list(inspect.signature(constructor).parameters.items())[1:]:
+        if parameter.kind is parameter.VAR_KEYWORD:
+            continue
+        value = arguments[name]
+        config[name] = (
+            initializer_config(value) if name.endswith("_initializer") else value
+        )
+    return config
 
 
 class KerasHubAttention(GroupedQueryAttention):
@@ -74,3 +103,56 @@ class KerasHubAttention(GroupedQueryAttention):
         if self.packed:
             config["packed"] = True
         return config
+
+
+class KerasHubRotaryAttention(KerasHubAttention):
+    """The attention of keras-hub's Llama, Mistral, Mixtral, Phi-3 and Qwen
+    as our `GroupedQueryAttention`: the rotary embedding on the queries and
+    keys, dropout on the attention output, no biases unless asked for.
+
+    A subclass's constructor takes the keras-hub layer's arguments (among
+    them `num_query_heads`, `num_key_value_heads`, `kernel_initializer` and
+    `dropout`) and hands them on as its `locals()`, which this keeps as
+    `keras_hub_config` (`keras_hub_arguments`) and reads our layer's
+    arguments from.
+
+    Args:
+        constructor: the subclass's `__init__`, whose named parameters are
+            the keras-hub layer's.
+        arguments: that constructor's `locals()`.
+        rotary_embedding: the family's rotary embedding layer; default
+            keras-hub's `RotaryEmbedding` of the arguments'
+            `rope_max_wavelength` and `rope_scaling_factor`.
+        head_dim: the head size; default `dim / num_query_heads`.
+        use_bias: biases on the projections.
+        **kwargs: more of `GroupedQueryAttention`'s arguments
+            (`sliding_window`, `query_norm`, `chunk_size`, ...) and the base
+            layer's.
+    """
+
+    def __init__(
+        self,
+        constructor,
+        arguments,
+        rotary_embedding=None,
+        head_dim=None,
+        use_bias=False,
+        **kwargs,
+    ):
+        if rotary_embedding is None:
+            rotary_embedding = RotaryEmbedding(
+                max_wavelength=arguments["rope_max_wavelength"],
+                scaling_factor=arguments["rope_scaling_factor"],
+                dtype=kwargs.get("dtype"),
+            )
+        super().__init__(
+            keras_hub_arguments(constructor, arguments),
+            head_dim=head_dim,
+            num_query_heads=arguments["num_query_heads"],
+            num_key_value_heads=arguments["num_key_value_heads"],
+            use_bias=use_bias,
+            output_dropout=arguments["dropout"],
+            kernel_initializer=arguments["kernel_initializer"],
+            rotary_embedding=rotary_embedding,
+            **kwargs,
+        )

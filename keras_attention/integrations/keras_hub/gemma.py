@@ -35,7 +35,7 @@ from keras_hub.src.models.gemma3.gemma3_attention import RMSNormalization
 
 from keras_attention.integrations.keras_hub.attention import (
     KerasHubAttention,
-    initializer_config,
+    keras_hub_arguments,
 )
 from keras_attention.integrations.keras_hub.masks import DecoderMask
 from keras_attention.integrations.keras_hub.swap import Family
@@ -143,17 +143,7 @@ class GemmaAttention(_KerasHubWindow, KerasHubAttention):
     ):
         _scale_checked(query_head_dim_normalize, "CachedGemmaAttention")
         super().__init__(
-            {
-                "head_dim": head_dim,
-                "num_query_heads": num_query_heads,
-                "num_key_value_heads": num_key_value_heads,
-                "kernel_initializer": initializer_config(kernel_initializer),
-                "logit_soft_cap": logit_soft_cap,
-                "use_sliding_window_attention": use_sliding_window_attention,
-                "sliding_window_size": sliding_window_size,
-                "query_head_dim_normalize": query_head_dim_normalize,
-                "dropout": dropout,
-            },
+            keras_hub_arguments(GemmaAttention.__init__, locals()),
             rotary_embedding=GemmaRotaryEmbedding(
                 max_wavelength=10_000.0, dtype=kwargs.get("dtype")
             ),
@@ -225,22 +215,7 @@ class Gemma3Attention(_KerasHubWindow, KerasHubAttention):
         # mask, and our layer's own (symmetric) window stays off.
         causal_window = use_sliding_window_attention and not use_bidirectional_attention
         super().__init__(
-            {
-                "head_dim": head_dim,
-                "num_query_heads": num_query_heads,
-                "num_key_value_heads": num_key_value_heads,
-                "kernel_initializer": initializer_config(kernel_initializer),
-                "logit_soft_cap": logit_soft_cap,
-                "use_sliding_window_attention": use_sliding_window_attention,
-                "sliding_window_size": sliding_window_size,
-                "query_head_dim_normalize": query_head_dim_normalize,
-                "use_query_key_norm": use_query_key_norm,
-                "layer_norm_epsilon": layer_norm_epsilon,
-                "rope_wavelength": rope_wavelength,
-                "rope_scaling_factor": rope_scaling_factor,
-                "use_bidirectional_attention": use_bidirectional_attention,
-                "dropout": dropout,
-            },
+            keras_hub_arguments(Gemma3Attention.__init__, locals()),
             rotary_embedding=RotaryEmbedding(
                 max_wavelength=rope_wavelength,
                 scaling_factor=rope_scaling_factor,

@@ -26,6 +26,7 @@ import keras
 from keras import ops, tree
 
 from keras_attention.integrations.keras_hub.attention import KerasHubAttention
+from keras_attention.integrations.keras_hub.swap import registered_subclass
 from keras_attention.layers.key_value_cache import is_quantized_cache
 
 # keras-hub task classes ("module:Name"; subclasses are taken too) -> how
@@ -176,9 +177,8 @@ def _make_quantized_class(task_class, scale_embedding, cache_name, index_name):
         _, hidden_states, cache = self.call_with_cache(token_ids, cache, 0)
         return hidden_states, cache
 
-    quantized = type(
-        task_class.__name__,
-        (task_class,),
+    return registered_subclass(
+        task_class,
         {
             "call_with_cache": call_with_cache,
             "_build_cache": build_cache,
@@ -194,7 +194,3 @@ def _make_quantized_class(task_class, scale_embedding, cache_name, index_name):
             "keras_hub_task_class": task_class,
         },
     )
-    quantized.__qualname__ = task_class.__name__
-    return keras.saving.register_keras_serializable(
-        package="keras_attention_keras_hub"
-    )(quantized)

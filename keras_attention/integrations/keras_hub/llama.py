@@ -9,15 +9,12 @@ References:
 from keras_hub.src.models.llama import llama_decoder
 from keras_hub.src.models.llama.llama_rotary_embedding import LlamaRotaryEmbedding
 
-from keras_attention.integrations.keras_hub.attention import (
-    KerasHubAttention,
-    initializer_config,
-)
+from keras_attention.integrations.keras_hub.attention import KerasHubRotaryAttention
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import Family
 
 
-class LlamaAttention(KerasHubAttention):
+class LlamaAttention(KerasHubRotaryAttention):
     """keras-hub's `LlamaAttention` as our `GroupedQueryAttention`: no biases,
     the head size `dim / num_query_heads`, keras-hub's rotary embedding (with
     Llama 3.1's frequency adjustment), dropout on the attention output.
@@ -55,20 +52,9 @@ class LlamaAttention(KerasHubAttention):
             "pretraining_sequence_length": rope_pretraining_sequence_length,
         }
         super().__init__(
-            {
-                "num_query_heads": num_query_heads,
-                "num_key_value_heads": num_key_value_heads,
-                **{f"rope_{name}": value for name, value in rope.items()},
-                "kernel_initializer": initializer_config(kernel_initializer),
-                "dropout": dropout,
-            },
-            head_dim=None,
-            num_query_heads=num_query_heads,
-            num_key_value_heads=num_key_value_heads,
-            use_bias=False,
-            output_dropout=dropout,
-            kernel_initializer=kernel_initializer,
-            rotary_embedding=LlamaRotaryEmbedding(**rope, dtype=kwargs.get("dtype")),
+            LlamaAttention.__init__,
+            locals(),
+            LlamaRotaryEmbedding(**rope, dtype=kwargs.get("dtype")),
             **kwargs,
         )
 

@@ -12,18 +12,14 @@ References:
     - [Jiang et al., 2023. Mistral 7B](https://arxiv.org/abs/2310.06825)
 """
 
-from keras_hub.src.layers.modeling.rotary_embedding import RotaryEmbedding
 from keras_hub.src.models.mistral import mistral_transformer_decoder
 
-from keras_attention.integrations.keras_hub.attention import (
-    KerasHubAttention,
-    initializer_config,
-)
+from keras_attention.integrations.keras_hub.attention import KerasHubRotaryAttention
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import Family
 
 
-class MistralAttention(KerasHubAttention):
+class MistralAttention(KerasHubRotaryAttention):
     """keras-hub's `CachedMistralAttention` as our `GroupedQueryAttention`:
     no biases, the head size `head_dim` (else `dim / num_query_heads`),
     keras-hub's rotary embedding, the causal sliding window, dropout on the
@@ -52,58 +48,12 @@ class MistralAttention(KerasHubAttention):
         **kwargs,
     ):
         super().__init__(
-            {
-                "num_query_heads": num_query_heads,
-                "num_key_value_heads": num_key_value_heads,
-                "rope_max_wavelength": rope_max_wavelength,
-                "rope_scaling_factor": rope_scaling_factor,
-                "kernel_initializer": initializer_config(kernel_initializer),
-                "sliding_window": sliding_window,
-                "dropout": dropout,
-                "head_dim": head_dim,
-            },
-            **sliding_window_attention_arguments(
-                num_query_heads,
-                num_key_value_heads,
-                rope_max_wavelength,
-                rope_scaling_factor,
-                kernel_initializer,
-                sliding_window,
-                dropout,
-                head_dim,
-                kwargs.get("dtype"),
-            ),
+            MistralAttention.__init__,
+            locals(),
+            head_dim=head_dim,
+            sliding_window=sliding_window,
             **kwargs,
         )
-
-
-def sliding_window_attention_arguments(
-    num_query_heads,
-    num_key_value_heads,
-    rope_max_wavelength,
-    rope_scaling_factor,
-    kernel_initializer,
-    sliding_window,
-    dropout,
-    head_dim,
-    dtype,
-):
-    """`GroupedQueryAttention`'s arguments for keras-hub's Mistral and
-    Mixtral attention (the two differ in their constructors only)."""
-    return {
-        "head_dim": head_dim,
-        "num_query_heads": num_query_heads,
-        "num_key_value_heads": num_key_value_heads,
-        "use_bias": False,
-        "sliding_window": sliding_window,
-        "output_dropout": dropout,
-        "kernel_initializer": kernel_initializer,
-        "rotary_embedding": RotaryEmbedding(
-            max_wavelength=rope_max_wavelength,
-            scaling_factor=rope_scaling_factor,
-            dtype=dtype,
-        ),
-    }
 
 
 class MistralTransformerDecoder(

@@ -11,21 +11,16 @@ References:
 
 from keras_hub.src.models.mixtral import mixtral_decoder
 
-from keras_attention.integrations.keras_hub.attention import (
-    KerasHubAttention,
-    initializer_config,
-)
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
-from keras_attention.integrations.keras_hub.mistral import (
-    sliding_window_attention_arguments,
-)
+from keras_attention.integrations.keras_hub.mistral import MistralAttention
 from keras_attention.integrations.keras_hub.swap import Family
 
 
-class MixtralAttention(KerasHubAttention):
+class MixtralAttention(MistralAttention):
     """keras-hub's `CachedMixtralAttention` as our `GroupedQueryAttention`:
-    no biases, the head size `dim / num_query_heads`, keras-hub's rotary
-    embedding, the causal sliding window, dropout on the attention output.
+    Mistral's attention (`MistralAttention`: no biases, keras-hub's rotary
+    embedding, the causal sliding window, dropout on the attention output)
+    without its `head_dim` argument, the head size `dim / num_query_heads`.
 
     Args:
         num_query_heads, num_key_value_heads, rope_max_wavelength,
@@ -37,40 +32,15 @@ class MixtralAttention(KerasHubAttention):
             `flash_attention`, `cache_dtype`, ...) and the base layer's.
     """
 
-    def __init__(
-        self,
-        num_query_heads,
-        num_key_value_heads,
-        rope_max_wavelength=10000,
-        rope_scaling_factor=1.0,
-        kernel_initializer="glorot_uniform",
-        sliding_window=512,
-        dropout=0,
-        **kwargs,
-    ):
-        super().__init__(
-            {
-                "num_query_heads": num_query_heads,
-                "num_key_value_heads": num_key_value_heads,
-                "rope_max_wavelength": rope_max_wavelength,
-                "rope_scaling_factor": rope_scaling_factor,
-                "kernel_initializer": initializer_config(kernel_initializer),
-                "sliding_window": sliding_window,
-                "dropout": dropout,
-            },
-            **sliding_window_attention_arguments(
-                num_query_heads,
-                num_key_value_heads,
-                rope_max_wavelength,
-                rope_scaling_factor,
-                kernel_initializer,
-                sliding_window,
-                dropout,
-                None,
-                kwargs.get("dtype"),
-            ),
-            **kwargs,
-        )
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # keras-hub's Mixtral attention has no `head_dim`: neither have its
+        # arguments nor its config.
+        if self.keras_hub_config.pop("head_dim") is not None:
+            raise TypeError(
+                "keras-hub's `CachedMixtralAttention` takes no `head_dim` (its "
+                "head size is `hidden_dim / num_query_heads`)."
+            )
 
 
 class MixtralTransformerDecoder(

@@ -20,15 +20,12 @@ from keras_hub.src.models.phi3.phi3_rotary_embedding import (
     Phi3SuScaledRotaryEmbedding,
 )
 
-from keras_attention.integrations.keras_hub.attention import (
-    KerasHubAttention,
-    initializer_config,
-)
+from keras_attention.integrations.keras_hub.attention import KerasHubRotaryAttention
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import Family
 
 
-class Phi3Attention(KerasHubAttention):
+class Phi3Attention(KerasHubRotaryAttention):
     """keras-hub's `Phi3Attention` as our `GroupedQueryAttention`: no biases,
     the head size `dim / num_query_heads`, keras-hub's rotary embedding (its
     `Phi3SuScaledRotaryEmbedding` for `rope_scaling_type="su"`), dropout on
@@ -77,28 +74,7 @@ class Phi3Attention(KerasHubAttention):
                 '`RotaryEmbedding`) or "su" (`Phi3SuScaledRotaryEmbedding`); '
                 f"received {rope_scaling_type!r}."
             )
-        super().__init__(
-            {
-                "num_query_heads": num_query_heads,
-                "num_key_value_heads": num_key_value_heads,
-                "kernel_initializer": initializer_config(kernel_initializer),
-                "dropout": dropout,
-                "max_sequence_length": max_sequence_length,
-                "pretraining_sequence_length": pretraining_sequence_length,
-                "rope_max_wavelength": rope_max_wavelength,
-                "rope_scaling_type": rope_scaling_type,
-                "rope_scaling_short_factor": rope_scaling_short_factor,
-                "rope_scaling_long_factor": rope_scaling_long_factor,
-            },
-            head_dim=None,
-            num_query_heads=num_query_heads,
-            num_key_value_heads=num_key_value_heads,
-            use_bias=False,
-            output_dropout=dropout,
-            kernel_initializer=kernel_initializer,
-            rotary_embedding=rotary,
-            **kwargs,
-        )
+        super().__init__(Phi3Attention.__init__, locals(), rotary, **kwargs)
 
     def build(self, inputs_shape, value_shape=None, key_shape=None):
         config = self.keras_hub_config

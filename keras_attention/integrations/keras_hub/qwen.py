@@ -24,7 +24,6 @@ References:
 """
 
 from keras import ops
-from keras_hub.src.layers.modeling.rotary_embedding import RotaryEmbedding
 from keras_hub.src.models.qwen import qwen_decoder
 from keras_hub.src.models.qwen3 import qwen3_decoder
 from keras_hub.src.models.qwen3.qwen3_layernorm import Qwen3LayerNorm
@@ -32,15 +31,12 @@ from keras_hub.src.models.qwen3_moe import qwen3_moe_decoder
 from keras_hub.src.models.qwen3_moe.qwen3_moe_layernorm import Qwen3MoeLayerNorm
 from keras_hub.src.models.qwen_moe import qwen_moe_decoder
 
-from keras_attention.integrations.keras_hub.attention import (
-    KerasHubAttention,
-    initializer_config,
-)
+from keras_attention.integrations.keras_hub.attention import KerasHubRotaryAttention
 from keras_attention.integrations.keras_hub.masks import DecoderMask, HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import Family
 
 
-class QwenAttention(KerasHubAttention):
+class QwenAttention(KerasHubRotaryAttention):
     """keras-hub's `QwenAttention` (Qwen 2, 2.5) as our
     `GroupedQueryAttention`: biases on the query, key and value projections,
     none on the output's, the head size `dim / num_query_heads`, keras-hub's
@@ -70,33 +66,14 @@ class QwenAttention(KerasHubAttention):
         **kwargs,
     ):
         super().__init__(
-            {
-                "num_query_heads": num_query_heads,
-                "num_key_value_heads": num_key_value_heads,
-                "rope_max_wavelength": rope_max_wavelength,
-                "rope_scaling_factor": rope_scaling_factor,
-                "kernel_initializer": initializer_config(kernel_initializer),
-                "bias_initializer": initializer_config(bias_initializer),
-                "dropout": dropout,
-                "use_sliding_window_attention": use_sliding_window_attention,
-                "sliding_window_size": sliding_window_size,
-            },
-            head_dim=None,
-            num_query_heads=num_query_heads,
-            num_key_value_heads=num_key_value_heads,
+            QwenAttention.__init__,
+            locals(),
             use_bias=True,
             use_output_bias=False,
             sliding_window=(
                 sliding_window_size if use_sliding_window_attention else None
             ),
-            output_dropout=dropout,
-            kernel_initializer=kernel_initializer,
             bias_initializer=bias_initializer,
-            rotary_embedding=RotaryEmbedding(
-                max_wavelength=rope_max_wavelength,
-                scaling_factor=rope_scaling_factor,
-                dtype=kwargs.get("dtype"),
-            ),
             **kwargs,
         )
 
@@ -115,7 +92,7 @@ class QwenMoeAttention(QwenAttention):
     """
 
 
-class Qwen3Attention(KerasHubAttention):
+class Qwen3Attention(KerasHubRotaryAttention):
     """keras-hub's `Qwen3Attention` as our `GroupedQueryAttention`: no
     biases, the head size `head_dim` (`dim / num_query_heads` where it is
     None), the projected query and key normalized per head by keras-hub's
@@ -160,31 +137,12 @@ class Qwen3Attention(KerasHubAttention):
             )
 
         super().__init__(
-            {
-                "num_query_heads": num_query_heads,
-                "num_key_value_heads": num_key_value_heads,
-                "head_dim": head_dim,
-                "rope_max_wavelength": rope_max_wavelength,
-                "rope_scaling_factor": rope_scaling_factor,
-                "kernel_initializer": initializer_config(kernel_initializer),
-                "dropout": dropout,
-                "layer_norm_epsilon": layer_norm_epsilon,
-                "sliding_window_size": sliding_window_size,
-            },
+            Qwen3Attention.__init__,
+            locals(),
             head_dim=head_dim or None,
-            num_query_heads=num_query_heads,
-            num_key_value_heads=num_key_value_heads,
-            use_bias=False,
             sliding_window=sliding_window_size or None,
-            output_dropout=dropout,
-            kernel_initializer=kernel_initializer,
             query_norm=norm("query_dense_layernorm"),
             key_norm=norm("key_dense_layernorm"),
-            rotary_embedding=RotaryEmbedding(
-                max_wavelength=rope_max_wavelength,
-                scaling_factor=rope_scaling_factor,
-                dtype=dtype,
-            ),
             **kwargs,
         )
 
@@ -246,9 +204,10 @@ class Qwen3MoeTransformerDecoder(
     `Qwen3SparseMoeBlock`)."""
 
 
-class QwenSparseMoeBlock(qwen_moe_decoder.QwenSparseMoeBlock):
-    """keras-hub's Qwen MoE experts, given the block's `DecoderMask` (which
-    their load-balancing loss reads, in training only) as keras-hub's dense
+class DenseMaskForExperts:
+    """Mixin for keras-hub's Qwen MoE experts (`QwenSparseMoeBlock`,
+    `Qwen3SparseMoeBlock`): given the block's `DecoderMask`, which their
+    load-balancing loss reads (in training only), they get keras-hub's dense
     mask."""
 
     def call(self, hidden_states, attention_mask=None, training=None):
@@ -257,59 +216,45 @@ class QwenSparseMoeBlock(qwen_moe_decoder.QwenSparseMoeBlock):
         return super().call(hidden_states, attention_mask, training=training)
 
 
-class Qwen3SparseMoeBlock(qwen3_moe_decoder.Qwen3SparseMoeBlock):
-    """keras-hub's Qwen 3 MoE experts, given the block's `DecoderMask` (which
-    their load-balancing loss reads, in training only) as keras-hub's dense
-    mask."""
-
-    def call(self, hidden_states, attention_mask=None, training=None):
-        if isinstance(attention_mask, DecoderMask):
-            attention_mask = dense_mask(attention_mask, hidden_states)
-        return super().call(hidden_states, attention_mask, training=training)
+class QwenSparseMoeBlock(DenseMaskForExperts, qwen_moe_decoder.QwenSparseMoeBlock):
+    """keras-hub's Qwen MoE experts, given keras-hub's dense mask."""
 
 
-_QWEN = "keras_hub.src.models.qwen"
+class Qwen3SparseMoeBlock(DenseMaskForExperts, qwen3_moe_decoder.Qwen3SparseMoeBlock):
+    """keras-hub's Qwen 3 MoE experts, given keras-hub's dense mask."""
+
+
+def _qwen_family(name, package, block, *layers):
+    """The family of keras-hub's `{name}Backbone`, in its package
+    `keras_hub.src.models.{package}`. Our classes have the names of the
+    keras-hub classes they replace: `layers` (the attention, and the MoE
+    models' experts) in the package's decoder module, `block` in its
+    backbone module."""
+    module = f"keras_hub.src.models.{package}.{package}"
+    replacements = {f"{module}_decoder:{layer.__name__}": layer for layer in layers}
+    replacements[f"{module}_backbone:{block.__name__}"] = block
+    return Family(
+        name=name,
+        backbones=(f"{module}_backbone:{name}Backbone",),
+        replacements=replacements,
+    )
+
+
 FAMILIES = (
-    Family(
-        name="Qwen",
-        backbones=(f"{_QWEN}.qwen_backbone:QwenBackbone",),
-        replacements={
-            f"{_QWEN}.qwen_decoder:QwenAttention": QwenAttention,
-            f"{_QWEN}.qwen_backbone:QwenTransformerDecoder": QwenTransformerDecoder,
-        },
+    _qwen_family("Qwen", "qwen", QwenTransformerDecoder, QwenAttention),
+    _qwen_family("Qwen3", "qwen3", Qwen3TransformerDecoder, Qwen3Attention),
+    _qwen_family(
+        "QwenMoe",
+        "qwen_moe",
+        QwenMoeTransformerDecoder,
+        QwenMoeAttention,
+        QwenSparseMoeBlock,
     ),
-    Family(
-        name="Qwen3",
-        backbones=(f"{_QWEN}3.qwen3_backbone:Qwen3Backbone",),
-        replacements={
-            f"{_QWEN}3.qwen3_decoder:Qwen3Attention": Qwen3Attention,
-            f"{_QWEN}3.qwen3_backbone:Qwen3TransformerDecoder": (
-                Qwen3TransformerDecoder
-            ),
-        },
-    ),
-    Family(
-        name="QwenMoe",
-        backbones=(f"{_QWEN}_moe.qwen_moe_backbone:QwenMoeBackbone",),
-        replacements={
-            f"{_QWEN}_moe.qwen_moe_decoder:QwenMoeAttention": QwenMoeAttention,
-            f"{_QWEN}_moe.qwen_moe_decoder:QwenSparseMoeBlock": QwenSparseMoeBlock,
-            f"{_QWEN}_moe.qwen_moe_backbone:QwenMoeTransformerDecoder": (
-                QwenMoeTransformerDecoder
-            ),
-        },
-    ),
-    Family(
-        name="Qwen3Moe",
-        backbones=(f"{_QWEN}3_moe.qwen3_moe_backbone:Qwen3MoeBackbone",),
-        replacements={
-            f"{_QWEN}3_moe.qwen3_moe_decoder:Qwen3MoeAttention": Qwen3MoeAttention,
-            f"{_QWEN}3_moe.qwen3_moe_decoder:Qwen3SparseMoeBlock": (
-                Qwen3SparseMoeBlock
-            ),
-            f"{_QWEN}3_moe.qwen3_moe_backbone:Qwen3MoeTransformerDecoder": (
-                Qwen3MoeTransformerDecoder
-            ),
-        },
+    _qwen_family(
+        "Qwen3Moe",
+        "qwen3_moe",
+        Qwen3MoeTransformerDecoder,
+        Qwen3MoeAttention,
+        Qwen3SparseMoeBlock,
     ),
 )

@@ -112,9 +112,8 @@ def _make_swapped_class(family, backbone_class):
             config["attention_options"] = dict(self.attention_options)
         return config
 
-    swapped = type(
-        backbone_class.__name__,
-        (backbone_class,),
+    return registered_subclass(
+        backbone_class,
         {
             "__init__": __init__,
             "get_config": get_config,
@@ -129,10 +128,26 @@ def _make_swapped_class(family, backbone_class):
             "family": family,
         },
     )
-    swapped.__qualname__ = backbone_class.__name__
+
+
+def registered_subclass(base, namespace):
+    """A subclass of keras-hub's class `base` that a `.keras` file names and
+    loads: of `base`'s name, with `namespace` (its methods and attributes,
+    `__module__` among them), registered under the package
+    `keras_attention_keras_hub`.
+
+    Args:
+        base: a keras-hub class (a backbone, a task).
+        namespace: the subclass's attributes.
+
+    Returns:
+        The registered subclass.
+    """
+    subclass = type(base.__name__, (base,), namespace)
+    subclass.__qualname__ = base.__name__
     return keras.saving.register_keras_serializable(
         package="keras_attention_keras_hub"
-    )(swapped)
+    )(subclass)
 
 
 def copy_weights(source, target):

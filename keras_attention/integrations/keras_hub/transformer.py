@@ -174,48 +174,40 @@ class TransformerEncoder(transformer_encoder.TransformerEncoder):
         super().__setattr__(name, value)
 
 
-def _decoder_family(name, module):
+# Where keras-hub's `TransformerDecoder` finds the attention class it builds.
+_DECODER_ATTENTION = (
+    "keras_hub.src.layers.modeling.transformer_decoder:CachedMultiHeadAttention"
+)
+
+
+def _family(name, module, *, encoder=False, decoder=False):
+    """The family of keras-hub's `{name}Backbone` in `keras_hub.src.models.
+    {module}`, which builds keras-hub's generic blocks: its `encoder` blocks
+    are ours, its `decoder` blocks and their attention too."""
+    backbone_module = f"keras_hub.src.models.{module}"
+    replacements = {}
+    if encoder:
+        replacements[f"{backbone_module}:TransformerEncoder"] = TransformerEncoder
+    if decoder:
+        replacements[f"{backbone_module}:TransformerDecoder"] = TransformerDecoder
+        replacements[_DECODER_ATTENTION] = CachedMultiHeadAttention
     return Family(
         name=name,
-        backbones=(f"keras_hub.src.models.{module}:{name}Backbone",),
-        replacements={
-            f"keras_hub.src.models.{module}:TransformerDecoder": TransformerDecoder,
-            "keras_hub.src.layers.modeling.transformer_decoder:"
-            "CachedMultiHeadAttention": CachedMultiHeadAttention,
-        },
-    )
-
-
-def _encoder_family(name, module):
-    return Family(
-        name=name,
-        backbones=(f"keras_hub.src.models.{module}:{name}Backbone",),
-        replacements={
-            f"keras_hub.src.models.{module}:TransformerEncoder": TransformerEncoder,
-        },
-    )
-
-
-def _encoder_decoder_family(name, module):
-    family = _decoder_family(name, module)
-    encoder = _encoder_family(name, module)
-    return Family(
-        name=name,
-        backbones=family.backbones,
-        replacements={**encoder.replacements, **family.replacements},
+        backbones=(f"{backbone_module}:{name}Backbone",),
+        replacements=replacements,
     )
 
 
 FAMILIES = (
-    _decoder_family("GPT2", "gpt2.gpt2_backbone"),
-    _decoder_family("OPT", "opt.opt_backbone"),
+    _family("GPT2", "gpt2.gpt2_backbone", decoder=True),
+    _family("OPT", "opt.opt_backbone", decoder=True),
     # The decoder's cross-attention is ours too, its mask the encoder's
     # padding (broadcast over the queries, as keras-hub's).
-    _encoder_decoder_family("Bart", "bart.bart_backbone"),
-    _encoder_family("Bert", "bert.bert_backbone"),
+    _family("Bart", "bart.bart_backbone", encoder=True, decoder=True),
+    _family("Bert", "bert.bert_backbone", encoder=True),
     # XLM-RoBERTa's backbone subclasses RoBERTa's.
-    _encoder_family("Roberta", "roberta.roberta_backbone"),
-    _encoder_family("DistilBert", "distil_bert.distil_bert_backbone"),
-    _encoder_family("Electra", "electra.electra_backbone"),
-    _encoder_family("Albert", "albert.albert_backbone"),
+    _family("Roberta", "roberta.roberta_backbone", encoder=True),
+    _family("DistilBert", "distil_bert.distil_bert_backbone", encoder=True),
+    _family("Electra", "electra.electra_backbone", encoder=True),
+    _family("Albert", "albert.albert_backbone", encoder=True),
 )
