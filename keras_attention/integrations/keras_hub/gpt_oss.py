@@ -21,8 +21,7 @@ from keras_hub.src.layers.modeling.rotary_embedding import RotaryEmbedding
 from keras_hub.src.models.gpt_oss import gpt_oss_decoder
 
 from keras_attention.integrations.keras_hub.attention import (
-    KerasHubAttention,
-    initializer_config,
+    KerasHubRotaryAttention,
 )
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import Family
@@ -31,7 +30,7 @@ from keras_attention.integrations.keras_hub.swap import Family
 SLIDING_WINDOW_KEYS = ("keras_hub", "paper")
 
 
-class GptOssAttention(KerasHubAttention):
+class GptOssAttention(KerasHubRotaryAttention):
     """keras-hub's `GptOssAttention` as our `GroupedQueryAttention`: biases
     on every projection, YaRN rotary positions, a learned sink per query
     head (`use_sinks`), the causal sliding window, dropout on the attention
@@ -42,11 +41,11 @@ class GptOssAttention(KerasHubAttention):
         rope_scaling_factor, kernel_initializer, sliding_window, dropout,
         head_dim: keras-hub's `GptOssAttention`'s; `sliding_window` None or
             0 is no window.
-        sliding_window_keys: `"keras_hub"` (keras-hub's `w + 1` keys, the
-            default, so outputs match keras-hub's model) or `"paper"` (the
-            model card's `w`).
-        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+        **kwargs: `sliding_window_keys`: `"keras_hub"` (keras-hub's `w + 1`
+            keys, the default, so outputs match keras-hub's model) or
+            `"paper"` (the model card's `w`); `GroupedQueryAttention`'s
+            other arguments (`chunk_size`, `flash_attention`,
+            `cache_dtype`, ...) and the base layer's.
     """
 
     def __init__(
@@ -59,47 +58,33 @@ class GptOssAttention(KerasHubAttention):
         sliding_window=4096,
         dropout=0,
         head_dim=None,
-        sliding_window_keys="keras_hub",
         **kwargs,
     ):
-        if sliding_window_keys not in SLIDING_WINDOW_KEYS:
+        keys = kwargs.pop("sliding_window_keys", "keras_hub")
+        if keys not in SLIDING_WINDOW_KEYS:
             raise ValueError(
                 f"`sliding_window_keys` must be one of {SLIDING_WINDOW_KEYS}; "
-                f"received {sliding_window_keys!r}."
+                f"received {keys!r}."
             )
         window = sliding_window or None
-        if window is not None and sliding_window_keys == "keras_hub":
+        if window is not None and keys == "keras_hub":
             window += 1
-        keras_hub_config = {
-            "num_query_heads": num_query_heads,
-            "num_key_value_heads": num_key_value_heads,
-            "rope_max_wavelength": rope_max_wavelength,
-            "rope_scaling_factor": rope_scaling_factor,
-            "kernel_initializer": initializer_config(kernel_initializer),
-            "sliding_window": sliding_window,
-            "dropout": dropout,
-            "head_dim": head_dim,
-        }
-        if sliding_window_keys != "keras_hub":
-            keras_hub_config["sliding_window_keys"] = sliding_window_keys
+        rotary = _yarn_rotary(rope_max_wavelength, rope_scaling_factor, kwargs)
         super().__init__(
-            keras_hub_config,
+            GptOssAttention.__init__,
+            locals(),
+            rotary_embedding=rotary,
             head_dim=head_dim,
-            num_query_heads=num_query_heads,
-            num_key_value_heads=num_key_value_heads,
             use_bias=True,
             sliding_window=window,
-            output_dropout=dropout,
             use_sinks=True,
-            kernel_initializer=kernel_initializer,
-            rotary_embedding=_yarn_rotary(
-                rope_max_wavelength, rope_scaling_factor, kwargs.get("dtype")
-            ),
             **kwargs,
         )
+        if keys != "keras_hub":
+            self.keras_hub_config["sliding_window_keys"] = keys
 
 
-def _yarn_rotary(max_wavelength, scaling_factor, dtype):
+def _yarn_rotary(max_wavelength, scaling_factor, kwargs):
     """keras-hub's GPT-OSS rotary embedding: YaRN, as its attention builds it
     (the whole head rotated: GPT-OSS's head sizes are even)."""
     return RotaryEmbedding(
@@ -110,7 +95,7 @@ def _yarn_rotary(max_wavelength, scaling_factor, dtype):
         beta_slow=1.0,
         original_max_position_embeddings=4096,
         truncate=False,
-        dtype=dtype,
+        dtype=kwargs.get("dtype"),
     )
 
 
