@@ -25,7 +25,9 @@ CPU), they are recorded anyway.
 
 `--model gemma2`: a tiny Gemma 2 (`GemmaCausalLM` with both soft caps and a
 sliding window of 4,096 keys in every other layer) in place of the Llama,
-written to `OUT/keras-hub-long-context-gemma2.json`.
+written to `OUT/keras-hub-long-context-gemma2.json`. `--model gpt_oss`: a
+tiny GPT-OSS (learned sinks, a window of 128 keys in every other layer, 4
+experts), written to `OUT/keras-hub-long-context-gpt_oss.json`.
 
 Usage: `python benchmarks/keras_hub_long_context.py --backend tensorflow
 [--model llama] [--lengths 4096 8192 16384 32768] [--limit-gib 8] [--steps 2] [--out
@@ -70,6 +72,14 @@ MODELS = {
             use_sliding_window_attention=True,
             sliding_window_size=4096,
         ),
+    ),
+    # GPT-OSS: learned sinks (keras-hub adds them as a logit column of its
+    # dense scores), biases, a window of 128 keys in every other layer, a
+    # mixture of 4 experts.
+    "gpt_oss": (
+        "GptOssBackbone",
+        "GptOssCausalLM",
+        dict(CONFIG, num_experts=4, top_k=2, sliding_window=128),
     ),
 }
 CASES = ("keras_hub", "ours")

@@ -69,6 +69,10 @@ REASONS = {
     "score_layer": "Additive attention and attention pooling score keys with "
     "their own function, outside `dot_product_attention`.",
     "sdpa_soft_cap": "PyTorch's SDPA has no soft cap (Gemma 2 and 3).",
+    "sdpa_lse": (
+        "SDPA returns no log-sum-exp, which sinks need (GPT-OSS); "
+        "FlexAttention gives it on CUDA."
+    ),
     "cpu_plan": "No fused kernel serves this call on this backend.",
     "unexplained": "No recorded fact explains it: look at the plan.",
 }
@@ -141,6 +145,8 @@ def reason_of(path, spec, query, arguments):
         return "head_dim"
     if keras.backend.backend() == "torch" and "soft_cap" in kinds:
         return "sdpa_soft_cap"
+    if keras.backend.backend() == "torch" and arguments.get("return_lse"):
+        return "sdpa_lse"
     if keras.backend.backend() != "jax":
         return "cpu_plan"
     if path == "chunked":
@@ -448,6 +454,7 @@ HUB_DECODERS = (
     "gemma",
     "gemma2",
     "gemma3",
+    "gpt_oss",
 )
 HUB_GENERIC = {
     "gpt2": "GPT2CausalLM",
