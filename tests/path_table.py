@@ -90,12 +90,12 @@ class Recorder:
 
     @contextlib.contextmanager
     def installed(self, monkeypatch):
-        from keras_attention.layers import multi_head_attention
+        from keras_attention.layers import _attention_paths
         from keras_attention.ops import attention
 
         plan_kernel = attention.plan_kernel
-        with_weights = multi_head_attention.attend_with_weights
-        over_axes = multi_head_attention.attend_over_axes
+        with_weights = _attention_paths.attend_with_weights
+        over_axes = _attention_paths.attend_over_axes
 
         def recorded_plan(spec, query, value, **arguments):
             path = plan_kernel(spec, query, value, **arguments)
@@ -116,10 +116,8 @@ class Recorder:
             return over_axes(*args)
 
         monkeypatch.setattr(attention, "plan_kernel", recorded_plan)
-        monkeypatch.setattr(
-            multi_head_attention, "attend_with_weights", recorded_weights
-        )
-        monkeypatch.setattr(multi_head_attention, "attend_over_axes", recorded_axes)
+        monkeypatch.setattr(_attention_paths, "attend_with_weights", recorded_weights)
+        monkeypatch.setattr(_attention_paths, "attend_over_axes", recorded_axes)
         yield self
 
 

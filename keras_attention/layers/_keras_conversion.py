@@ -1,38 +1,52 @@
 """`MultiHeadAttention.from_keras` and `load_keras_weights`: a layer of this
 package from a built `keras.layers.MultiHeadAttention` or
-`keras.layers.GroupQueryAttention`, its config and weights."""
+`keras.layers.GroupQueryAttention`, its config and weights.
+
+`KerasConversion` holds the two methods of the layer; `attention_sizes` reads
+the sizes both kinds of layer agree on from their configs."""
 
 
-def load_keras_weights(layer, keras_layer):
-    """`layer` with the weights of the built `keras_layer`, after checking
-    that the two agree on the heads, head sizes, use_bias and use_gate;
-    `layer` is built to the Keras layer's input sizes if needed."""
-    if not keras_layer.built:
-        raise ValueError(f"The Keras {type(keras_layer).__name__} must be built first.")
-    theirs, ours = attention_sizes(keras_layer), attention_sizes(layer)
-    for name, value in ours.items():
-        if theirs[name] != value:
+class KerasConversion:
+    """`load_keras_weights` and `from_keras` of `MultiHeadAttention` (see the
+    module)."""
+
+    def load_keras_weights(self, keras_layer):
+        """Copies the weights of a built `keras.layers.MultiHeadAttention` or
+        `keras.layers.GroupQueryAttention`.
+
+        The two layers must agree on the heads, head sizes, use_bias and
+        use_gate; this layer is built to the Keras layer's input sizes if
+        needed.
+        """
+        if not keras_layer.built:
             raise ValueError(
-                f"Cannot load weights: the Keras layer has {name}="
-                f"{theirs[name]}, this layer has {name}={value}."
+                f"The Keras {type(keras_layer).__name__} must be built first."
             )
-    if not layer.built:
-        layer.build(**keras_layer.get_build_config()["shapes_dict"])
-    layer.set_weights(keras_layer.get_weights())
-    return layer
+        theirs, ours = attention_sizes(keras_layer), attention_sizes(self)
+        for name, value in ours.items():
+            if theirs[name] != value:
+                raise ValueError(
+                    f"Cannot load weights: the Keras layer has {name}="
+                    f"{theirs[name]}, this layer has {name}={value}."
+                )
+        if not self.built:
+            self.build(**keras_layer.get_build_config()["shapes_dict"])
+        self.set_weights(keras_layer.get_weights())
+        return self
 
-
-def from_keras(cls, keras_layer, **kwargs):
-    """A new `cls` with the config (updated with `kwargs`), weights, dtype
-    policy and trainability of `keras_layer`."""
-    config = keras_layer.get_config()
-    config.pop("name", None)
-    # The policy object itself: its config is a dict on some releases.
-    config["dtype"] = keras_layer.dtype_policy
-    config.update(kwargs)
-    layer = cls(**config).load_keras_weights(keras_layer)
-    layer.trainable = keras_layer.trainable
-    return layer
+    @classmethod
+    def from_keras(cls, keras_layer, **kwargs):
+        """A new layer with the config and weights of a Keras
+        `MultiHeadAttention` (or, for `GroupedQueryAttention`, a Keras
+        `GroupQueryAttention`), its dtype policy and trainability included."""
+        config = keras_layer.get_config()
+        config.pop("name", None)
+        # The policy object itself: its config is a dict on some releases.
+        config["dtype"] = keras_layer.dtype_policy
+        config.update(kwargs)
+        layer = cls(**config).load_keras_weights(keras_layer)
+        layer.trainable = keras_layer.trainable
+        return layer
 
 
 def attention_sizes(layer):

@@ -1,4 +1,5 @@
-"""How `MultiHeadAttention` is built, and the shapes of its outputs.
+"""How `MultiHeadAttention` is built, how it projects its queries and keys,
+and the shapes of its outputs.
 
 `EinsumProjections` builds the layer as Keras builds its own
 `MultiHeadAttention`: one `EinsumDense` per projection (`_query_dense`,
@@ -6,9 +7,11 @@
 names, order and equations, so that what Keras builds on them (int8
 quantization, LoRA, constraints, dtype-policy maps) works; and
 `_build_attention`, Keras' hook, sets the attention axes, einsum equations
-and attention dropout. It reads what the layer's constructor sets
-(`_dense_arguments`, `_output_dims`, `_use_gate`, `_num_key_value_heads`,
-`_attention_positions`, `_relative_bias`).
+and attention dropout. `_project_query` and `_project_key` apply the query
+and key projections, their norms and the rotary encoding. It reads what the
+layer's constructor sets (`_dense_arguments`, `_output_dims`, `_use_gate`,
+`_num_key_value_heads`, `_attention_positions`, `_relative_bias`,
+`_rotary`).
 """
 
 import string
@@ -20,6 +23,7 @@ from keras_attention.layers._attention_options import (
     heads_first_equation,
     settle_head_size,
 )
+from keras_attention.layers._attention_positions import rotate
 from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.key_value_cache import cache_slots, cache_spec
 from keras_attention.ops.multi_axis import attention_equations
@@ -27,8 +31,9 @@ from keras_attention.utils.initializers import clone_initializer
 
 
 class EinsumProjections:
-    """`build`, `_build_attention`, `compute_output_shape` and
-    `compute_output_spec` of `MultiHeadAttention` (see the module)."""
+    """`build`, `_build_attention`, `_project_query`, `_project_key`,
+    `compute_output_shape` and `compute_output_spec` of `MultiHeadAttention`
+    (see the module)."""
 
     # Where the query and key norms come in `weights`: False, right after
     # their projections (Qwen 3's order); True, after the value's (Gemma 3's).
@@ -153,6 +158,21 @@ class EinsumProjections:
                 "`soft_cap` needs one attention axis; received "
                 f"attention_axes={self._attention_axes}."
             )
+
+    def _project_query(self, query, start_index=0, positions=None):
+        """The query projection, rotated by position with a rotary encoding
+        (from `start_index`, or at `positions` `(B, T)` when given)."""
+        projected = self._query_dense(query)
+        if self._options["query_norm"] is not None:
+            projected = self.query_norm(projected)
+        return rotate(self._rotary, projected, start_index, positions)
+
+    def _project_key(self, key, start_index=0, positions=None):
+        """The key projection, rotated as the query's."""
+        projected = self._key_dense(key)
+        if self._options["key_norm"] is not None:
+            projected = self.key_norm(projected)
+        return rotate(self._rotary, projected, start_index, positions)
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         check_attention_shapes(query_shape, value_shape, key_shape)

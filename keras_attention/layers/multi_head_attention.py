@@ -1,4 +1,10 @@
-import functools
+"""`MultiHeadAttention`, a drop-in for Keras': its constructor, config,
+properties and `call` as the steps of one call (and `check_key_value_heads`).
+Its bases, in the private modules beside this one, hold the rest:
+`EinsumProjections` (`build`, the projections, the output shapes),
+`AttentionPaths` (`_compute_attention` and its paths), `KeyValueCaching` (the
+cache methods), `KerasConversion` (`from_keras`, `load_keras_weights`)."""
+
 from operator import attrgetter
 
 import keras
@@ -10,17 +16,11 @@ from keras_attention._checks import (
     check_rate,
     static_shape,
 )
-from keras_attention.layers import _attention_options, _keras_conversion
-from keras_attention.layers._attention_paths import (
-    attend_over_axes,
-    attend_with_weights,
-    op_path,
-)
-from keras_attention.layers._attention_positions import (
-    add_position_bias,
-    positions_in_op,
-    rotate,
-)
+from keras_attention.layers import _attention_options
+from keras_attention.layers._attention_paths import AttentionPaths
+from keras_attention.layers._attention_positions import add_position_bias
+from keras_attention.layers._keras_conversion import KerasConversion
+from keras_attention.layers._key_value_caching import KeyValueCaching
 from keras_attention.layers._projections import (
     EinsumProjections,
     as_output_dims,
@@ -31,19 +31,12 @@ from keras_attention.layers._segment_ids import (
     document_positions,
     merge_document_mask,
 )
-from keras_attention.layers.attention_plan import plan_attention
 from keras_attention.layers.key_value_cache import (
     cache_length,
-    check_cache,
     check_cache_arguments,
     check_cache_dtype,
-    check_cache_layout,
-    empty_cache,
-    read_keys_values,
-    write_keys_values,
 )
 from keras_attention.layers.positions import ATTENTION_POSITIONS, positions_from_alias
-from keras_attention.ops.attention import dot_product_attention
 from keras_attention.ops.masks import (
     combine_attention_masks,
     hide_unattended_inputs,
@@ -68,6 +61,9 @@ def check_key_value_heads(num_heads, num_key_value_heads):
 class MultiHeadAttention(
     keras_internals.KeepsKerasMasksWhenCast,
     EinsumProjections,
+    AttentionPaths,
+    KeyValueCaching,
+    KerasConversion,
     keras.layers.MultiHeadAttention,
 ):
     """Multi-head attention, a drop-in for `keras.layers.MultiHeadAttention`.
@@ -567,238 +563,6 @@ class MultiHeadAttention(
                 "`attention_bias` needs (batch, length, dim) inputs attending "
                 f"over one sequence axis; received query shape {shapes[0]}."
             )
-
-    def _plan(self, cache, causal, segment_ids, bias, needs_weights):
-        """What this call passes to the op (`layers.attention_plan`)."""
-        return plan_attention(
-            num_attention_axes=len(self._attention_axes),
-            cached=cache is not None,
-            custom_attention=self._custom_attention(),
-            use_causal_mask=causal,
-            sliding_window=self._sliding_window,
-            alibi=self._alibi_slopes is not None,
-            segment_ids=segment_ids is not None,
-            relative=self._relative_bias is not None,
-            dense_bias=bias is not None,
-            needs_weights=needs_weights,
-        )
-
-    def _project_query(self, query, start_index=0, positions=None):
-        """The query projection, rotated by position with a rotary encoding
-        (from `start_index`, or at `positions` `(B, T)` when given)."""
-        projected = self._query_dense(query)
-        if self._options["query_norm"] is not None:
-            projected = self.query_norm(projected)
-        return rotate(self._rotary, projected, start_index, positions)
-
-    def _project_key(self, key, start_index=0, positions=None):
-        """The key projection, rotated as the query's."""
-        projected = self._key_dense(key)
-        if self._options["key_norm"] is not None:
-            projected = self.key_norm(projected)
-        return rotate(self._rotary, projected, start_index, positions)
-
-    def _apply_cache(self, cache, cache_update_index, key, value):
-        """`(cache, keys, values)`: the cache after writing the projected
-        `key` and `value` at `cache_update_index` (unchanged without an
-        index), and the keys and values it holds, in the compute dtype."""
-        check_cache(cache, self._num_key_value_heads, self.key_dim, self.value_dim)
-        if cache_update_index is not None:
-            cache = write_keys_values(
-                cache,
-                cache_update_index,
-                self._project_key(key, cache_update_index),
-                self._value_dense(value),
-            )
-        keys, values = read_keys_values(cache, self.compute_dtype)
-        return cache, keys, values
-
-    def _keys_values(self, key, value, start_index=0):
-        """The projected keys and values as cache entries `(B, 2, S,
-        num_key_value_heads, key_dim)`."""
-        projected_key = self._project_key(key, start_index)
-        return ops.stack((projected_key, self._value_dense(value)), axis=1)
-
-    def _op_arguments(self, plan, attention_bias, segment_ids):
-        """The arguments of `_compute_attention` beyond Keras': the bias,
-        and what the plan leaves to the op."""
-        arguments = positions_in_op(plan, self._alibi_slopes, self._relative_bias)
-        if plan.causal_in_op:
-            arguments["use_causal_mask"] = True
-        if plan.window_in_op:
-            arguments["sliding_window"] = self._sliding_window
-        if attention_bias is not None:
-            arguments["attention_bias"] = attention_bias
-        if plan.segments_in_op:
-            arguments["segment_ids"] = segment_ids
-        return arguments
-
-    def _custom_attention(self):
-        """Whether a subclass overrides `_compute_attention` (then it gets
-        every mask materialized, as from Keras' layer)."""
-        own = MultiHeadAttention._compute_attention
-        return type(self)._compute_attention is not own
-
-    def _needs_weights(self, return_attention_scores, training):
-        """Whether the `(T, S)` weights must exist: returned, or dropped out
-        by a subclass's `_compute_attention` or over several axes (the op
-        drops them out inside every path, fused kernels included)."""
-        if return_attention_scores:
-            return True
-        dropped_out = bool(training) and self.dropout > 0
-        return dropped_out and (
-            self._custom_attention() or len(self._attention_axes) != 1
-        )
-
-    def _attend(self, query, key, value, mask, training, return_scores, extra):
-        """Calls `_compute_attention` the way Keras' layer calls it, for the
-        subclasses that override it."""
-        return self._compute_attention(
-            query, key, value, mask, training, return_scores, **extra
-        )
-
-    def _compute_attention(
-        self,
-        query,
-        key,
-        value,
-        attention_mask=None,
-        training=None,
-        return_attention_scores=False,
-        use_causal_mask=False,
-        sliding_window=None,
-        attention_bias=None,
-        alibi_slopes=None,
-        segment_ids=None,
-        score_mod=None,
-        score_mod_inputs=(),
-    ):
-        """Attention of projected `query` `(B, T, N, key_dim)` over `key` and
-        `value` `(B, S, N_kv, dim)`; returns `(output (B, T, N, value_dim),
-        weights (B, N, T, S) or None)`.
-
-        Keras' override point, with its signature: `attention_mask` is
-        `(B, T, S)` (or `(T, S)`, `(B, N, T, S)`), True = attend, and
-        `use_causal_mask` adds the causal mask without materializing it;
-        so do `sliding_window` its band, `alibi_slopes` ALiBi's bias and
-        `segment_ids` the documents of packed sequences and `score_mod` (with
-        `score_mod_inputs`) T5's bias from the layer's table (passed only to
-        this class's own method; a subclass's gets them inside the mask and
-        the bias).
-        `attention_bias` is added to the scaled scores.
-        """
-        if self._flash_attention and return_attention_scores:
-            # The first sentence is Keras' own, which code may match on.
-            raise ValueError(
-                "Returning attention scores is not supported when flash "
-                "attention is enabled. Please disable flash attention to access"
-                " attention scores. (flash_attention=True takes the chunked "
-                "path, which never materializes the weights; flash_attention="
-                "None keeps the automatic choice and gives them.)"
-            )
-        if attention_mask is not None:
-            attention_mask = ops.cast(attention_mask, "bool")
-        scale = _attention_options.attention_scale(self._options, self.key_dim)
-        dropout = functools.partial(self._dropout_layer, training=training)
-        if len(query.shape) != 4:
-            self._record_path("multi_axis")
-            axes = self._attention_axes
-            return attend_over_axes(
-                query, key, value, attention_mask, use_causal_mask, axes, scale, dropout
-            )
-        if attention_mask is not None and len(attention_mask.shape) == 3:
-            attention_mask = ops.expand_dims(attention_mask, 1)
-        options = {
-            "mask": attention_mask,
-            "is_causal": use_causal_mask,
-            "sliding_window": sliding_window,
-            "bias": attention_bias,
-            "alibi_slopes": alibi_slopes,
-            "segment_ids": segment_ids,
-            "attn_logits_soft_cap": self._options["soft_cap"],
-            "sinks": self.sinks if self._options["use_sinks"] else None,
-        }
-        if self._needs_weights(return_attention_scores, training):
-            self._record_path("standard")
-            return attend_with_weights(query, key, value, scale, dropout, **options)
-        # The layer's own bias, already in `attention_bias`: T5's, or ALiBi's
-        # when `call` could not leave it to the op.
-        own_bias = (self._relative_bias is not None and score_mod is None) or (
-            self._alibi_slopes is not None and alibi_slopes is None
-        )
-        # Dropout inside the op, on whichever path serves the call.
-        options["dropout_rate"] = self.dropout if training else 0.0
-        path, arguments = op_path(
-            query,
-            key,
-            value,
-            flash_attention=self._flash_attention,
-            chunk_size=self._chunk_size,
-            own_bias=own_bias,
-            score_mod=score_mod,
-            **options,
-        )
-        self._record_path(path)
-        output = dot_product_attention(
-            query,
-            key,
-            value,
-            scale=scale,
-            score_mod_inputs=score_mod_inputs,
-            seed=self._dropout_layer.seed_generator
-            if arguments["dropout_rate"]
-            else None,
-            **arguments,
-        )
-        return output, None
-
-    # -- cache ---------------------------------------------------------------
-
-    def initial_cache(self, batch_size, max_length, dtype=None, layout="stacked"):
-        """An empty self-attention cache
-        `(B, 2, max_length, num_key_value_heads, key_dim)` in `dtype`
-        (default: the layer's `cache_dtype`, else its compute dtype); with
-        `"int8"` the quantized pair `(values, scales)` (see `cache_dtype`).
-        With `layout="pair"`, keras-hub's layout (Gemma 3's): the pair
-        `(keys, values)` of `(B, max_length, num_key_value_heads, key_dim)`
-        tensors, in `dtype` or the compute dtype (not quantized)."""
-        check_cache_layout(layout)
-        if layout == "pair":
-            dtype = dtype or self.compute_dtype
-        else:
-            dtype = dtype or self._cache_dtype or self.compute_dtype
-        return empty_cache(
-            batch_size,
-            max_length,
-            self._num_key_value_heads,
-            self.key_dim,
-            dtype,
-            layout=layout,
-        )
-
-    def compute_key_value_cache(self, value, key=None):
-        """Keys and values of a fixed sequence (e.g. the encoder output) as a
-        cache to pass with `cache_update_index=None`."""
-        return self._keys_values(value if key is None else key, value)
-
-    # -- Keras interop -------------------------------------------------------
-
-    def load_keras_weights(self, keras_layer):
-        """Copies the weights of a built `keras.layers.MultiHeadAttention` or
-        `keras.layers.GroupQueryAttention`.
-
-        The two layers must agree on the heads, head sizes, use_bias and
-        use_gate; this layer is built to the Keras layer's input sizes if
-        needed.
-        """
-        return _keras_conversion.load_keras_weights(self, keras_layer)
-
-    @classmethod
-    def from_keras(cls, keras_layer, **kwargs):
-        """A new layer with the config and weights of a Keras
-        `MultiHeadAttention` (or, for `GroupedQueryAttention`, a Keras
-        `GroupQueryAttention`), its dtype policy and trainability included."""
-        return _keras_conversion.from_keras(cls, keras_layer, **kwargs)
 
     def get_config(self):
         config = super().get_config()

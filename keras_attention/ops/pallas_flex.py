@@ -10,6 +10,12 @@ log-sum-exp (FlashAttention's recurrence) in two kernels: one per block of
 queries for the gradients of the queries and of `score_mod_inputs`, one per
 block of keys (and key/value head) for those of the keys and values.
 
+The kernel's modules: this one, the entry (the call's arguments made kernel
+inputs, the custom gradient); `pallas_geometry` (the call's sizes, the visit
+lists of the block map, each program's tiles); `pallas_tiles` (what a
+program computes on one tile); `pallas_forward` and `pallas_backward` (the
+kernels).
+
 This module needs JAX: only the JAX backend imports it, lazily.
 
 References:
@@ -18,28 +24,23 @@ References:
     - [He et al., 2024. FlexAttention](https://pytorch.org/blog/flexattention/)
 """
 
-import functools
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as plgpu
 
-from keras_attention.ops.pallas_tiles import (
-    _dropped,
-    _Mods,
-    _probabilities,
-    _Tile,
-    _tile_grids,
-    _to_kernel,
-    _unseen_zeroed,
-    _visit,
+from keras_attention.ops.pallas_backward import _backward
+from keras_attention.ops.pallas_forward import _forward
+
+# EMPTY, PARTIAL and FULL were this module's before the kernel was split:
+# importable from here as before (F401).
+from keras_attention.ops.pallas_geometry import (
+    EMPTY,  # noqa: F401
+    FULL,  # noqa: F401
+    PARTIAL,  # noqa: F401
+    _geometry,
+    _visit_lists,
 )
-
-# The kinds of tile in a block map.
-EMPTY, PARTIAL, FULL = 0, 1, 2
+from keras_attention.ops.pallas_tiles import _Mods, _tile_grids
 
 
 def flex_attention(
@@ -202,80 +203,6 @@ def flex_attention(
     return out[:, : geo.q_len, :, : geo.value_depth], lse[:, :, : geo.q_len]
 
 
-class _Geometry(NamedTuple):
-    """The static sizes of one call."""
-
-    batch: int
-    q_len: int
-    k_len: int
-    heads: int
-    groups: int  # query heads per key/value head
-    depth: int
-    value_depth: int
-    depth_pad: int  # head sizes padded to a power of two, for Triton
-    value_pad: int
-    block: int
-    q_blocks: int
-    k_blocks: int
-    scale: float
-    interpret: bool
-    dropout: float  # the rate, 0.0 without dropout
-
-
-def _geometry(query, key, value, block_size, scale, interpret, dropout=0.0):
-    shapes = [x.shape for x in (query, key, value)]
-    if any(len(s) != 4 for s in shapes):
-        raise ValueError(f"query, key and value must be 4-D; received {shapes}.")
-    (batch, q_len, heads, depth), (_, k_len, kv_heads, _), _ = shapes
-    if (
-        {s[0] for s in shapes} != {batch}
-        or shapes[2][1] != k_len
-        or shapes[1][3] != depth
-        or shapes[2][2] != kv_heads
-        or heads % kv_heads
-    ):
-        raise ValueError(
-            "Expected query (B, T, N, H), key (B, S, N_kv, H) and value "
-            f"(B, S, N_kv, H_v) with N_kv dividing N; received {shapes}."
-        )
-    dtypes = [jnp.dtype(x.dtype) for x in (query, key, value)]
-    if len(set(dtypes)) != 1 or not jnp.issubdtype(dtypes[0], jnp.floating):
-        raise ValueError(f"query, key and value must share a float dtype: {dtypes}.")
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"`block_size` must be a positive int; received {block_size}.")
-    return _Geometry(
-        batch,
-        q_len,
-        k_len,
-        heads,
-        heads // kv_heads,
-        depth,
-        shapes[2][3],
-        pl.next_power_of_2(depth),
-        pl.next_power_of_2(shapes[2][3]),
-        block_size,
-        pl.cdiv(q_len, block_size),
-        pl.cdiv(k_len, block_size),
-        float(scale),
-        bool(interpret),
-        float(dropout),
-    )
-
-
-def _visit_lists(block_map):
-    """Per row of the map, its `PARTIAL` columns first (in order) and how many,
-    then the same for `FULL`: the loops of a program run over these, so an
-    empty tile costs no iteration and no branch (FlexAttention's
-    `kv_indices` / `kv_num_blocks`)."""
-    columns = jnp.arange(block_map.shape[1], dtype=jnp.int32)
-    lists = []
-    for kind in (PARTIAL, FULL):
-        chosen = block_map == kind
-        order = jnp.argsort(jnp.where(chosen, columns, columns + len(columns)), axis=1)
-        lists += [order.astype(jnp.int32), jnp.sum(chosen, axis=1, dtype=jnp.int32)]
-    return tuple(lists)
-
-
 def _tile_data(geo, segment_ids, alibi_slopes, key_mask):
     """`(query_ids, key_ids, key_mask, slopes)`, each None or an array the
     kernels read tile by tile: the rows padded to whole blocks, int32."""
@@ -364,288 +291,7 @@ def _hoist_mods(score_mod, score_mod_inputs, mask_mod, geo):
     return mods, inputs, tuple(arrays[len(inputs) :])
 
 
-# -- kernels --------------------------------------------------------------------
-
-
-def _forward_kernel(q_ref, k_ref, v_ref, data, offset_ref, *refs, geo, mods):
-    lists, mod_refs, (o_ref, lse_ref) = refs[:4], refs[4:-2], refs[-2:]
-    b, h, i = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-    tile = _Tile(geo, mods, mod_refs, b, offset_ref, data)
-    q = q_ref[...]
-
-    def body(j, masked, carry):
-        acc, m_prev, l_prev = carry
-        keep = tile.keep(h, i, j, masked, rows=masked)
-        k = _unseen_zeroed(k_ref[pl.ds(j * geo.block, geo.block), :], keep, masked)
-        v = _unseen_zeroed(v_ref[pl.ds(j * geo.block, geo.block), :], keep, masked)
-        s = tile.score(tile.raw(q, k), h, i, j)
-        s = jnp.where(keep, s, -jnp.inf)
-        m_next = jnp.maximum(m_prev, jnp.max(s, axis=1))
-        # A row that has seen no key yet keeps m = -inf: exponentiate against
-        # 0 instead, so that exp(-inf - -inf) never makes a NaN.
-        m_safe = jnp.where(m_next == -jnp.inf, 0.0, m_next)
-        correction = jnp.exp(m_prev - m_safe)
-        p = jnp.exp(s - m_safe[:, None])
-        l_next = correction * l_prev + jnp.sum(p, axis=1)
-        p = _dropped(p, tile.dropout(h, i, j))  # after the normalizer
-        pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-        return correction[:, None] * acc + pv, m_next, l_next
-
-    carry = (
-        jnp.zeros((geo.block, geo.value_pad), jnp.float32),
-        jnp.full((geo.block,), -jnp.inf, jnp.float32),
-        jnp.zeros((geo.block,), jnp.float32),
-    )
-    acc, m, total = _visit(lists, i, body, carry)
-    seen = total > 0
-    l_safe = jnp.where(seen, total, 1.0)
-    o_ref[...] = (acc / l_safe[:, None]).astype(o_ref.dtype)
-    lse_ref[...] = jnp.where(seen, m + jnp.log(l_safe), -jnp.inf)
-
-
-def _dq_kernel(
-    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, data, offset_ref, *refs, geo, mods
-):
-    n_mods = len(mods.metas)
-    lists, mod_refs = refs[:4], refs[4 : 4 + n_mods]
-    dq_ref, *d_input_refs = refs[4 + n_mods :]
-    b, h, i = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-    tile = _Tile(geo, mods, mod_refs, b, offset_ref, data)
-    q, do = q_ref[...], do_ref[...]
-    lse, delta = lse_ref[...], delta_ref[...]
-    trained = [tile.inputs[t] for t in mods.trained]
-
-    def body(j, masked, carry):
-        dq, d_inputs = carry
-        keep = tile.keep(h, i, j, masked, rows=True)
-        k = _unseen_zeroed(k_ref[pl.ds(j * geo.block, geo.block), :], keep, masked)
-        v = _unseen_zeroed(v_ref[pl.ds(j * geo.block, geo.block), :], keep, masked)
-        s, pullback = jax.vjp(
-            lambda raw, *xs: tile.score(raw, h, i, j, xs), tile.raw(q, k), *trained
-        )
-        p = _probabilities(s, keep, lse)
-        dp = jnp.dot(do, v.T, preferred_element_type=jnp.float32)
-        dp = _dropped(dp, tile.dropout(h, i, j))
-        d_raw, *d_xs = pullback(p * (dp - delta[:, None]))
-        dq = dq + jnp.dot(d_raw.astype(k.dtype), k, preferred_element_type=jnp.float32)
-        return dq, [
-            a + g.astype(jnp.float32) for a, g in zip(d_inputs, d_xs, strict=True)
-        ]
-
-    carry = (
-        jnp.zeros((geo.block, geo.depth_pad), jnp.float32),
-        [jnp.zeros(x.shape, jnp.float32) for x in trained],
-    )
-    dq, d_inputs = _visit(lists, i, body, carry)
-    dq_ref[...] = (dq * geo.scale).astype(dq_ref.dtype)
-    # One partial sum per program, summed outside: programs write no shared
-    # memory, so no atomics are needed.
-    for ref, grad in zip(d_input_refs, d_inputs, strict=True):
-        ref[...] = grad.reshape(ref.shape)
-
-
-def _dkv_kernel(
-    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, data, offset_ref, *refs, geo, mods
-):
-    lists, mod_refs, (dk_ref, dv_ref) = refs[:4], refs[4:-2], refs[-2:]
-    b, kv_head, j = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-    tile = _Tile(geo, mods, mod_refs, b, offset_ref, data)
-    k, v = k_ref[...], v_ref[...]
-
-    def head(r, carry):
-        # The query heads that share this key/value head add into one dk, dv.
-        h = kv_head * geo.groups + r
-
-        def body(i, masked, carry):
-            dk, dv = carry
-            rows = pl.ds(i * geo.block, geo.block)
-            q, do = q_ref[rows, r, :], do_ref[rows, r, :]
-            lse, delta = lse_ref[r, rows], delta_ref[r, rows]
-            keep = tile.keep(h, i, j, masked, rows=True)
-            k_seen = _unseen_zeroed(k, keep, masked)
-            s, pullback = jax.vjp(
-                lambda raw: tile.score(raw, h, i, j), tile.raw(q, k_seen)
-            )
-            p = _probabilities(s, keep, lse)
-            # Dropout M / (1 - r): dV = (P M)^T dO, dP = (dO V^T) M.
-            factors = tile.dropout(h, i, j)
-            dv = dv + jnp.dot(
-                _dropped(p, factors).T.astype(do.dtype),
-                do,
-                preferred_element_type=jnp.float32,
-            )
-            v_seen = _unseen_zeroed(v, keep, masked)
-            dp = jnp.dot(do, v_seen.T, preferred_element_type=jnp.float32)
-            dp = _dropped(dp, factors)
-            (d_raw,) = pullback(p * (dp - delta[:, None]))
-            dk = dk + jnp.dot(
-                d_raw.T.astype(q.dtype), q, preferred_element_type=jnp.float32
-            )
-            return dk, dv
-
-        return _visit(lists, j, body, carry)
-
-    dk, dv = lax.fori_loop(
-        0,
-        geo.groups,
-        head,
-        (
-            jnp.zeros((geo.block, geo.depth_pad), jnp.float32),
-            jnp.zeros((geo.block, geo.value_pad), jnp.float32),
-        ),
-    )
-    dk_ref[...] = (dk * geo.scale).astype(dk_ref.dtype)
-    dv_ref[...] = dv.astype(dv_ref.dtype)
-
-
-# -- pallas_call and the custom gradient ---------------------------------------
-
-
-def _tiles(block, depth):
-    """Program `(b, head, t)` reads tile `t` of `block` rows of `head` of a
-    `(B, length, heads, depth)` array (and writes it, as an output)."""
-    return pl.BlockSpec((None, block, None, depth), lambda b, n, t: (b, t, n, 0))
-
-
-def _kv_rows(geo, length, depth):
-    """Every row of the key/value head that query head `h` reads: the groups
-    of grouped-query attention go through the index map, never a copy."""
-    return pl.BlockSpec(
-        (None, length, None, depth), lambda b, h, i: (b, 0, h // geo.groups, 0)
-    )
-
-
-def _group_rows(geo, length, depth=None):
-    """Every row of the query heads of key/value head `n` (of the `(B, T, N,
-    depth)` queries, or, without `depth`, of the `(B, N, T)` row statistics)."""
-    if depth is None:
-        return pl.BlockSpec((None, geo.groups, length), lambda b, n, j: (b, n, 0))
-    return pl.BlockSpec((None, length, geo.groups, depth), lambda b, n, j: (b, 0, n, 0))
-
-
-def _row_stats(block):
-    """Tile `i` of head `h` of a `(B, N, T)` row statistic (lse, delta)."""
-    return pl.BlockSpec((None, None, block), lambda b, h, i: (b, h, i))
-
-
-def _whole(x):
-    """Every program reads the whole array."""
-    return pl.BlockSpec(x.shape, lambda *_: (0,) * x.ndim)
-
-
-def _data_specs(data):
-    """Program `(b, ...)` reads row `b` of the ids and the key mask (sliced
-    into tiles with `pl.ds`, as the keys are) and every slope (loading its
-    head's as one scalar); None where an array is absent."""
-    *rows, slopes = data
-    return (
-        *[
-            None
-            if x is None
-            else pl.BlockSpec((None, x.shape[1]), lambda b, *_: (b, 0))
-            for x in rows
-        ],
-        None if slopes is None else _whole(slopes),
-    )
-
-
-def _call(kernel, geo, mods, name, grid, specs, out_shape, args):
-    in_specs, out_specs = specs
-    return pl.pallas_call(
-        functools.partial(kernel, geo=geo, mods=mods),
-        grid=grid,
-        in_specs=in_specs + [_whole(x) for x in args[len(in_specs) :]],
-        out_specs=out_specs,
-        out_shape=out_shape,
-        compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=2),
-        interpret=geo.interpret,
-        name=name,
-    )(*args)
-
-
-def _forward(geo, mods, q, k, v, inputs, statics):
-    (offset, *lists), consts, data = statics
-    arrays = [_to_kernel(x) for x in (*inputs, *consts)]
-    rows, depth, value = k.shape[1], geo.depth_pad, geo.value_pad
-    in_specs = [
-        _tiles(geo.block, depth),
-        _kv_rows(geo, rows, depth),
-        _kv_rows(geo, rows, value),
-        _data_specs(data),
-    ]
-    out_specs = [_tiles(geo.block, value), _row_stats(geo.block)]
-    out_shape = [
-        jax.ShapeDtypeStruct((*q.shape[:3], value), q.dtype),
-        jax.ShapeDtypeStruct((geo.batch, geo.heads, q.shape[1]), jnp.float32),
-    ]
-    grid = (geo.batch, geo.heads, geo.q_blocks)
-    args = (q, k, v, data, offset, *lists[:4], *arrays)
-    specs = (in_specs, out_specs)
-    return _call(
-        _forward_kernel, geo, mods, "flex_forward", grid, specs, out_shape, args
-    )
-
-
-def _backward(geo, mods, q, k, v, inputs, statics, out, lse, d_out, d_lse):
-    (offset, *lists), consts, data = statics
-    arrays = [_to_kernel(x) for x in (*inputs, *consts)]
-    q_rows, k_rows, depth, value = q.shape[1], k.shape[1], geo.depth_pad, geo.value_pad
-    # rowsum(dO * O) - dlse: what dS = P * (dP - delta) subtracts per row; with
-    # the lse's own cotangent, the lse's gradient is exact too.
-    delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
-    delta = jnp.transpose(delta, (0, 2, 1)) - d_lse
-    statistics = (d_out, lse, delta, data, offset)
-
-    # dq and the score mod's inputs, one program per block of queries.
-    trained = [arrays[t] for t in mods.trained]
-    in_specs = [
-        _tiles(geo.block, depth),
-        _kv_rows(geo, k_rows, depth),
-        _kv_rows(geo, k_rows, value),
-        _tiles(geo.block, value),
-        _row_stats(geo.block),
-        _row_stats(geo.block),
-        _data_specs(data),
-    ]
-    # Each program writes its own partial sum of an input's gradient, summed
-    # below: no two programs write the same memory, no atomics are needed.
-    out_specs = [_tiles(geo.block, depth)] + [
-        pl.BlockSpec((None, None, None, *x.shape), lambda *p, n=x.ndim: (*p, *[0] * n))
-        for x in trained
-    ]
-    out_shape = [jax.ShapeDtypeStruct(q.shape, q.dtype)] + [
-        jax.ShapeDtypeStruct((geo.batch, geo.heads, geo.q_blocks, *x.shape), "float32")
-        for x in trained
-    ]
-    grid = (geo.batch, geo.heads, geo.q_blocks)
-    args = (q, k, v, *statistics, *lists[:4], *arrays)
-    specs = (in_specs, out_specs)
-    dq, *d_trained = _call(
-        _dq_kernel, geo, mods, "flex_dq", grid, specs, out_shape, args
-    )
-
-    # dk and dv, one program per block of keys and key/value head.
-    in_specs = [
-        _group_rows(geo, q_rows, depth),
-        _tiles(geo.block, depth),
-        _tiles(geo.block, value),
-        _group_rows(geo, q_rows, value),
-        _group_rows(geo, q_rows),
-        _group_rows(geo, q_rows),
-        _data_specs(data),
-    ]
-    out_specs = [_tiles(geo.block, depth), _tiles(geo.block, value)]
-    out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (k, v)]
-    grid = (geo.batch, geo.heads // geo.groups, geo.k_blocks)
-    args = (q, k, v, *statistics, *lists[4:], *arrays)
-    specs = (in_specs, out_specs)
-    dk, dv = _call(_dkv_kernel, geo, mods, "flex_dkv", grid, specs, out_shape, args)
-
-    d_inputs = [None] * len(inputs)
-    for t, grad in zip(mods.trained, d_trained, strict=True):
-        grad = jnp.sum(grad, axis=(0, 1, 2)).reshape(inputs[t].shape)
-        d_inputs[t] = grad.astype(inputs[t].dtype)
-    return dq, dk, dv, tuple(d_inputs)
+# -- the custom gradient -------------------------------------------------------
 
 
 def _attention(geo, mods):

@@ -3,7 +3,7 @@ one program computes on one tile of scores (the mods, the masks, dropout's
 factors, keys no query sees zeroed), and the walk over a row of the block
 map. Kept to what Triton lowers: loads, slices, selects, int32 arithmetic.
 
-This module needs JAX: only `pallas_flex` imports it.
+This module needs JAX: only the Pallas kernel's modules import it.
 """
 
 from typing import NamedTuple
@@ -137,8 +137,9 @@ class _Tile:
 
 def _visit(lists, row, body, carry):
     """`body(block, masked, carry)` over the `PARTIAL` then the `FULL` blocks of
-    `row` (`lists` as `_visit_lists` makes them, as refs): two loops, so that
-    full tiles never evaluate `mask_mod`, and no branch in either."""
+    `row` (`lists` as `pallas_geometry._visit_lists` makes them, as refs): two
+    loops, so that full tiles never evaluate `mask_mod`, and no branch in
+    either."""
     p_cols, p_count, f_cols, f_count = lists
     for cols, count, masked in ((p_cols, p_count, True), (f_cols, f_count, False)):
         carry = lax.fori_loop(

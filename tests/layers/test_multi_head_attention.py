@@ -722,7 +722,7 @@ def test_packed_rows_match_each_document_alone(chunk_size, causal, positions):
 
 
 def test_packed_rows_take_the_chunked_path_without_a_dense_mask(monkeypatch):
-    from keras_attention.layers import multi_head_attention as module
+    from keras_attention.layers import _attention_paths as module
 
     real, seen = module.dot_product_attention, {}
 

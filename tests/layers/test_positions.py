@@ -20,8 +20,8 @@ from keras_attention.layers import (
     TokenAndPositionEmbedding,
     TransformerDecoderBlock,
     TransformerEncoderBlock,
+    _attention_paths,
 )
-from keras_attention.layers import multi_head_attention as mha_module
 from keras_attention.layers.positions import (
     ATTENTION_POSITIONS,
     INPUT_POSITIONS,
@@ -313,13 +313,13 @@ def test_relative_positions_take_the_chunked_path_as_a_score_mod(options, monkey
     want = trainable_gradients(layer.trainable_weights, loss(layer))
     want_outputs = np_(layer(x, x, use_causal_mask=True))
     calls = []
-    original = mha_module.dot_product_attention
+    original = _attention_paths.dot_product_attention
 
     def spy(*args, **kwargs):
         calls.append(kwargs)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(mha_module, "dot_product_attention", spy)
+    monkeypatch.setattr(_attention_paths, "dot_product_attention", spy)
     got = trainable_gradients(chunked.trainable_weights, loss(chunked))
     np.testing.assert_allclose(
         np_(chunked(x, x, use_causal_mask=True)), want_outputs, atol=1e-5

@@ -1,0 +1,75 @@
+"""How `MultiHeadAttention` fills and reads its key/value cache.
+
+`KeyValueCaching` holds the cache methods of the layer: `initial_cache` and
+`compute_key_value_cache`, the public entry points (an empty cache for
+decoding, and the keys and values of a fixed sequence such as the encoder's
+output), and `_apply_cache`, the step of `call` that writes the projected keys
+and values of a decoding step into the cache and reads back all it holds.
+The cache itself (its layouts, int8 quantization, checks) is
+`keras_attention.layers.key_value_cache`'s. It reads what the layer sets
+(`_num_key_value_heads`, `_cache_dtype`, `key_dim`, `value_dim`,
+`compute_dtype`) and uses its projections (`_project_key`, `_value_dense`).
+"""
+
+from keras import ops
+
+from keras_attention.layers.key_value_cache import (
+    check_cache,
+    check_cache_layout,
+    empty_cache,
+    read_keys_values,
+    write_keys_values,
+)
+
+
+class KeyValueCaching:
+    """`initial_cache`, `compute_key_value_cache` and `_apply_cache` of
+    `MultiHeadAttention` (see the module)."""
+
+    def initial_cache(self, batch_size, max_length, dtype=None, layout="stacked"):
+        """An empty self-attention cache
+        `(B, 2, max_length, num_key_value_heads, key_dim)` in `dtype`
+        (default: the layer's `cache_dtype`, else its compute dtype); with
+        `"int8"` the quantized pair `(values, scales)` (see `cache_dtype`).
+        With `layout="pair"`, keras-hub's layout (Gemma 3's): the pair
+        `(keys, values)` of `(B, max_length, num_key_value_heads, key_dim)`
+        tensors, in `dtype` or the compute dtype (not quantized)."""
+        check_cache_layout(layout)
+        if layout == "pair":
+            dtype = dtype or self.compute_dtype
+        else:
+            dtype = dtype or self._cache_dtype or self.compute_dtype
+        return empty_cache(
+            batch_size,
+            max_length,
+            self._num_key_value_heads,
+            self.key_dim,
+            dtype,
+            layout=layout,
+        )
+
+    def compute_key_value_cache(self, value, key=None):
+        """Keys and values of a fixed sequence (e.g. the encoder output) as a
+        cache to pass with `cache_update_index=None`."""
+        return self._keys_values(value if key is None else key, value)
+
+    def _apply_cache(self, cache, cache_update_index, key, value):
+        """`(cache, keys, values)`: the cache after writing the projected
+        `key` and `value` at `cache_update_index` (unchanged without an
+        index), and the keys and values it holds, in the compute dtype."""
+        check_cache(cache, self._num_key_value_heads, self.key_dim, self.value_dim)
+        if cache_update_index is not None:
+            cache = write_keys_values(
+                cache,
+                cache_update_index,
+                self._project_key(key, cache_update_index),
+                self._value_dense(value),
+            )
+        keys, values = read_keys_values(cache, self.compute_dtype)
+        return cache, keys, values
+
+    def _keys_values(self, key, value, start_index=0):
+        """The projected keys and values as cache entries `(B, 2, S,
+        num_key_value_heads, key_dim)`."""
+        projected_key = self._project_key(key, start_index)
+        return ops.stack((projected_key, self._value_dense(value)), axis=1)
