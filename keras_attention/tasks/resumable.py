@@ -127,10 +127,13 @@ class EpochLines(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         figures = _numbers(logs)
         seconds = figures.pop("seconds", None)
-        line = f"epoch {epoch + 1}/{self.epochs}: " + ", ".join(
-            f"{name} {value:.4g}" for name, value in figures.items()
-        )
-        phase(line if seconds is None else f"{line} ({seconds:.1f} s)")
+        line = f"epoch {epoch + 1}/{self.epochs}"
+        # An epoch without a batch has no figure (training then stops).
+        if figures:
+            line += ": " + ", ".join(f"{k} {v:.4g}" for k, v in figures.items())
+        if seconds is not None:
+            line += f" ({seconds:.1f} s)"
+        phase(line)
 
 
 def progress(verbose, epochs):
