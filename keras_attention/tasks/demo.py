@@ -70,11 +70,12 @@ def mirrored_alignment_rate(weights, targets):
     return hits / total
 
 
-def run_demo(out_dir, epochs=6, num_train=8000, num_test=500, seed=0, verbose=1):
+def run_demo(out_dir, epochs=6, num_train=8000, num_test=500, seed=0, verbose="auto"):
     """Trains the reversal model and writes metrics.json, model.keras and
     attention.png under `out_dir`. Re-running with the same folder resumes an
     interrupted training where it stopped (`tasks.resumable`); the run holds
-    the folder (`tasks.run_folder`)."""
+    the folder (`tasks.run_folder`). `verbose` is `fit_resumable`'s: by
+    default Keras' bar at a terminal, else one line per epoch."""
     prepare_output(out_dir)
     with run_folder.hold(out_dir):
         return _run_demo(out_dir, epochs, num_train, num_test, seed, verbose)

@@ -138,7 +138,7 @@ def speculative_texts(
     `stats` those of `speculative_generate` (greedy, or sampling at
     `temperature`); `sampler` other than greedy is refused (speculative
     decoding has no top-k or top-p)."""
-    from keras_attention.speculative import speculative_generate
+    from keras_attention.decoding.speculative import speculative_generate
 
     if sampler != "greedy" and type(sampler).__name__ != "GreedySampler":
         raise ArgumentError(
@@ -174,7 +174,7 @@ def time_speculative(model, draft, batches, max_length, num_draft_tokens, repeat
     `repeats` times); the times are the sums of the medians."""
     import time
 
-    from keras_attention.speculative import speculative_generate
+    from keras_attention.decoding.speculative import speculative_generate
 
     totals = {"rounds": 0, "new_tokens": 0, "accepted": 0, "proposed": 0}
     seconds = {"plain": 0.0, "speculative": 0.0}
@@ -235,7 +235,7 @@ def measure_speculative(
     `separately` the same figures for the prompts one at a time
     (`one_at_a_time`: a batch advances at its slowest row's pace), and with
     `temperature` the acceptance of speculative sampling at it."""
-    from keras_attention.speculative import speculative_generate
+    from keras_attention.decoding.speculative import speculative_generate
 
     check_draft(model, draft)
     prompt_ids = prompt_token_ids(model, prompts, max_length)

@@ -108,6 +108,57 @@ class EpochSeconds(keras.callbacks.Callback):
             logs["seconds"] = time.perf_counter() - self.started
 
 
+class EpochLines(keras.callbacks.Callback):
+    """Prints one line per finished epoch, such as `[keras-attention] epoch
+    2/10: loss 0.4123, val_loss 0.3871 (12.3 s)`.
+
+    It shows the progress where standard output is a file or a pipe: Keras'
+    bar writes every redraw there, hundreds of kilobytes a run.
+
+    Args:
+        epochs: the training's total epochs (a resumed run's `fit` may be
+            given fewer).
+    """
+
+    def __init__(self, epochs):
+        super().__init__()
+        self.epochs = epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        figures = _numbers(logs)
+        seconds = figures.pop("seconds", None)
+        line = f"epoch {epoch + 1}/{self.epochs}"
+        # An epoch without a batch has no figure (training then stops).
+        if figures:
+            line += ": " + ", ".join(f"{k} {v:.4g}" for k, v in figures.items())
+        if seconds is not None:
+            line += f" ({seconds:.1f} s)"
+        phase(line)
+
+
+def progress(verbose, epochs):
+    """How a training shows its progress: `(verbose, callbacks)`, Keras'
+    `verbose` setting and the callbacks to add for it.
+
+    The one place where the training subcommands' default is decided.
+
+    Args:
+        verbose: `"auto"`: Keras' live bar when standard output is a
+            terminal, else one line per epoch (`EpochLines`), so that a log
+            file stays readable; 0, 1 or 2: Keras' own setting.
+        epochs: the training's total epochs.
+
+    Returns:
+        `(verbose, callbacks)` for `model.fit`.
+    """
+    if verbose != "auto":
+        return verbose, []
+    isatty = getattr(sys.stdout, "isatty", None)
+    if isatty is not None and isatty():
+        return 1, []
+    return 0, [EpochLines(epochs)]
+
+
 class _EmptyEpochs(keras.callbacks.Callback):
     """Records the epochs (1-based) in which no batch was trained: a batch
     size larger than the data gives epochs that `fit` ends at once, with logs
@@ -482,7 +533,7 @@ def fit_resumable(
     time_budget_minutes=None,
     callbacks=None,
     epoch_metrics=None,
-    verbose=1,
+    verbose="auto",
     **fit_kwargs,
 ):
     """`model.fit` that resumes where a killed, stopped or crashed run left
@@ -510,7 +561,9 @@ def fit_resumable(
         callbacks: extra callbacks.
         epoch_metrics: callbacks that add figures to an epoch's logs (FID,
             say); they run before the epoch's line is written.
-        verbose: Keras progress bar setting.
+        verbose: how training shows its progress (`progress`): `"auto"`,
+            Keras' bar at a terminal and one line per epoch elsewhere, or
+            Keras' own 0, 1 or 2.
         **fit_kwargs: more `fit` arguments.
 
     Returns:
@@ -562,6 +615,7 @@ def fit_resumable(
     empty_epochs = _EmptyEpochs()
     budget = TimeBudget(time_budget_minutes * 60) if time_budget_minutes else None
     initial_epoch = restored_epochs = resume.epochs if resume else 0
+    verbose, progress_lines = progress(verbose, epochs)
     with _StopRequests() as requests:
 
         def train(first, last, restore, best, arguments):
@@ -582,6 +636,7 @@ def fit_resumable(
                     EpochSeconds(),
                     *(epoch_metrics or []),
                     record,
+                    *progress_lines,
                     *(callbacks or []),
                     *_stopping(patience, monitor, best, budget),
                 ],

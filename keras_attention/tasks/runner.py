@@ -41,7 +41,9 @@ class TrainingOptions:
         jit_compile: train with XLA; None compiles unless the `xla` suite
             measured the model faster without XLA on this kind of device
             (`tasks.distribute.jit_for`). Off under a distribution strategy.
-        verbose: the Keras progress bar setting.
+        verbose: how training shows its progress: `"auto"`, Keras' bar at
+            a terminal and one line per epoch elsewhere (a log file), or
+            Keras' own 0, 1 or 2 (`tasks.resumable.progress`).
         callbacks: extra Keras callbacks for `fit`.
         strategy: the `tf.distribute` strategy or Keras distribution to train
             with, by name (`tasks.distribute.make_strategy`) or object;
@@ -56,7 +58,7 @@ class TrainingOptions:
     seed: int = 0
     num_train: int | None = None
     jit_compile: bool | None = None
-    verbose: int = 1
+    verbose: int | str = "auto"
     callbacks: tuple = ()
     strategy: object = "default"
     restart: bool = False

@@ -1,33 +1,58 @@
 """Runs the `keras-attention` command in child processes, to kill them at a
 chosen moment of training or to run several workers at once."""
 
+import contextlib
 import os
+import pty
 import re
 import select
 import signal
 import subprocess
 import sys
 import time
+import tty
 
 PROGRESS = re.compile(r"(\d+)/(\d+) ")
 COLOR = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def cli_process(args, env=None):
-    """`python -m keras_attention.cli ARGS` with its output piped, unbuffered."""
+def cli_process(args, env=None, terminal=False):
+    """`python -m keras_attention.cli ARGS` with its output piped, unbuffered.
+
+    Args:
+        args: the command's arguments.
+        env: variables to add to this process's environment.
+        terminal: write to a pseudo-terminal instead of a pipe, so that the
+            command shows Keras' live bar (in a pipe it prints one line per
+            epoch); `process.stdout` reads it all the same.
+
+    Returns:
+        The `subprocess.Popen`.
+    """
     environment = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
         "TF_CPP_MIN_LOG_LEVEL": "3",
         **(env or {}),
     }
-    return subprocess.Popen(
-        [sys.executable, "-m", "keras_attention.cli", *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=environment,
-        start_new_session=True,
+    command = [sys.executable, "-m", "keras_attention.cli", *map(str, args)]
+    if not terminal:
+        return subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            start_new_session=True,
+        )
+    reader, writer = pty.openpty()
+    # Raw: the bar's text arrives as written ("\n" not made "\r\n").
+    tty.setraw(writer)
+    process = subprocess.Popen(
+        command, stdout=writer, stderr=writer, env=environment, start_new_session=True
     )
+    os.close(writer)
+    process.stdout = os.fdopen(reader, "rb", buffering=0)
+    return process
 
 
 def run_cli(args, env=None, timeout=900):
@@ -43,10 +68,10 @@ def run_cli(args, env=None, timeout=900):
 
 
 def kill_during_epoch(args, epoch, fraction=0.4, timeout=900, signal_number=None):
-    """Starts the command and, when the Keras progress bar of epoch `epoch`
-    (0-based) has passed `fraction` of its steps and has not finished, sends
-    its process group `signal_number` (default SIGKILL). Returns `(exit
-    status, output)` once it has ended."""
+    """Starts the command at a terminal and, when the Keras progress bar of
+    epoch `epoch` (0-based) has passed `fraction` of its steps and has not
+    finished, sends its process group `signal_number` (default SIGKILL).
+    Returns `(exit status, output)` once it has ended."""
 
     def mid_epoch(shown):
         marker = f"Epoch {epoch + 1}/"
@@ -59,14 +84,17 @@ def kill_during_epoch(args, epoch, fraction=0.4, timeout=900, signal_number=None
         done, total = map(int, steps[-1])
         return fraction * total <= done < total
 
-    return signal_when(args, mid_epoch, signal_number or signal.SIGKILL, timeout)
+    return signal_when(
+        args, mid_epoch, signal_number or signal.SIGKILL, timeout, terminal=True
+    )
 
 
-def signal_when(args, ready, signal_number, timeout=900, env=None):
-    """Starts the command, sends `signal_number` to its process group once
-    `ready(output so far)` holds, and returns `(exit status, output)` once it
-    has ended (the status is negative for a signal that killed it)."""
-    process = cli_process(args, env)
+def signal_when(args, ready, signal_number, timeout=900, env=None, terminal=False):
+    """Starts the command (at a terminal where `terminal`), sends
+    `signal_number` to its process group once `ready(output so far)` holds,
+    and returns `(exit status, output)` once it has ended (the status is
+    negative for a signal that killed it)."""
+    process = cli_process(args, env, terminal)
     text = ""
     deadline = time.monotonic() + timeout
     sent = False
@@ -74,7 +102,11 @@ def signal_when(args, ready, signal_number, timeout=900, env=None):
         while time.monotonic() < deadline:
             ready_to_read, _, _ = select.select([process.stdout], [], [], 0.2)
             if ready_to_read:
-                chunk = os.read(process.stdout.fileno(), 65536)
+                chunk = b""
+                # A terminal whose writer has exited raises EIO, a pipe
+                # reads empty.
+                with contextlib.suppress(OSError):
+                    chunk = os.read(process.stdout.fileno(), 65536)
                 if not chunk:
                     process.wait()
                     break
@@ -93,10 +125,13 @@ def signal_when(args, ready, signal_number, timeout=900, env=None):
 
 
 def stop(process):
-    """Kills the process and its children if still running."""
+    """Kills the process and its children if still running, and closes what
+    its output is read from."""
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
 
 
 def jax_env(devices, **extra):

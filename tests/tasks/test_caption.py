@@ -101,8 +101,8 @@ def caption_dir(caption_run):
 @pytest.mark.xdist_group("caption_dir")
 def test_interrupted_training_resumes(caption_run):
     out, printed = caption_run
-    assert "resuming after epoch 1" in printed and "Epoch 1/2" not in printed
-    assert "Epoch 2/2" in printed
+    assert "resuming after epoch 1" in printed and "epoch 1/2:" not in printed
+    assert "epoch 2/2:" in printed
     logged = read_epoch_log(out / "checkpoints" / "epochs.csv")
     assert [row["epoch"] for row in logged] == [0, 1]
 

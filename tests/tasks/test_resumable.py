@@ -1,5 +1,8 @@
+import io
 import os
+import re
 import signal
+import sys
 
 import keras
 import numpy as np
@@ -49,6 +52,54 @@ def test_best_epoch_before_an_interruption_is_kept(tmp_path):
     assert history["train_seconds"] == pytest.approx(
         sum(row["seconds"] for row in logged), abs=0.1
     )
+
+
+# The line `EpochLines` prints for an epoch of `diverging_task`.
+EPOCH_LINE = re.compile(
+    r"\[keras-attention\] epoch (\d+)/(\d+): loss \S+, val_loss \S+ \([0-9.]+ s\)"
+)
+
+
+def test_a_log_file_gets_one_line_per_epoch(tmp_path, capsys):
+    """Standard output that is not a terminal (a log file, a pipe; here
+    pytest's capture) gets one line per epoch, numbered in the whole
+    training after a resume, and none of the bar's redraws."""
+    model, (x, y), valid = diverging_task()
+    options = {"epochs": 4, "validation_data": valid}
+    with pytest.raises(KeyboardInterrupt):
+        fit_resumable(model, x, tmp_path, y=y, callbacks=[StopAt(2)], **options)
+    model, _, _ = diverging_task()
+    fit_resumable(model, x, tmp_path, y=y, **options)
+    out = capsys.readouterr().out
+    assert "\r" not in out and "\b" not in out
+    assert "Epoch" not in out and "step" not in out
+    lines = [line for line in out.splitlines() if "] epoch " in line]
+    numbers = [EPOCH_LINE.fullmatch(line).groups() for line in lines]
+    assert numbers == [("1", "4"), ("2", "4"), ("3", "4"), ("4", "4")]
+
+
+class Terminal(io.StringIO):
+    """Standard output that says it is a terminal."""
+
+    def isatty(self):
+        return True
+
+
+def test_a_terminal_gets_keras_live_bar(tmp_path, monkeypatch):
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    model, (x, y), valid = diverging_task()
+    fit_resumable(model, x, tmp_path, 2, valid, y=y)
+    shown = terminal.getvalue()
+    assert "Epoch 2/2" in shown and "\r" in shown
+    assert "] epoch " not in shown
+
+
+def test_an_explicit_verbose_is_keras_own(tmp_path, capsys):
+    model, (x, y), valid = diverging_task()
+    fit_resumable(model, x, tmp_path, 2, valid, y=y, verbose=2)
+    out = capsys.readouterr().out
+    assert "Epoch 2/2" in out and "] epoch " not in out
 
 
 class ScriptedScore(keras.callbacks.Callback):

@@ -58,11 +58,12 @@ def with_epochs(epochs):
 @needs_fortunes
 def test_a_second_run_is_refused_and_the_next_takes_over_the_lock(tmp_path):
     out = tmp_path / "run"
-    # Long enough to be training still when the second run starts.
+    # Long enough to be training still when the second run starts (after
+    # its first epoch's line).
     first = cli_process([*with_epochs(100), "--out", out])
     try:
         text = b""
-        while b"Epoch 1/100" not in text:
+        while b"epoch 1/100:" not in text:
             chunk = os.read(first.stdout.fileno(), 65536)
             assert chunk, text.decode(errors="replace")[-2000:]
             text += chunk
@@ -75,7 +76,7 @@ def test_a_second_run_is_refused_and_the_next_takes_over_the_lock(tmp_path):
             r"another --out",
             last_line(second.stderr),
         ), second.stderr
-        assert "Epoch" not in second.stdout
+        assert "epoch 1/" not in second.stdout
     finally:
         stop_process(first)
     # The killed first run left its lock file; the next run takes it over
@@ -120,7 +121,7 @@ def test_damaged_checkpoints_name_restart_which_starts_afresh(tmp_path):
     shutil.copytree(out, resumed)
     output = run_cli([*CLASSIFY, "--out", resumed])
     assert "resuming after epoch 2" in output
-    assert "Epoch 3/3" in output and "Epoch 2/3" not in output
+    assert "epoch 3/3:" in output and "epoch 2/3:" not in output
     logged = read_epoch_log(resumed / "checkpoints" / "epochs.csv")
     assert [row["epoch"] for row in logged] == [0, 1, 2]
     for state in states:  # a power cut while both were written
@@ -173,7 +174,7 @@ def test_a_full_disk_is_one_line_before_training(small_disk):
         "some space or choose another output folder",
         last_line(process.stderr),
     ), process.stderr
-    assert "Epoch 1/" not in process.stdout
+    assert "epoch 1/" not in process.stdout
 
 
 def test_a_write_that_fills_the_disk_raises_disk_full_not_a_crash(small_disk):

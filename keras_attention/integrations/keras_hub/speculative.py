@@ -1,6 +1,6 @@
 """Speculative decoding of swapped keras-hub causal LMs.
 
-`keras_attention.speculative.speculative_generate` runs a target and a draft
+`keras_attention.decoding.speculative.speculative_generate` runs a target and a draft
 model that keep a cache by position and read many tokens in one pass over it
 (`call_with_cache`, queries at an offset into the cache, causal to the lower
 right). A keras-hub `CausalLM` has a `call_with_cache`, which returns
@@ -21,7 +21,7 @@ import weakref
 
 from keras import ops
 
-from keras_attention import speculative
+from keras_attention.decoding import speculative
 from keras_attention.integrations.keras_hub.generation import (
     attention_layers,
     empty_cache,
@@ -34,7 +34,7 @@ _WRAPPERS = weakref.WeakKeyDictionary()
 
 class SpeculativeModel:
     """A swapped keras-hub `CausalLM` read by
-    `keras_attention.speculative`'s loop: `initial_cache`, `call_with_cache`
+    `keras_attention.decoding.speculative`'s loop: `initial_cache`, `call_with_cache`
     returning `(logits, cache)`, `decode_step`, `prefill`.
 
     Its cache is built by our attention layers, in keras-hub's layout
@@ -102,7 +102,7 @@ def speculative_generate(
     end_token_id=None,
     jit_compile=True,
 ):
-    """`keras_attention.speculative.speculative_generate` for swapped
+    """`keras_attention.decoding.speculative.speculative_generate` for swapped
     keras-hub causal LMs: the target's output in fewer target passes than
     one per token.
 
@@ -122,9 +122,10 @@ def speculative_generate(
         jit_compile: compile the whole loop with XLA.
 
     Returns:
-        `(tokens, stats)` as `keras_attention.speculative.speculative_generate`
-        returns them: int32 `(B, max_length)`, and the rounds (target
-        passes), `new_tokens`, `accepted` and `proposed` counts.
+        `(tokens, stats)` as
+        `keras_attention.decoding.speculative.speculative_generate` returns
+        them: int32 `(B, max_length)`, and the rounds (target passes),
+        `new_tokens`, `accepted` and `proposed` counts.
 
     Example:
 

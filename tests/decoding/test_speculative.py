@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from keras import ops
 
+from keras_attention.decoding.speculative import speculative_generate
 from keras_attention.models import GPT, LSTMLanguageModel
-from keras_attention.speculative import speculative_generate
 
 SMALL = {
     "num_layers": 2,
@@ -191,7 +191,7 @@ def tiny_transformer(hidden_dim=32, layers=2, vocabulary_size=13, **overrides):
 @pytest.mark.slow
 @pytest.mark.parametrize("num_draft_tokens", [4])
 def test_translation_greedy_output_is_the_targets_greedy_output(num_draft_tokens):
-    from keras_attention.speculative import speculative_translate
+    from keras_attention.decoding.speculative import speculative_translate
 
     keras.utils.set_random_seed(5)
     target = tiny_transformer()
@@ -221,7 +221,7 @@ def test_translation_greedy_output_is_the_targets_greedy_output(num_draft_tokens
 
 
 def test_translation_bad_arguments_are_named():
-    from keras_attention.speculative import speculative_translate
+    from keras_attention.decoding.speculative import speculative_translate
 
     target = tiny_transformer(hidden_dim=16, layers=1)
     source = np.array([[5, 6]])

@@ -1,55 +1,22 @@
-import sys
+"""Beam search: the generic search and the ancestry search, on step
+functions and on the models."""
 
 import keras
 import numpy as np
 import pytest
-from keras import ops, tree
+from keras import ops
 
 from keras_attention.decoding import (
-    _initial_tokens,
     ancestry_attention_mask,
     ancestry_beam_search,
     beam_search,
-    greedy_fill,
     greedy_search,
     model_beam_search,
-    sample,
-    truncate_after_end,
 )
 from keras_attention.utils.backend import compile_function
-from tests.models.model_cases import (
-    LM_VOCABULARY,
-    tiny_gpt,
-    tiny_lstm_lm,
-    tiny_rnn_seq2seq,
-    tiny_transformer,
-)
+from tests.decoding.markov import END, START, TABLE, markov_step
+from tests.models.model_cases import tiny_rnn_seq2seq, tiny_transformer
 from tests.models.seq2seq_cases import reversal_pairs
-
-START, END = 2, 3
-
-
-def markov_step(table):
-    """A step function whose next-token log-probabilities depend only on the
-    previous token: `table[previous]`."""
-    table = ops.convert_to_tensor(np.log(np.asarray(table, "float32") + 1e-9))
-
-    def step(token_ids, cache, index):
-        return ops.take(table, token_ids, axis=0), cache
-
-    return step
-
-
-# From <start>, token 4 is likely (0.6) but always leads to a poor
-# continuation (0.3 each for 6 and 7); token 5 (0.4) leads to <end> for sure.
-# Greedy picks 4 (best sequence probability 0.6 * 0.3 * 1 = 0.18); beam search
-# finds 5, <end> (0.4).
-TABLE = np.zeros((8, 8))
-TABLE[START, 4], TABLE[START, 5] = 0.6, 0.4
-TABLE[4, 6], TABLE[4, 7], TABLE[4, END] = 0.3, 0.3, 0.4
-TABLE[5, END] = 1.0
-TABLE[6, END] = TABLE[7, END] = 1.0
-TABLE[END, END] = TABLE[0, 0] = 1.0
 
 
 def test_beam_search_finds_the_more_probable_sequence_that_greedy_misses():
@@ -248,13 +215,6 @@ def test_ancestry_beam_search_across_transformer_options(options):
     assert_ancestry_gives_the_generic_tokens(model, sources, 3, 0.6, (0.0, 1.5))
 
 
-def test_truncate_after_end():
-    tokens = np.array([[5, 3, 6, 3], [5, 6, 7, 8]])
-    np.testing.assert_array_equal(
-        truncate_after_end(tokens, 3), [[5, 3, 0, 0], [5, 6, 7, 8]]
-    )
-
-
 def test_bad_search_arguments():
     step = markov_step(TABLE)
     with pytest.raises(ValueError, match="beam_width"):
@@ -263,178 +223,6 @@ def test_bad_search_arguments():
         beam_search(step, {}, 1, 4, START, END, length_penalty=-1)
     with pytest.raises(ValueError, match="max_length"):
         greedy_search(step, {}, 1, 0, START, END)
-
-
-def test_greedy_fill_keeps_the_given_tokens_and_stops_at_the_end_token():
-    # Row 0 is given <start>, 5 and <end> (an <end> in a prompt does not stop
-    # it) and generates <end>; row 1 picks 4 and <end>, one step earlier, and
-    # goes on (one more <end>) until row 0 is done. The loop stops there:
-    # the last positions keep their padding.
-    step = markov_step(TABLE)
-    prompt = np.array([[START, 5, END, 0, 0, 0], [START, 0, 0, 0, 0, 0]], "int32")
-    tokens = greedy_fill(step, {}, prompt, prompt != 0, end_id=END)
-    np.testing.assert_array_equal(
-        tokens, [[START, 5, END, END, 0, 0], [START, 4, END, END, 0, 0]]
-    )
-    # Without an end token the loop fills every position.
-    tokens = greedy_fill(step, {}, prompt, prompt != 0)
-    np.testing.assert_array_equal(
-        tokens, [[START, 5, END, END, END, END], [START, 4, END, END, END, END]]
-    )
-
-
-def test_greedy_search_and_greedy_generation_need_no_keras_hub(monkeypatch):
-    # The core install has no keras-hub: greedy search and a language
-    # model's greedy `generate` run without it; the other samplers say what
-    # to install.
-    monkeypatch.setitem(sys.modules, "keras_hub", None)  # import fails
-    greedy = greedy_search(markov_step(TABLE), {}, 2, 4, START, END)
-    np.testing.assert_array_equal(greedy, [[4, END, 0, 0]] * 2)
-    model = tiny_gpt(end_token_id=END)
-    assert np.asarray(model.generate(np.array([[5, 6]]), max_length=6)).shape == (1, 6)
-    with pytest.raises(ImportError, match="pip install keras-hub"):
-        model.generate(np.array([[5, 6]]), max_length=6, sampler="top_k")
-
-
-# -- the same tokens as keras-hub's GreedySampler -------------------------------
-
-
-def keras_hub_greedy_search(model, source, max_length, end_id):
-    """`model.generate`'s greedy search with keras-hub's `GreedySampler` (the
-    search `greedy_search` replaced), compiled with XLA like `generate`."""
-    keras_hub = pytest.importorskip("keras_hub")
-
-    def search(source):
-        cache = model.initial_cache(source, max_length)
-        prompt = _initial_tokens(ops.shape(source)[0], max_length, START)
-        sampler = keras_hub.samplers.GreedySampler()
-        tokens = sample(model.decode_step, cache, prompt, sampler, None, end_id, model)
-        return truncate_after_end(tokens[:, 1:], end_id)
-
-    return compile_function(search, model.variables)(ops.convert_to_tensor(source))
-
-
-def end_token_of_rows(tokens):
-    """An end token that ends the rows of `tokens` (greedy outputs with no
-    end) at the most different steps (or not at all), one row at least before
-    its last step, so that padding follows: among the tokens that end a row
-    early, the one whose first positions in the rows are most varied."""
-    last = tokens.shape[1] - 1
-
-    def first_positions(token):
-        return {row.tolist().index(token) if token in row else None for row in tokens}
-
-    def ends_a_row_early(token):
-        return any(p is not None and p < last for p in first_positions(token))
-
-    candidates = set(np.unique(tokens).tolist()) - {0, START}
-    end = max(
-        sorted(candidates),
-        key=lambda token: (ends_a_row_early(token), len(first_positions(token))),
-    )
-    # The search stops at different steps, and pads a row after its end.
-    assert len(first_positions(end)) > 1 and ends_a_row_early(end), tokens
-    return end
-
-
-@pytest.mark.parametrize(
-    "build", [tiny_transformer, tiny_rnn_seq2seq], ids=["transformer", "rnn"]
-)
-def test_greedy_search_picks_the_tokens_of_keras_hubs_greedy_sampler(build):
-    pytest.importorskip("keras_hub")
-    source = reversal_pairs(8)[0]["encoder_token_ids"]
-    model = build()
-    assert model.start_token_id == START
-    length = 9
-    unended = greedy_fill(
-        model.decode_step,
-        model.initial_cache(ops.convert_to_tensor(source), length),
-        _initial_tokens(len(source), length, START),
-    )
-    model.end_token_id = end_token_of_rows(np.asarray(unended)[:, 1:])
-    ours = np.asarray(model.generate(source, length))
-    theirs = keras_hub_greedy_search(model, source, length, model.end_token_id)
-    np.testing.assert_array_equal(ours, theirs)
-    assert (ours == model.end_token_id).any() and (ours == 0).any()
-
-
-def test_greedy_generation_picks_the_tokens_of_keras_hubs_greedy_sampler():
-    keras_hub = pytest.importorskip("keras_hub")
-    rng = np.random.default_rng(0)
-    prompts = rng.integers(4, LM_VOCABULARY, (4, 5)).astype("int32")
-    for row, width in enumerate([5, 1, 3, 2]):  # prompts of different lengths
-        prompts[row, width:] = 0
-    model = tiny_gpt()
-    unended = np.asarray(model.sample(prompts, 16))
-    model.end_token_id = end_token_of_rows(unended[:, 5:])
-    ours = np.asarray(model.generate(prompts, 16, sampler="greedy"))
-    sampler = keras_hub.samplers.GreedySampler()
-    np.testing.assert_array_equal(ours, model.generate(prompts, 16, sampler=sampler))
-    given = prompts != 0
-    np.testing.assert_array_equal(ours[:, :5][given], prompts[given])
-    assert (ours == model.end_token_id).any() and (ours == 0).any()
-
-
-@pytest.mark.parametrize("build", [tiny_gpt, tiny_lstm_lm])
-def test_a_prompt_prefilled_in_one_pass_continues_as_token_by_token(build):
-    # GPT's prompt goes through `call_with_cache` at once: queries at an
-    # offset into the cache, causal to the lower right; the LSTM's through
-    # its steps. Their caches and continuations equal those of feeding the
-    # prompt one token at a time.
-    rng = np.random.default_rng(1)
-    prompts = rng.integers(4, LM_VOCABULARY, (3, 6)).astype("int32")
-    for row, width in enumerate([6, 4, 5]):
-        prompts[row, width:] = 0
-    model = build()
-    one_pass = model.prefill(prompts[:, :3], model.initial_cache(3, 12))
-    stepped = model.initial_cache(3, 12)
-    for index in range(3):
-        stepped = model.decode_step(prompts[:, index], stepped, index)[1]
-    for a, b in zip(tree.flatten(one_pass), tree.flatten(stepped), strict=True):
-        np.testing.assert_allclose(
-            ops.convert_to_numpy(a), ops.convert_to_numpy(b), atol=1e-5
-        )
-    token_by_token = np.asarray(model.sample(prompts, 12, start=1))
-    np.testing.assert_array_equal(model.sample(prompts, 12, start=4), token_by_token)
-    np.testing.assert_array_equal(model.generate(prompts, 12), token_by_token)
-
-
-def test_generate_takes_prompts_of_another_width_at_the_same_start():
-    # Same `max_length` and the same shortest prompt, so the same first new
-    # position: the compiled search must still be traced for the new width.
-    model = tiny_gpt()
-    narrow = np.array([[5, 6, 7], [8, 9, 0]], "int32")
-    wide = np.array([[5, 6, 7, 4], [8, 9, 0, 0]], "int32")
-    for prompts in (narrow, wide):
-        ours = np.asarray(model.generate(prompts, 10))
-        np.testing.assert_array_equal(ours, np.asarray(model.sample(prompts, 10)))
-
-
-@pytest.mark.parametrize("build", [tiny_transformer, tiny_rnn_seq2seq])
-def test_a_forced_prefix_is_prefilled_and_continued_as_token_by_token(build):
-    # The Transformer's decoder takes the prefix in one pass
-    # (`call_with_cache`), the RNN's token by token: both continue it as
-    # feeding the prefix one token at a time through the search would.
-    model = build()
-    sources = reversal_pairs(3, seed=2)[0]["encoder_token_ids"]
-    prefix = np.array([[5, 6, 7], [8, 9, 5], [6, 6, 6]], "int32")
-    got = np.asarray(model.generate(sources, 8, prefix_ids=prefix))
-    np.testing.assert_array_equal(got[:, :3], prefix)
-
-    tokens = ops.slice_update(
-        ops.zeros((3, 9), "int32"),
-        [0, 0],
-        np.concatenate([np.full((3, 1), model.start_token_id), prefix], 1),
-    )
-    given = np.broadcast_to(np.arange(9) < 4, (3, 9))
-    cache = model.initial_cache(model.generation_inputs(sources), 8)
-    stepped = greedy_fill(model.decode_step, cache, tokens, given, model.end_token_id)
-    want = truncate_after_end(stepped[:, 1:], model.end_token_id, given[:, 1:])
-    np.testing.assert_array_equal(got, np.asarray(want))
-    with pytest.raises(ValueError, match="greedy search"):
-        model.generate(sources, 8, beam_width=2, prefix_ids=prefix)
-    with pytest.raises(ValueError, match=r"received shape \(3, 8\)"):
-        model.generate(sources, 8, prefix_ids=np.ones((3, 8), "int32"))
 
 
 @pytest.mark.parametrize("attention", ["bahdanau", "luong-general"])
