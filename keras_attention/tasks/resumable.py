@@ -43,6 +43,13 @@ import keras
 import numpy as np
 
 from keras_attention.tasks.common import phase
+from keras_attention.tasks.epoch_callbacks import (
+    EmptyEpochs,
+    EpochSeconds,
+    TimeBudget,
+    numbers,
+    progress,
+)
 from keras_attention.utils.files import (
     check_free_space,
     format_bytes,
@@ -70,113 +77,6 @@ class DamagedCheckpointError(RuntimeError):
     on."""
 
     exit_status = 1
-
-
-class TimeBudget(keras.callbacks.Callback):
-    """Stops training before an epoch that would end past `seconds` of
-    training, judging by the longest epoch so far (counted from the first
-    `fit` it is given to, over later ones too)."""
-
-    def __init__(self, seconds):
-        super().__init__()
-        self.seconds = seconds
-        self.started = None
-
-    def on_train_begin(self, logs=None):
-        if self.started is None:
-            self.started = self.epoch_started = time.perf_counter()
-            self.longest_epoch = 0.0
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch_started = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        now = time.perf_counter()
-        self.longest_epoch = max(self.longest_epoch, now - self.epoch_started)
-        if now - self.started + self.longest_epoch > self.seconds:
-            self.model.stop_training = True
-
-
-class EpochSeconds(keras.callbacks.Callback):
-    """Adds each epoch's wall time to its logs as `seconds`."""
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.started = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        if logs is not None:
-            logs["seconds"] = time.perf_counter() - self.started
-
-
-class EpochLines(keras.callbacks.Callback):
-    """Prints one line per finished epoch, such as `[keras-attention] epoch
-    2/10: loss 0.4123, val_loss 0.3871 (12.3 s)`.
-
-    It shows the progress where standard output is a file or a pipe: Keras'
-    bar writes every redraw there, hundreds of kilobytes a run.
-
-    Args:
-        epochs: the training's total epochs (a resumed run's `fit` may be
-            given fewer).
-    """
-
-    def __init__(self, epochs):
-        super().__init__()
-        self.epochs = epochs
-
-    def on_epoch_end(self, epoch, logs=None):
-        figures = _numbers(logs)
-        seconds = figures.pop("seconds", None)
-        line = f"epoch {epoch + 1}/{self.epochs}"
-        # An epoch without a batch has no figure (training then stops).
-        if figures:
-            line += ": " + ", ".join(f"{k} {v:.4g}" for k, v in figures.items())
-        if seconds is not None:
-            line += f" ({seconds:.1f} s)"
-        phase(line)
-
-
-def progress(verbose, epochs):
-    """How a training shows its progress: `(verbose, callbacks)`, Keras'
-    `verbose` setting and the callbacks to add for it.
-
-    The one place where the training subcommands' default is decided.
-
-    Args:
-        verbose: `"auto"`: Keras' live bar when standard output is a
-            terminal, else one line per epoch (`EpochLines`), so that a log
-            file stays readable; 0, 1 or 2: Keras' own setting.
-        epochs: the training's total epochs.
-
-    Returns:
-        `(verbose, callbacks)` for `model.fit`.
-    """
-    if verbose != "auto":
-        return verbose, []
-    isatty = getattr(sys.stdout, "isatty", None)
-    if isatty is not None and isatty():
-        return 1, []
-    return 0, [EpochLines(epochs)]
-
-
-class _EmptyEpochs(keras.callbacks.Callback):
-    """Records the epochs (1-based) in which no batch was trained: a batch
-    size larger than the data gives epochs that `fit` ends at once, with logs
-    that hold no loss under any name."""
-
-    def __init__(self):
-        super().__init__()
-        self.epochs = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.batches = 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.batches += 1
-
-    def on_epoch_end(self, epoch, logs=None):
-        if not self.batches:
-            self.epochs.append(epoch + 1)
 
 
 # The epoch log
@@ -233,7 +133,7 @@ class _EpochLog:
         return kept
 
     def append(self, epoch, logs):
-        self.rows.append({"epoch": epoch, **_numbers(logs)})
+        self.rows.append({"epoch": epoch, **numbers(logs)})
         self._write()
 
     def _write(self):
@@ -247,14 +147,6 @@ class _EpochLog:
         for row in self.rows:
             writer.writerow([_cell(row.get(key, "NA")) for key in columns])
         write_text(self.path, text.getvalue())
-
-
-def _numbers(logs):
-    numbers = {}
-    for key, value in (logs or {}).items():
-        with contextlib.suppress(TypeError, ValueError):
-            numbers[key] = float(np.asarray(value))
-    return numbers
 
 
 def _cell(value):
@@ -612,7 +504,7 @@ def fit_resumable(
     # With early stopping, the best monitored figure so far (the worst
     # possible before the first epoch); None without.
     best = monitor.best_of(logged) if patience else None
-    empty_epochs = _EmptyEpochs()
+    empty_epochs = EmptyEpochs()
     budget = TimeBudget(time_budget_minutes * 60) if time_budget_minutes else None
     initial_epoch = restored_epochs = resume.epochs if resume else 0
     verbose, progress_lines = progress(verbose, epochs)

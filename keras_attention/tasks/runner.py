@@ -43,7 +43,7 @@ class TrainingOptions:
             (`tasks.distribute.jit_for`). Off under a distribution strategy.
         verbose: how training shows its progress: `"auto"`, Keras' bar at
             a terminal and one line per epoch elsewhere (a log file), or
-            Keras' own 0, 1 or 2 (`tasks.resumable.progress`).
+            Keras' own 0, 1 or 2 (`tasks.epoch_callbacks.progress`).
         callbacks: extra Keras callbacks for `fit`.
         strategy: the `tf.distribute` strategy or Keras distribution to train
             with, by name (`tasks.distribute.make_strategy`) or object;

@@ -9,7 +9,8 @@ import pytest
 from keras_attention import cli
 from keras_attention.tasks import translate
 from keras_attention.tasks.common import write_metrics
-from keras_attention.tasks.resumable import TimeBudget, read_epoch_log
+from keras_attention.tasks.epoch_callbacks import TimeBudget
+from keras_attention.tasks.resumable import read_epoch_log
 from keras_attention.tasks.translate import (
     run_translate,
     translate_texts,
