@@ -16,6 +16,7 @@ is imported.
 import contextlib
 import dataclasses
 import importlib
+import inspect
 import threading
 
 import keras
@@ -37,11 +38,16 @@ class Family:
             modules name that are replaced while a swapped backbone is built:
             the attention layer, and the decoder block (whose subclass hands
             the attention a `masks.DecoderMask`).
+        nested: the backbone's constructor arguments that are keras-hub
+            backbones of the family themselves (SigLIP's and CLIP's
+            encoders, which their `from_config` builds before the backbone):
+            swapped too, with their weights and the same options.
     """
 
     name: str
     backbones: tuple
     replacements: dict
+    nested: tuple = ()
 
     def backbone_classes(self):
         return tuple(_resolve(path) for path in self.backbones)
@@ -102,6 +108,8 @@ def swapped_backbone_class(family, backbone_class):
 def _make_swapped_class(family, backbone_class):
     def __init__(self, *args, attention_options=None, **kwargs):
         options = dict(attention_options or {})
+        if family.nested:
+            args, kwargs = _swap_nested(backbone_class, family, args, kwargs, options)
         with family.replaced(options):
             backbone_class.__init__(self, *args, **kwargs)
         self.attention_options = options
@@ -128,6 +136,21 @@ def _make_swapped_class(family, backbone_class):
             "family": family,
         },
     )
+
+
+def _swap_nested(backbone_class, family, args, kwargs, options):
+    """`args` and `kwargs` of `backbone_class`'s constructor with the
+    backbones among `family.nested` swapped (with `options`, keeping their
+    weights) unless they are already swapped with `options`."""
+    # Imported here: the package's `__init__` imports this module.
+    from keras_attention.integrations.keras_hub import swap_attention
+
+    bound = inspect.signature(backbone_class.__init__).bind(None, *args, **kwargs)
+    for name in family.nested:
+        value = bound.arguments.get(name)
+        if value is not None and getattr(value, "attention_options", None) != options:
+            bound.arguments[name] = swap_attention(value, **options)
+    return bound.args[1:], bound.kwargs
 
 
 def registered_subclass(base, namespace):
