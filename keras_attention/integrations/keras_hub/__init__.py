@@ -74,7 +74,9 @@ def swapped_class(backbone_class):
             f"`swap_attention` takes the families {names}; received a "
             f"{backbone_class.__name__}."
         )
-    return swapped_backbone_class(family, _keras_hub_class(backbone_class))
+    return swapped_backbone_class(
+        family, _keras_hub_class(backbone_class), swap_attention
+    )
 
 
 def swap_attention(model, **attention_options):

@@ -96,20 +96,25 @@ def _with_options(ours, options):
     return build
 
 
-def swapped_backbone_class(family, backbone_class):
+def swapped_backbone_class(family, backbone_class, swap):
     """The registered subclass of `backbone_class` built with `family`'s
-    replacements (one per keras-hub class)."""
+    replacements (one per keras-hub class); `swap(model, **options)` swaps
+    the backbones it is given as arguments (`family.nested`: SigLIP's and
+    CLIP's encoders). It is the package's `swap_attention`, passed in so
+    that this module need not import the package that imports it."""
     with _LOCK:
         if backbone_class not in _SWAPPED:
-            _SWAPPED[backbone_class] = _make_swapped_class(family, backbone_class)
+            _SWAPPED[backbone_class] = _make_swapped_class(family, backbone_class, swap)
         return _SWAPPED[backbone_class]
 
 
-def _make_swapped_class(family, backbone_class):
+def _make_swapped_class(family, backbone_class, swap):
     def __init__(self, *args, attention_options=None, **kwargs):
         options = dict(attention_options or {})
         if family.nested:
-            args, kwargs = _swap_nested(backbone_class, family, args, kwargs, options)
+            args, kwargs = _swap_nested(
+                backbone_class, family, args, kwargs, options, swap
+            )
         with family.replaced(options):
             backbone_class.__init__(self, *args, **kwargs)
         self.attention_options = options
@@ -138,18 +143,15 @@ def _make_swapped_class(family, backbone_class):
     )
 
 
-def _swap_nested(backbone_class, family, args, kwargs, options):
+def _swap_nested(backbone_class, family, args, kwargs, options, swap):
     """`args` and `kwargs` of `backbone_class`'s constructor with the
-    backbones among `family.nested` swapped (with `options`, keeping their
-    weights) unless they are already swapped with `options`."""
-    # Imported here: the package's `__init__` imports this module.
-    from keras_attention.integrations.keras_hub import swap_attention
-
+    backbones among `family.nested` swapped by `swap` (with `options`,
+    keeping their weights) unless they are already swapped with `options`."""
     bound = inspect.signature(backbone_class.__init__).bind(None, *args, **kwargs)
     for name in family.nested:
         value = bound.arguments.get(name)
         if value is not None and getattr(value, "attention_options", None) != options:
-            bound.arguments[name] = swap_attention(value, **options)
+            bound.arguments[name] = swap(value, **options)
     return bound.args[1:], bound.kwargs
 
 
