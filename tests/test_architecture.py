@@ -95,3 +95,42 @@ def test_the_paths_of_the_architecture_page_exist():
     assert len(named) > 20, named  # the pattern still finds the page's paths
     missing = sorted(path for path in named if not (root / path).exists())
     assert not missing, f"docs/architecture.md names missing paths: {missing}"
+
+
+def module_name(path):
+    """`keras_attention.x.y` of a file (a package by its `__init__.py`)."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_imports(path, modules):
+    """The package's modules that a file imports, lazy imports included: for
+    `from a import b`, the module `a.b` where it is one, else `a`."""
+    package = module_name(path)
+    if path.name != "__init__.py":
+        package = package.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parents = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parents, *([node.module] if node.module else [])])
+            submodules = {f"{base}.{alias.name}" for alias in node.names}
+            found |= submodules & modules or {base}
+    return (found & modules) - {module_name(path)}
+
+
+def test_no_module_imports_itself_through_others():
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(path) for path in paths}
+    graph = {module_name(path): module_imports(path, modules) for path in paths}
+    # Peel off the modules that import no module left; a cycle never goes.
+    while graph:
+        leaves = {
+            name for name, imported in graph.items() if not imported & graph.keys()
+        }
+        assert leaves, f"an import cycle among {sorted(graph)}"
+        graph = {name: graph[name] for name in graph.keys() - leaves}
