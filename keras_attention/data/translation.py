@@ -8,7 +8,7 @@ import re
 import numpy as np
 
 from keras_attention.data.dates import date_splits
-from keras_attention.data.files import DataFormatError, list_lines, read_data_file
+from keras_attention.data.files import DataFormatError, malformed_error, read_data_file
 from keras_attention.data.messages import message_splits
 from keras_attention.data.packages import require_package
 
@@ -106,12 +106,8 @@ def read_tsv(path, source_column=0, target_column=1):
         pairs.append((source, target))
 
     if problems:
-        line_numbers = [n for n, _ in problems]
-        first_line, first_problem = problems[0]
-        raise DataFormatError(
-            f"'{path}' has {len(problems)} malformed line(s) (line "
-            f"{list_lines(line_numbers)}). Line {first_line} has "
-            f"{first_problem}. A valid line looks like {_VALID_TSV_LINE}."
+        raise malformed_error(
+            path, problems, "line(s)", f"A valid line looks like {_VALID_TSV_LINE}."
         )
     if not pairs:
         raise DataFormatError(
