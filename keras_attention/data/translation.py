@@ -10,7 +10,7 @@ import numpy as np
 from keras_attention.data.dates import date_splits
 from keras_attention.data.files import DataFormatError, malformed_error, read_data_file
 from keras_attention.data.messages import message_splits
-from keras_attention.data.packages import require_package
+from keras_attention.data.packages import require_data
 
 DING_PATH = "/usr/share/trans/de-en"
 DING_PACKAGE = "trans-de-en"
@@ -161,13 +161,15 @@ def load_ding(path=DING_PATH, max_words=20):
             f"`max_words` must be an integer >= 3; received max_words={max_words!r}."
         )
     path = os.fspath(path)
-    if path == DING_PATH:
-        require_package(DING_PACKAGE, "The Ding dictionary")
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"The Ding dictionary was not found at '{path}'. Install it with "
-            f"`apt-get install {DING_PACKAGE}`, or pass a TSV file of your own."
-        )
+    require_data(
+        path,
+        DING_PATH,
+        DING_PACKAGE,
+        "The Ding dictionary",
+        f"The Ding dictionary was not found at '{path}'. Install it with "
+        f"`apt-get install {DING_PACKAGE}`, or pass a TSV file of your own.",
+        exists=os.path.exists,
+    )
     with open(path, encoding="utf-8", errors="replace") as file:
         lines = file.read().split("\n")
 
