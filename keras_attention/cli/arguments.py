@@ -298,6 +298,16 @@ def training_options(args):
     )
 
 
+def run_or_compare(args, run, compare, **task_arguments):
+    """Trains the one model `--model` names with `run(OUT, model=...)`, or
+    each of the models it lists with `compare(OUT, models, ...)`, passing
+    both `task_arguments`."""
+    if len(args.model) == 1:
+        run(args.out, model=args.model[0], **task_arguments)
+    else:
+        compare(args.out, list(args.model), **task_arguments)
+
+
 def read_inputs(given, what):
     """The inputs given on the command line, else the lines of standard
     input: read one at a time behind a prompt at a terminal (so that each

@@ -12,6 +12,7 @@ from keras_attention.cli.arguments import (
     model_list,
     non_negative_float,
     positive_int,
+    run_or_compare,
     training_options,
 )
 from keras_attention.cli.checks import CommandError
@@ -93,7 +94,4 @@ def run(args):
         "doubly_stochastic": args.doubly_stochastic,
         "options": training_options(args),
     }
-    if len(args.model) == 1:
-        caption.run_caption(args.out, model=args.model[0], **task_arguments)
-    else:
-        caption.compare(args.out, list(args.model), **task_arguments)
+    run_or_compare(args, caption.run_caption, caption.compare, **task_arguments)

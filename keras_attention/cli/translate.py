@@ -9,6 +9,7 @@ from keras_attention.cli.arguments import (
     model_list,
     positive_int,
     read_inputs,
+    run_or_compare,
     training_options,
 )
 from keras_attention.names import TRANSLATION_DATA, TRANSLATION_MODELS
@@ -61,12 +62,11 @@ def run(args):
             for text, (translation, log_prob) in zip(texts, results, strict=True):
                 print(confidence_line(translation, log_prob, text, args.min_confidence))
         return
-    options = training_options(args)
-    if len(args.model) == 1:
-        translate.run_translate(
-            args.out, args.data, args.model[0], args.beam, options=options
-        )
-    else:
-        translate.compare(
-            args.out, list(args.model), args.data, args.beam, options=options
-        )
+    run_or_compare(
+        args,
+        translate.run_translate,
+        translate.compare,
+        data=args.data,
+        beam_width=args.beam,
+        options=training_options(args),
+    )
