@@ -109,10 +109,7 @@ def caption_with_confidence(model, images, beam_width=1, length_penalty=0.6):
     unlike the training data still get a caption, but a lower score.
 
     Args:
-        model: a trained `ShowAttendTell` with a `tokenizer`.
-        images: `(N, H, W, C)` in [0, 1], of the model's `image_shape`.
-        beam_width: 1 for greedy search, more for beam search.
-        length_penalty: alpha of the beam-search length penalty.
+        model, images, beam_width, length_penalty: as `caption_images`'s.
 
     Returns:
         A list of `(caption, mean_log_prob)`, one per image: the caption
