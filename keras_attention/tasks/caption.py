@@ -453,15 +453,14 @@ def compare(out_dir, models=tuple(MODELS), data="scenes", beam_width=3, **kwargs
             title=f"Captioning {data}: BLEU on the test images",
         )
 
-    results, _ = runner.compare(
+    return runner.compare_once(
         out_dir,
         lambda name: Captioning(data, name, beam_width, **model_kwargs),
         models,
         options,
-        summarize=lambda results: runner.first_seed_figures(results, SUMMARY_KEYS),
+        SUMMARY_KEYS,
         plots=[plot],
     )
-    return {name: runs[0] for name, runs in results.items()}
 
 
 def plot_overlay(model, image, path, boxes=None):

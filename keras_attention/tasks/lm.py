@@ -494,12 +494,11 @@ def compare(out_dir, models, data="fortunes", **kwargs):
             title=f"language models on {data}",
         )
 
-    results, _ = runner.compare(
+    return runner.compare_once(
         out_dir,
         lambda name: LanguageModelling(data, name, **own),
         models,
         options,
-        summarize=lambda results: runner.first_seed_figures(results, SUMMARY_KEYS),
+        SUMMARY_KEYS,
         plots=[plot],
     )
-    return {name: runs[0] for name, runs in results.items()}
