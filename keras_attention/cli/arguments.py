@@ -130,6 +130,14 @@ def confidence_line(output, log_prob, text, threshold):
     return f"{output}\t{log_prob:.2f}\t{text}{flag}"
 
 
+def print_confidence_lines(inputs, results, threshold):
+    """Prints each input's `confidence_line`: its output and the model's mean
+    token log-probability (`results`: one `(output, log_prob)` per input),
+    marked below `threshold` (`--min-confidence`)."""
+    for text, (output, log_prob) in zip(inputs, results, strict=True):
+        print(confidence_line(output, log_prob, text, threshold))
+
+
 def _xla_help():
     models = ", ".join(SLOWER_WITH_XLA_ON_CPU)
     return (

@@ -3,11 +3,11 @@
 from keras_attention.cli.arguments import (
     add_confidence_option,
     add_training_options,
-    confidence_line,
     dataset,
     load_model,
     model_list,
     positive_int,
+    print_confidence_lines,
     read_inputs,
     run_or_compare,
     training_options,
@@ -59,8 +59,7 @@ def run(args):
             results = translate.translate_with_confidence(
                 model, texts, beam_width=args.beam
             )
-            for text, (translation, log_prob) in zip(texts, results, strict=True):
-                print(confidence_line(translation, log_prob, text, args.min_confidence))
+            print_confidence_lines(texts, results, args.min_confidence)
         return
     run_or_compare(
         args,
