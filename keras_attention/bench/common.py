@@ -67,6 +67,14 @@ def new_results(suite, quick, config=None):
     return results
 
 
+def start_suite(suite, quick, full, quick_config):
+    """The configuration of a run of `suite`, `quick_config` for a CI-sized
+    run and `full` otherwise, and the results record it starts
+    (`new_results`)."""
+    config = quick_config if quick else full
+    return config, new_results(suite, quick, config)
+
+
 def describe(info):
     """One line naming the machine of `machine()`, for tables and plots."""
     text = f"{info['cpu']} ({info['cores']} cores)"

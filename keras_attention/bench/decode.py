@@ -20,7 +20,13 @@ the work is the same for every model. Usage:
 
 import numpy as np
 
-from keras_attention.bench.common import describe
+from keras_attention.bench.common import (
+    case_runner,
+    describe,
+    start_suite,
+    write_report,
+)
+from keras_attention.utils.progress import phase
 
 MODELS = ("transformer", "rnn-bahdanau")
 SEARCHES = ("greedy", "beam")
@@ -145,16 +151,9 @@ CASES = {"generate": _case_generate}
 def run(quick=False, out="runs/bench", timeout=1800):
     """Runs the suite, prints its table, writes `decode.json`, `decode.md` and
     `decode.png` under `out`; returns the results."""
-    from keras_attention.bench.common import (
-        case_runner,
-        new_results,
-        write_report,
-    )
     from keras_attention.bench.seq2seq import build_model, matched_units
-    from keras_attention.utils.progress import phase
 
-    config = QUICK if quick else FULL
-    results = new_results("decode", quick, config)
+    config, results = start_suite("decode", quick, FULL, QUICK)
     measure = case_runner("decode", CASES, results, out, timeout, isolated=not quick)
     width, vocabulary_size = config["width"], config["vocabulary_size"]
     phase(f"matching parameter counts at d={width}")

@@ -140,6 +140,18 @@ def table_cell(row, reasons):
     return f"skipped [{reasons.index(reason) + 1}]"
 
 
+def section_lines(title, text, header, rule, case, reasons):
+    """The start of a part's section of the report: the heading `title`,
+    the paragraph `text`, the table's `header` and `rule` rows, and where
+    `case` (the part's record) was skipped or is empty, a row saying why
+    (`table_cell`)."""
+    lines = ["", f"### {title}", "", text, "", header, rule]
+    if "skipped" in case or not case:
+        blanks = " |" * (header.count("|") - 2)
+        lines.append(f"| {table_cell(case, reasons)} |{blanks}")
+    return lines
+
+
 def bars(ax, groups, series, title):
     """Grouped bars of `series` (`{label: [value per group]}`) on `ax`."""
     if not groups or not any(v for values in series.values() for v in values):

@@ -11,6 +11,7 @@ from keras_attention.bench.gpu_common import (
     bars,
     describe_error,
     device_info,
+    section_lines,
     table_cell,
     time_in_turn,
 )
@@ -141,21 +142,18 @@ def markdown_lines(results, reasons):
     footnotes of skipped cells, appended to)."""
     decode = results["cases"].get("decode", {})
     d = results["config"]["decode"]
-    lines = [
-        "",
-        "### Decoding",
-        "",
+    lines = section_lines(
+        "Decoding",
         f"Width {d['width']}, batch {d['batch_size']}, source length "
         f"{d['source_length']}, {d['max_length']} steps, policy "
         f"{decode.get('policy', d['policy'])}; each search one compiled loop. "
         "A step generates one token for each sequence of the batch (beam "
         f"search: for each of its {BEAM_WIDTH} beams).",
-        "",
         "| model | search | cache | ms per step | tokens/s |",
         "| --- | --- | --- | ---: | ---: |",
-    ]
-    if "skipped" in decode or not decode:
-        lines.append(f"| {table_cell(decode, reasons)} | | | | |")
+        decode,
+        reasons,
+    )
     for label, row in decode.get("runs", {}).items():
         name, search, cached = label.split("/")
         if "ms_per_step" in row:

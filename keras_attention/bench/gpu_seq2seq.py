@@ -11,6 +11,7 @@ from keras_attention.bench.gpu_common import (
     case_seconds,
     describe_error,
     device_info,
+    section_lines,
     table_cell,
     time_in_turn,
 )
@@ -118,22 +119,19 @@ def markdown_lines(results, reasons):
     footnotes of skipped cells, appended to)."""
     seq2seq = results["cases"].get("seq2seq", {})
     s = results["config"]["seq2seq"]
-    lines = [
-        "",
-        "### Seq2seq training, target tokens/s",
-        "",
+    lines = section_lines(
+        "Seq2seq training, target tokens/s",
         f"Width {s['width']}, vocabulary {s['vocabulary_size']}, "
         f"{s['tokens_per_batch']} target tokens per batch, policy "
         f"{seq2seq.get('policy', s['policy'])}, `jit_compile`; parameters "
         + ", ".join(f"{k} {v:,}" for k, v in seq2seq.get("parameters", {}).items())
         + (f" (RNN units {seq2seq['rnn_units']})" if "rnn_units" in seq2seq else "")
         + ".",
-        "",
         "| n | batch | transformer | rnn-bahdanau | transformer / rnn-bahdanau |",
         "| ---: | ---: | ---: | ---: | ---: |",
-    ]
-    if "skipped" in seq2seq or not seq2seq:
-        lines.append(f"| {table_cell(seq2seq, reasons)} | | | | |")
+        seq2seq,
+        reasons,
+    )
     for length, rows in seq2seq.get("lengths", {}).items():
         cells = []
         for name in ("transformer", "rnn-bahdanau"):

@@ -25,7 +25,13 @@ Usage: `python -m keras_attention.bench --suite layers [--quick] [--out DIR]`.
 
 import numpy as np
 
-from keras_attention.bench.common import describe
+from keras_attention.bench.common import (
+    case_runner,
+    describe,
+    start_suite,
+    write_report,
+)
+from keras_attention.utils.progress import phase
 
 FULL = {"batch_size": 16, "length": 128, "width": 256, "image": 32, "repeats": 5}
 QUICK = {"batch_size": 2, "length": 8, "width": 16, "image": 8, "repeats": 2}
@@ -139,15 +145,7 @@ CASES = {"pair": _case_pair}
 def run(quick=False, out="runs/bench", timeout=900):
     """Runs the suite, prints its table, writes `layers.json`, `layers.md`
     and `layers.png` under `out`; returns the results."""
-    from keras_attention.bench.common import (
-        case_runner,
-        new_results,
-        write_report,
-    )
-    from keras_attention.utils.progress import phase
-
-    config = QUICK if quick else FULL
-    results = new_results("layers", quick, config)
+    config, results = start_suite("layers", quick, FULL, QUICK)
     measure = case_runner("layers", CASES, results, out, timeout, isolated=not quick)
     for name in PAIRS:
         phase(f"{name}: ours vs keras")

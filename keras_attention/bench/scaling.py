@@ -29,8 +29,14 @@ import os
 
 import numpy as np
 
-from keras_attention.bench.common import describe
+from keras_attention.bench.common import (
+    case_runner,
+    describe,
+    start_suite,
+    write_report,
+)
 from keras_attention.utils.files import written_whole
+from keras_attention.utils.progress import phase
 
 FULL = {
     "preset": "transformer_base",
@@ -192,15 +198,7 @@ def case_environment(num_devices):
 def run(quick=False, out="runs/bench", timeout=3600):
     """Runs the suite, prints its table, writes `scaling.json`, `scaling.md`
     and `scaling.png` under `out`; returns the results."""
-    from keras_attention.bench.common import (
-        case_runner,
-        new_results,
-        write_report,
-    )
-    from keras_attention.utils.progress import phase
-
-    config = QUICK if quick else FULL
-    results = new_results("scaling", quick, config)
+    config, results = start_suite("scaling", quick, FULL, QUICK)
     measure = case_runner(
         "scaling",
         CASES,

@@ -24,7 +24,13 @@ Usage: `python -m keras_attention.bench --suite seq2seq [--quick] [--out DIR]`.
 
 import numpy as np
 
-from keras_attention.bench.common import describe
+from keras_attention.bench.common import (
+    case_runner,
+    describe,
+    start_suite,
+    write_report,
+)
+from keras_attention.utils.progress import phase
 
 MODELS = ("transformer", "rnn-bahdanau", "rnn")
 FULL = {
@@ -184,15 +190,7 @@ CASES = {"train": _case_train, "layer": _case_layer}
 def run(quick=False, out="runs/bench", timeout=1800):
     """Runs the suite, prints its tables, writes `seq2seq.json`, `seq2seq.md`
     and `seq2seq.png` under `out`; returns the results."""
-    from keras_attention.bench.common import (
-        case_runner,
-        new_results,
-        write_report,
-    )
-    from keras_attention.utils.progress import phase
-
-    config = QUICK if quick else FULL
-    results = new_results("seq2seq", quick, config)
+    config, results = start_suite("seq2seq", quick, FULL, QUICK)
     results["parameters"] = {}
     vocabulary_size = config["vocabulary_size"]
     for width in config["widths"]:

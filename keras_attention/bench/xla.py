@@ -14,7 +14,13 @@ Usage: `python -m keras_attention.bench --suite xla [--quick] [--out DIR]`.
 
 import numpy as np
 
-from keras_attention.bench.common import describe
+from keras_attention.bench.common import (
+    case_runner,
+    describe,
+    start_suite,
+    write_report,
+)
+from keras_attention.utils.progress import phase
 
 TRAIN_MODELS = (
     "translate/transformer",
@@ -229,16 +235,9 @@ CASES = {"train": _case_train, "generate": _case_generate, "layer": _case_layer}
 def run(quick=False, out="runs/bench", timeout=1800):
     """Runs the suite, prints its table, writes `xla.json`, `xla.md` and
     `xla.png` under `out`; returns the results."""
-    from keras_attention.bench.common import (
-        case_runner,
-        new_results,
-        write_report,
-    )
     from keras_attention.bench.layers import PAIRS
-    from keras_attention.utils.progress import phase
 
-    config = QUICK if quick else FULL
-    results = new_results("xla", quick, config)
+    config, results = start_suite("xla", quick, FULL, QUICK)
     variants = [("default", None)]
     if config["dropout_variants"]:
         variants.append(("no_dropout", 0.0))

@@ -130,6 +130,14 @@ def confidence_line(output, log_prob, text, threshold):
     return f"{output}\t{log_prob:.2f}\t{text}{flag}"
 
 
+def print_confidence_lines(inputs, results, threshold):
+    """Prints each input's `confidence_line`: its output and the model's mean
+    token log-probability (`results`: one `(output, log_prob)` per input),
+    marked below `threshold` (`--min-confidence`)."""
+    for text, (output, log_prob) in zip(inputs, results, strict=True):
+        print(confidence_line(output, log_prob, text, threshold))
+
+
 def _xla_help():
     models = ", ".join(SLOWER_WITH_XLA_ON_CPU)
     return (
@@ -296,6 +304,16 @@ def training_options(args):
         strategy=strategy,
         restart=args.restart,
     )
+
+
+def run_or_compare(args, run, compare, **task_arguments):
+    """Trains the one model `--model` names with `run(OUT, model=...)`, or
+    each of the models it lists with `compare(OUT, models, ...)`, passing
+    both `task_arguments`."""
+    if len(args.model) == 1:
+        run(args.out, model=args.model[0], **task_arguments)
+    else:
+        compare(args.out, list(args.model), **task_arguments)
 
 
 def read_inputs(given, what):

@@ -27,6 +27,12 @@ def add_arguments(parser):
         "tokens/s, decoding ms per token (--quick: a dry run on a CPU); all: "
         "every suite but gpu",
     )
+    add_run_options(parser)
+
+
+def add_run_options(parser):
+    """`--quick`, `--out` and `--peak-tflops`, the options of a run of the
+    suites: here and in `python -m keras_attention.bench`."""
     parser.add_argument("--quick", action="store_true", help="CI-sized run")
     parser.add_argument("--out", default="runs/bench", help="output folder")
     parser.add_argument(

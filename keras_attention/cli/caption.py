@@ -6,12 +6,13 @@ import sys
 from keras_attention.cli.arguments import (
     add_confidence_option,
     add_training_options,
-    confidence_line,
     dataset,
     load_model,
     model_list,
     non_negative_float,
     positive_int,
+    print_confidence_lines,
+    run_or_compare,
     training_options,
 )
 from keras_attention.cli.checks import CommandError
@@ -82,8 +83,7 @@ def run(args):
         results = caption.caption_files_with_confidence(
             model, args.images, args.out, args.beam
         )
-        for path, (text, log_prob) in zip(args.images, results, strict=True):
-            print(confidence_line(text, log_prob, path, args.min_confidence))
+        print_confidence_lines(args.images, results, args.min_confidence)
         if model.attention:
             print(f"attention overlays written to {args.out}", file=sys.stderr)
         return
@@ -93,7 +93,4 @@ def run(args):
         "doubly_stochastic": args.doubly_stochastic,
         "options": training_options(args),
     }
-    if len(args.model) == 1:
-        caption.run_caption(args.out, model=args.model[0], **task_arguments)
-    else:
-        caption.compare(args.out, list(args.model), **task_arguments)
+    run_or_compare(args, caption.run_caption, caption.compare, **task_arguments)

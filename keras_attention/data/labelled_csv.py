@@ -4,7 +4,12 @@ named by its line)."""
 
 import csv
 
-from keras_attention.data.files import DataFormatError, list_lines, read_data_file
+from keras_attention.data.files import (
+    DataFormatError,
+    malformed_error,
+    not_utf8_error,
+    read_data_file,
+)
 
 _VALID_CSV = (
     "a header row naming the columns, e.g. 'text,label', then one example per "
@@ -26,14 +31,7 @@ def _decode_lines(path, data):
             raw.decode("utf-8")
         except UnicodeDecodeError as error:
             problems.append((line_number, error.start))
-    line_numbers = [n for n, _ in problems]
-    first_line, first_column = problems[0]
-    raise DataFormatError(
-        f"'{path}' is not valid UTF-8: {len(problems)} line(s) (line "
-        f"{list_lines(line_numbers)}) have bytes that are not UTF-8, the first "
-        f"on line {first_line} at column {first_column}. Expected a UTF-8 CSV "
-        f"file: {_VALID_CSV}."
-    )
+    raise not_utf8_error(path, problems, f"a UTF-8 CSV file: {_VALID_CSV}")
 
 
 def _csv_records(path, text):
@@ -139,13 +137,7 @@ def read_labelled_csv(path, text_column="text", label_column="label"):
         pairs.append((example_text, label))
 
     if problems:
-        line_numbers = [n for n, _ in problems]
-        first_line, first_problem = problems[0]
-        raise DataFormatError(
-            f"'{path}' has {len(problems)} malformed row(s) (line "
-            f"{list_lines(line_numbers)}). Line {first_line} has {first_problem}. "
-            f"Expected {_VALID_CSV}."
-        )
+        raise malformed_error(path, problems, "row(s)", f"Expected {_VALID_CSV}.")
     if not pairs:
         raise DataFormatError(
             f"'{path}' has a header (line {header_line}) but no rows. Expected "

@@ -14,7 +14,7 @@ from keras_attention.data.classification import (
     fortune_files,
     split_fortunes,
 )
-from keras_attention.data.files import DataFormatError, list_lines, read_data_file
+from keras_attention.data.files import DataFormatError, not_utf8_error, read_data_file
 from keras_attention.data.tokenization import END_ID, PAD_ID
 from keras_attention.data.translation import split_pairs
 from keras_attention.names import LM_VOCABULARY_SIZE
@@ -118,13 +118,7 @@ def read_documents(path):
         except UnicodeDecodeError as error:
             problems.append((number, error.start))
     if problems:
-        first_line, column = problems[0]
-        raise DataFormatError(
-            f"'{path}' is not valid UTF-8: {len(problems)} line(s) (line "
-            f"{list_lines([n for n, _ in problems])}) have bytes that are not "
-            f"UTF-8, the first on line {first_line} at column {column}. "
-            f"Expected {_VALID_TEXT}."
-        )
+        raise not_utf8_error(path, problems, _VALID_TEXT)
     text = "\n".join(lines)
     entries = split_fortunes(text)
     if len(entries) == 1:

@@ -64,6 +64,29 @@ def require_package(package, what):
         )
 
 
+def require_data(path, default, package, what, missing, exists=os.path.isdir):
+    """Checks a built-in data set's files before a loader reads them:
+    `require_package(package, what)` where `path` is the package's own
+    (`default`), then that `path` exists.
+
+    Args:
+        path: where the loader reads the data.
+        default: where `package` installs it.
+        package: the Debian package name.
+        what: what the package holds, for `require_package`'s message.
+        missing: the message where `path` does not exist.
+        exists: the test of `path` (`os.path.isdir` for a folder).
+
+    Raises:
+        PackageMissingError: as `require_package`.
+        FileNotFoundError: `missing`, where `path` does not exist.
+    """
+    if path == default:
+        require_package(package, what)
+    if not exists(path):
+        raise FileNotFoundError(missing)
+
+
 def installed(package):
     """Whether the Debian package `package` is installed and not hidden.
 

@@ -8,9 +8,9 @@ import re
 import numpy as np
 
 from keras_attention.data.dates import date_splits
-from keras_attention.data.files import DataFormatError, list_lines, read_data_file
+from keras_attention.data.files import DataFormatError, malformed_error, read_data_file
 from keras_attention.data.messages import message_splits
-from keras_attention.data.packages import require_package
+from keras_attention.data.packages import require_data
 
 DING_PATH = "/usr/share/trans/de-en"
 DING_PACKAGE = "trans-de-en"
@@ -106,12 +106,8 @@ def read_tsv(path, source_column=0, target_column=1):
         pairs.append((source, target))
 
     if problems:
-        line_numbers = [n for n, _ in problems]
-        first_line, first_problem = problems[0]
-        raise DataFormatError(
-            f"'{path}' has {len(problems)} malformed line(s) (line "
-            f"{list_lines(line_numbers)}). Line {first_line} has "
-            f"{first_problem}. A valid line looks like {_VALID_TSV_LINE}."
+        raise malformed_error(
+            path, problems, "line(s)", f"A valid line looks like {_VALID_TSV_LINE}."
         )
     if not pairs:
         raise DataFormatError(
@@ -165,13 +161,15 @@ def load_ding(path=DING_PATH, max_words=20):
             f"`max_words` must be an integer >= 3; received max_words={max_words!r}."
         )
     path = os.fspath(path)
-    if path == DING_PATH:
-        require_package(DING_PACKAGE, "The Ding dictionary")
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"The Ding dictionary was not found at '{path}'. Install it with "
-            f"`apt-get install {DING_PACKAGE}`, or pass a TSV file of your own."
-        )
+    require_data(
+        path,
+        DING_PATH,
+        DING_PACKAGE,
+        "The Ding dictionary",
+        f"The Ding dictionary was not found at '{path}'. Install it with "
+        f"`apt-get install {DING_PACKAGE}`, or pass a TSV file of your own.",
+        exists=os.path.exists,
+    )
     with open(path, encoding="utf-8", errors="replace") as file:
         lines = file.read().split("\n")
 

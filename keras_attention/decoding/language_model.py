@@ -4,11 +4,11 @@ or with a keras-hub sampler."""
 import numpy as np
 from keras import ops
 
-from keras_attention._checks import check_positive_int
 from keras_attention.decoding.caches import _compiled, prefill
 from keras_attention.decoding.sampling import _is_greedy, get_sampler, sample
 from keras_attention.decoding.tokens import (
     PAD_ID,
+    check_output_length,
     check_prompt_ids,
     truncate_after_end,
 )
@@ -74,14 +74,8 @@ class LanguageModelGenerationMixin:
         """
         prompt_ids = check_prompt_ids(prompt_ids)
         max_length = max_length or self.max_length
-        check_positive_int("max_length", max_length)
+        check_output_length(max_length, prompt_ids)
         width = prompt_ids.shape[1]
-        if max_length < width:
-            raise ValueError(
-                f"`max_length` must be from the prompt's length ({width}) on: "
-                "the output holds the prompt; received "
-                f"max_length={max_length}."
-            )
         self.check_generation_length(max_length)
         if _is_greedy(sampler):  # written here: no keras-hub
             variables = ()

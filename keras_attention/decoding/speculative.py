@@ -34,7 +34,11 @@ from keras import ops
 
 from keras_attention._checks import check_positive_int
 from keras_attention.decoding.speculative_loop import speculative_fill
-from keras_attention.decoding.tokens import PAD_ID, check_prompt_ids
+from keras_attention.decoding.tokens import (
+    PAD_ID,
+    check_output_length,
+    check_prompt_ids,
+)
 from keras_attention.utils.backend import compile_function
 
 __all__ = ["speculative_fill", "speculative_generate", "speculative_translate"]
@@ -117,13 +121,8 @@ def speculative_generate(
         )
     _check_search(num_draft_tokens, temperature, seed)
     max_length = max_length or target.max_length
-    check_positive_int("max_length", max_length)
+    check_output_length(max_length, prompt_ids)
     width = prompt_ids.shape[1]
-    if max_length < width:
-        raise ValueError(
-            f"`max_length` must be from the prompt's length ({width}) on; "
-            f"received max_length={max_length}."
-        )
     reach = max_length + num_draft_tokens - 1
     for name, model in (("target", target), ("draft", draft)):
         try:

@@ -5,6 +5,8 @@ that `generate` takes, checked."""
 import numpy as np
 from keras import ops
 
+from keras_attention._checks import check_positive_int
+
 PAD_ID = 0
 
 
@@ -43,3 +45,17 @@ def check_prompt_ids(prompt_ids):
             f"not be padding ({PAD_ID}); received shape {prompt_ids.shape}."
         )
     return prompt_ids
+
+
+def check_output_length(max_length, prompt_ids):
+    """Raises a ValueError unless `max_length`, the length of a search's
+    output, is a positive integer from the length of the checked
+    `prompt_ids` (`check_prompt_ids`) on: the output holds the prompts."""
+    check_positive_int("max_length", max_length)
+    width = prompt_ids.shape[1]
+    if max_length < width:
+        raise ValueError(
+            f"`max_length` must be from the prompt's length ({width}) on: "
+            "the output holds the prompt; received "
+            f"max_length={max_length}."
+        )

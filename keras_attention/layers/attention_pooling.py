@@ -7,6 +7,7 @@ from keras_attention._checks import (
     check_rank,
     static_shape,
 )
+from keras_attention.layers._output_spec import output_spec
 from keras_attention.ops.masks import zero_unattended
 from keras_attention.ops.scores import project
 from keras_attention.ops.softmax import masked_softmax
@@ -135,10 +136,7 @@ class AttentionPooling(keras_internals.KeepsKerasMasksWhenCast, keras.layers.Lay
         return pooled
 
     def compute_output_spec(self, inputs, mask=None, return_attention_scores=False):
-        shapes = self.compute_output_shape(inputs.shape, return_attention_scores)
-        if not return_attention_scores:
-            return keras.KerasTensor(shapes, dtype=self.compute_dtype)
-        return tuple(keras.KerasTensor(s, dtype=self.compute_dtype) for s in shapes)
+        return output_spec(self, inputs.shape, return_attention_scores)
 
     def get_config(self):
         config = super().get_config()

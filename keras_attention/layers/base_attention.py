@@ -33,7 +33,9 @@ class ScoreAttention(keras_internals.KeepsKerasMasksWhenCast, keras.layers.Layer
     and `compute_prepared_scores(query, prepared_key)`, so that a decoder does
     that part once per source rather than once per step), and
     `check_dims(query_dim, key_dim, key_length)` to reject shapes they cannot
-    score.
+    score (a score of queries and keys of one size sets `same_size_hint`
+    instead: the default `check_dims` then refuses other sizes, with that
+    hint).
 
     Args:
         dropout: rate of dropout applied to the attention weights in training.
@@ -73,8 +75,21 @@ class ScoreAttention(keras_internals.KeepsKerasMasksWhenCast, keras.layers.Layer
 
     # -- hooks for subclasses ------------------------------------------------
 
+    # Set by a score that compares queries and keys of one size: the hint of
+    # the error for other sizes.
+    same_size_hint = None
+
     def check_dims(self, query_dim, key_dim, key_length):
         """Raises ValueError for feature sizes the score cannot combine."""
+        if self.same_size_hint is not None:
+            check_dims_match(
+                "query",
+                query_dim,
+                "key",
+                key_dim,
+                "last dimension",
+                hint=self.same_size_hint,
+            )
 
     def build_scores(self, query_dim, key_dim, key_length):
         """Creates the weights of the score function."""

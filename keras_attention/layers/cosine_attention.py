@@ -1,6 +1,5 @@
 import keras
 
-from keras_attention._checks import check_dims_match
 from keras_attention.layers.base_attention import ScoreAttention
 from keras_attention.ops.scores import cosine_score
 
@@ -41,6 +40,11 @@ class CosineAttention(ScoreAttention):
         - [Liu et al., 2022 (Swin V2)](https://arxiv.org/abs/2111.09883)
     """
 
+    same_size_hint = (
+        "Cosine similarity compares vectors of one size; project them first or "
+        "use MultiplicativeAttention."
+    )
+
     def __init__(
         self, sharpness=10.0, trainable_sharpness=True, epsilon=1e-6, **kwargs
     ):
@@ -52,17 +56,6 @@ class CosineAttention(ScoreAttention):
         self.sharpness = float(sharpness)
         self.trainable_sharpness = trainable_sharpness
         self.epsilon = epsilon
-
-    def check_dims(self, query_dim, key_dim, key_length):
-        check_dims_match(
-            "query",
-            query_dim,
-            "key",
-            key_dim,
-            "last dimension",
-            hint="Cosine similarity compares vectors of one size; project them "
-            "first or use MultiplicativeAttention.",
-        )
 
     def build_scores(self, query_dim, key_dim, key_length):
         self.beta = self.add_weight(

@@ -1,6 +1,5 @@
 import keras
 
-from keras_attention._checks import check_dims_match
 from keras_attention.layers.base_attention import ScoreAttention
 from keras_attention.ops.scores import dot_score, scaled_dot_score
 
@@ -41,6 +40,11 @@ class DotProductAttention(ScoreAttention):
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
     """
 
+    same_size_hint = (
+        "DotProductAttention has no weights; use MultiplicativeAttention or "
+        "AdditiveAttention to compare vectors of different sizes."
+    )
+
     def __init__(self, scale=False, dropout=0.0, seed=None, **kwargs):
         super().__init__(dropout=dropout, seed=seed, **kwargs)
         if not isinstance(scale, (bool, int, float)) or (
@@ -50,17 +54,6 @@ class DotProductAttention(ScoreAttention):
                 f"`scale` must be a bool or a positive float; received {scale!r}."
             )
         self.scale = scale
-
-    def check_dims(self, query_dim, key_dim, key_length):
-        check_dims_match(
-            "query",
-            query_dim,
-            "key",
-            key_dim,
-            "last dimension",
-            hint="DotProductAttention has no weights; use MultiplicativeAttention "
-            "or AdditiveAttention to compare vectors of different sizes.",
-        )
 
     def compute_prepared_scores(self, query, key):
         if self.scale is False:

@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from keras_attention._checks import check_positive_int, check_rank
+from keras_attention.layers._output_spec import output_spec
 from keras_attention.ops.attention import dot_product_attention
 
 
@@ -189,10 +190,7 @@ class SelfAttention2D(keras.layers.Layer):
         return input_shape, (batch, queries, keys)
 
     def compute_output_spec(self, inputs, return_attention_scores=False, training=None):
-        shapes = self.compute_output_shape(inputs.shape, return_attention_scores)
-        if not return_attention_scores:
-            return keras.KerasTensor(shapes, dtype=self.compute_dtype)
-        return tuple(keras.KerasTensor(s, dtype=self.compute_dtype) for s in shapes)
+        return output_spec(self, inputs.shape, return_attention_scores)
 
     def get_config(self):
         config = super().get_config()

@@ -109,10 +109,7 @@ def caption_with_confidence(model, images, beam_width=1, length_penalty=0.6):
     unlike the training data still get a caption, but a lower score.
 
     Args:
-        model: a trained `ShowAttendTell` with a `tokenizer`.
-        images: `(N, H, W, C)` in [0, 1], of the model's `image_shape`.
-        beam_width: 1 for greedy search, more for beam search.
-        length_penalty: alpha of the beam-search length penalty.
+        model, images, beam_width, length_penalty: as `caption_images`'s.
 
     Returns:
         A list of `(caption, mean_log_prob)`, one per image: the caption
@@ -456,15 +453,14 @@ def compare(out_dir, models=tuple(MODELS), data="scenes", beam_width=3, **kwargs
             title=f"Captioning {data}: BLEU on the test images",
         )
 
-    results, _ = runner.compare(
+    return runner.compare_once(
         out_dir,
         lambda name: Captioning(data, name, beam_width, **model_kwargs),
         models,
         options,
-        summarize=lambda results: runner.first_seed_figures(results, SUMMARY_KEYS),
+        SUMMARY_KEYS,
         plots=[plot],
     )
-    return {name: runs[0] for name, runs in results.items()}
 
 
 def plot_overlay(model, image, path, boxes=None):

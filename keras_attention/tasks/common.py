@@ -8,9 +8,10 @@ import platform
 
 import keras
 
+from keras_attention.data.packing import padding_fraction
 from keras_attention.data.tokenization import train_word_piece, word_piece_tokenizer
 from keras_attention.utils.files import write_text
-from keras_attention.utils.progress import phase  # noqa: F401 (tasks import it here)
+from keras_attention.utils.progress import phase
 
 
 class ArgumentError(ValueError):
@@ -34,6 +35,17 @@ def check_training_size(batch_size, num_examples, what, num_train=None, availabl
             f"batch size {batch_size:,} is larger than the training split "
             f"({num_examples:,} {what}): no full batch to train on"
         )
+
+
+def check_packed_rows(rows, batch_size, length, unit):
+    """Checks that the packed training `rows` (`data.packing`) of `length`
+    `unit` fill a batch of `batch_size`, announces how many there are and
+    how much of them is padding, and returns that fraction of padding."""
+    what = f"packed rows of {length} {unit}"
+    check_training_size(batch_size, len(rows["token_ids"]), what)
+    fraction = padding_fraction(rows)
+    phase(f"{len(rows['token_ids']):,} {what}, {fraction:.1%} of them padding")
+    return fraction
 
 
 def write_json(path, record, **kwargs):

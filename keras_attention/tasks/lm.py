@@ -11,7 +11,6 @@ from keras_attention.data.language_modeling import (
 from keras_attention.data.packing import (
     pack_documents,
     packed_dataset,
-    padding_fraction,
     split_stream,
 )
 from keras_attention.data.pipeline import language_model_dataset, token_stream
@@ -21,6 +20,7 @@ from keras_attention.names import LM_GPT_SIZES, LM_MODELS
 from keras_attention.tasks import runner
 from keras_attention.tasks.common import (
     ArgumentError,
+    check_packed_rows,
     check_training_size,
     phase,
 )
@@ -271,12 +271,9 @@ class LanguageModelling(runner.Task):
         (`data.packing`); the test documents too."""
         sequence_length = self.sequence_length
         rows = pack_documents(split_stream(train), sequence_length, seed=options.seed)
-        check_training_size(
-            options.batch_size,
-            len(rows["token_ids"]),
-            f"packed rows of {sequence_length} characters",
+        self.padding_fraction = check_packed_rows(
+            rows, options.batch_size, sequence_length, "characters"
         )
-        self.padding_fraction = padding_fraction(rows)
         self.train_data = packed_dataset(
             rows,
             options.batch_size,
@@ -291,10 +288,6 @@ class LanguageModelling(runner.Task):
             packed_inputs,
         )
         self.test_rows = pack_documents(split_stream(self.test_stream), sequence_length)
-        phase(
-            f"{len(rows['token_ids']):,} packed rows of {sequence_length} "
-            f"characters, {self.padding_fraction:.1%} of them padding"
-        )
 
     def build(self, context, jit_compile):
         net = build_model(
@@ -501,12 +494,11 @@ def compare(out_dir, models, data="fortunes", **kwargs):
             title=f"language models on {data}",
         )
 
-    results, _ = runner.compare(
+    return runner.compare_once(
         out_dir,
         lambda name: LanguageModelling(data, name, **own),
         models,
         options,
-        summarize=lambda results: runner.first_seed_figures(results, SUMMARY_KEYS),
+        SUMMARY_KEYS,
         plots=[plot],
     )
-    return {name: runs[0] for name, runs in results.items()}

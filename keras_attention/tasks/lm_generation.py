@@ -235,8 +235,6 @@ def measure_speculative(
     `separately` the same figures for the prompts one at a time
     (`one_at_a_time`: a batch advances at its slowest row's pace), and with
     `temperature` the acceptance of speculative sampling at it."""
-    from keras_attention.decoding.speculative import speculative_generate
-
     check_draft(model, draft)
     prompt_ids = prompt_token_ids(model, prompts, max_length)
     result = {
@@ -255,13 +253,8 @@ def measure_speculative(
             model, draft, rows, max_length, num_draft_tokens, repeats
         )
     if temperature is not None:
-        _, sampled = speculative_generate(
-            model,
-            draft,
-            prompt_ids,
-            max_length,
-            num_draft_tokens=num_draft_tokens,
-            temperature=temperature,
+        _, sampled = speculative_texts(
+            model, draft, prompts, max_length, num_draft_tokens, temperature
         )
         result["sampling"] = {
             "temperature": temperature,

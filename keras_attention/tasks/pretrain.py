@@ -19,7 +19,7 @@ from keras_attention.data.bible import load_bible_texts
 from keras_attention.data.classification import load_classification_data
 from keras_attention.data.language_modeling import load_fortune_texts, read_documents
 from keras_attention.data.messages import messages_by_package
-from keras_attention.data.packing import PAD_SEGMENT, pack_texts, padding_fraction
+from keras_attention.data.packing import PAD_SEGMENT, pack_texts
 from keras_attention.data.pipeline import (
     buckets_within,
     classification_dataset,
@@ -33,6 +33,7 @@ from keras_attention.tasks.classify import SETTINGS as CLASSIFY_SETTINGS
 from keras_attention.tasks.common import (
     ArgumentError,
     cached_word_piece,
+    check_packed_rows,
     check_training_size,
     phase,
 )
@@ -440,18 +441,11 @@ class Pretraining(runner.Task):
         )
         if self.pack:
             rows = pack_texts(self.train_ids, max_length, seed=options.seed)
-            check_training_size(
-                options.batch_size,
-                len(rows["token_ids"]),
-                f"packed rows of {max_length} tokens",
+            self.padding_fraction = check_packed_rows(
+                rows, options.batch_size, max_length, "tokens"
             )
-            self.padding_fraction = padding_fraction(rows)
             self.train_data = packed_masked_dataset(
                 rows, generator, options.batch_size, seed=options.seed
-            )
-            phase(
-                f"{len(rows['token_ids']):,} packed rows of {max_length} tokens, "
-                f"{self.padding_fraction:.1%} of them padding"
             )
         else:
             self.padding_fraction = bucketed_padding_fraction(

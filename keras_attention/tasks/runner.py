@@ -259,6 +259,20 @@ def first_seed_figures(results, keys):
     }
 
 
+def compare_once(out_dir, make_task, names, options, summary_keys, plots=()):
+    """`compare` with one seed, summarized by each name's `summary_keys`
+    (`first_seed_figures`); returns `{name: metrics}` of each name's run."""
+    results, _ = compare(
+        out_dir,
+        make_task,
+        names,
+        options,
+        summarize=lambda results: first_seed_figures(results, summary_keys),
+        plots=plots,
+    )
+    return {name: runs[0] for name, runs in results.items()}
+
+
 def spread(values):
     """The values of a figure over seeds with their mean and standard
     deviation."""

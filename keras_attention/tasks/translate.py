@@ -367,15 +367,14 @@ def compare(out_dir, models, data="dates", beam_width=4, **kwargs):
             metric=metric,
         )
 
-    results, _ = runner.compare(
+    return runner.compare_once(
         out_dir,
         lambda name: Translation(data, name, beam_width, **model_kwargs),
         models,
         options,
-        summarize=lambda results: runner.first_seed_figures(results, SUMMARY_KEYS),
+        SUMMARY_KEYS,
         plots=[plot],
     )
-    return {name: runs[0] for name, runs in results.items()}
 
 
 def evaluate(model, pairs, length_buckets, beam_width=1, length_penalty=0.6):

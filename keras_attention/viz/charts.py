@@ -4,7 +4,7 @@ localization histogram of caption attention."""
 
 import numpy as np
 
-from keras_attention.viz.figures import pyplot, save_figure
+from keras_attention.viz.figures import finish_figure, pyplot, save_figure
 
 # The factor between neighbouring models' positions at one size of a learning
 # curve (on its log axis, a fixed distance).
@@ -44,10 +44,7 @@ def plot_score_by_length(results, path=None, metric="bleu", title=None):
     ax.set_title(title or f"{metric} by source length")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path)
 
 
 def plot_metric_spread(
@@ -133,10 +130,7 @@ def plot_metric_spread(
     low, high = min(0.0, everything.min()), max(0.0, everything.max())
     ax.set_ylim(low, high + 0.2 * max(high - low, 1e-9))  # room for the legend
     ax.legend(loc="upper right", ncol=len(metrics), frameon=False)
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path)
 
 
 def plot_localization(in_box, chance, path=None, title=None):
@@ -174,10 +168,7 @@ def plot_localization(in_box, chance, path=None, title=None):
         or f"mean {in_box.mean():.2f} inside vs {chance.mean():.2f} chance "
         f"({in_box.mean() / max(chance.mean(), 1e-12):.1f}x)"
     )
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path)
 
 
 def plot_gan_history(history, path=None, title=None):
@@ -219,12 +210,7 @@ def plot_gan_history(history, path=None, title=None):
         ax.grid(alpha=0.3)
     for ax in axes[:2]:
         ax.legend(frameon=False)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path, title)
 
 
 def plot_curves(curves, path=None, xlabel="epoch", ylabel=None, title=None):
@@ -257,10 +243,7 @@ def plot_curves(curves, path=None, xlabel="epoch", ylabel=None, title=None):
         ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(frameon=False)
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path)
 
 
 def plot_grouped_bars(groups, series, path=None, ylabel=None, title=None, log=True):
@@ -379,9 +362,4 @@ def plot_learning_curves(panels, path=None, title=None, references=None):
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(frameon=False, fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path, title)

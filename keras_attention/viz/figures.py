@@ -43,6 +43,21 @@ def save_figure(fig, path):
         pyplot().close(fig)
 
 
+def finish_figure(fig, path, title=None):
+    """Lays `fig` out, under `title` where one is given, and writes it to
+    `path` with `save_figure` unless `path` is None.
+
+    Returns:
+        `fig`.
+    """
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    if path is not None:
+        save_figure(fig, path)
+    return fig
+
+
 def _format(path):
     """The image format `path`'s ending names (the partial file's ending is
     not the final one's for every name)."""

@@ -3,7 +3,12 @@ position encoding and a confusion matrix."""
 
 import numpy as np
 
-from keras_attention.viz.figures import _check_labels, _to_matrix, pyplot, save_figure
+from keras_attention.viz.figures import (
+    _check_labels,
+    _to_matrix,
+    finish_figure,
+    pyplot,
+)
 
 
 def plot_attention(
@@ -51,10 +56,7 @@ def plot_attention(
     if title:
         ax.set_title(title, pad=30 if source_tokens is not None else 6)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path)
 
 
 def plot_position_encoding(length=50, depth=128, max_wavelength=10000, path=None):
@@ -84,10 +86,7 @@ def plot_position_encoding(length=50, depth=128, max_wavelength=10000, path=None
         f"{depth}-dimensional sinusoidal position encoding, {length} positions"
     )
     fig.colorbar(image, ax=ax)
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path)
 
 
 def plot_confusion_matrix(matrix, class_names, path=None, title=None, normalize=False):
@@ -156,7 +155,4 @@ def plot_confusion_matrix(matrix, class_names, path=None, title=None, normalize=
         title or ("Confusion matrix (row shares)" if normalize else "Confusion matrix")
     )
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path)

@@ -97,6 +97,21 @@ def _intensities(values):
     return [value / top for value in values]
 
 
+def _checked_document(sentences, word_weights, sentence_weights):
+    """`_check_document`'s `(words, weights, sentence_weights)`, then the
+    intensities of the words and of the sentences
+    (`_document_intensities`)."""
+    words, weights, sentence_weights = _check_document(
+        sentences, word_weights, sentence_weights
+    )
+    return (
+        words,
+        weights,
+        sentence_weights,
+        *_document_intensities(weights, sentence_weights),
+    )
+
+
 def _document_intensities(word_weights, sentence_weights):
     """Word weights normalised by the largest weight in the whole document,
     and sentence weights by the largest sentence weight."""
@@ -155,12 +170,8 @@ def highlight_html(
     Returns:
         The HTML document as a string.
     """
-    words, weights, sentence_weights = _check_document(
-        sentences, word_weights, sentence_weights
-    )
-    word_intensities, sentence_intensities = _document_intensities(
-        weights, sentence_weights
-    )
+    document = _checked_document(sentences, word_weights, sentence_weights)
+    words, weights, sentence_weights, word_intensities, sentence_intensities = document
     lines = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -233,11 +244,7 @@ def plot_highlighted_text(
     weight (Yang et al., 2016, figure 5).
 
     Args:
-        sentences: list of sentences, each a list of word strings. For flat
-            (non-hierarchical) models, pass the whole document as one sentence.
-        word_weights: the same nested structure as `sentences`, holding one
-            non-negative float per word, on any scale: intensities are
-            normalised by the largest weight in the document.
+        sentences, word_weights: as `highlight_html`'s.
         sentence_weights: one non-negative float per sentence, or None to draw
             no sentence squares. Normalised by the largest sentence weight.
         title: figure title.
@@ -255,12 +262,8 @@ def plot_highlighted_text(
         raise ValueError(
             f"`max_line_chars` must be a positive integer; received {max_line_chars!r}."
         )
-    words, weights, sentence_weights = _check_document(
-        sentences, word_weights, sentence_weights
-    )
-    word_intensities, sentence_intensities = _document_intensities(
-        weights, sentence_weights
-    )
+    document = _checked_document(sentences, word_weights, sentence_weights)
+    words, weights, sentence_weights, word_intensities, sentence_intensities = document
     plt = pyplot()
     from matplotlib.patches import Rectangle
 
