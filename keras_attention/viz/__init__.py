@@ -5,7 +5,8 @@ matplotlib is the optional `apps` extra: `keras_attention` imports this
 package on first use of `keras_attention.viz`. Its modules, by what they draw:
 
 - `figures`: what every figure shares, `pyplot()` (matplotlib, headless,
-  imported lazily) and `save_figure(fig, path)`.
+  imported lazily), `save_figure(fig, path)` and `finish_figure(fig, path,
+  title=None)` (a title, the layout, then `save_figure`).
 - `heatmaps`: attention matrices, the sinusoidal position encoding, confusion
   matrices.
 - `text`: attention over words, as HTML or as a figure.
@@ -25,7 +26,7 @@ from keras_attention.viz.charts import (
     plot_metric_spread,
     plot_score_by_length,
 )
-from keras_attention.viz.figures import pyplot, save_figure
+from keras_attention.viz.figures import finish_figure, pyplot, save_figure
 from keras_attention.viz.heatmaps import (
     plot_attention,
     plot_confusion_matrix,
@@ -59,6 +60,7 @@ __all__ = [
     "plot_score_by_length",
     "plot_self_attention",
     "pyplot",
+    "finish_figure",
     "save_figure",
     "smooth_attention",
     "upsample_attention",
