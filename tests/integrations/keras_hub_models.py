@@ -160,6 +160,30 @@ TINY = {
         "Gemma3CausalLM",
         0.5,
     ),
+    # SmolLM 3: rotary positions on layers 0 and 2, none (NoPE) on layer 1
+    # and on layer 3 (every 4th), biases on the query, key and value.
+    "smollm3": Tiny(
+        "SmolLM3Backbone",
+        {
+            "vocabulary_size": VOCABULARY,
+            "hidden_dim": 16,
+            "intermediate_dim": 32,
+            "num_layers": 4,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "attention_bias": True,
+            "attention_dropout": 0.0,
+            "rope_layer_enabled_list": [True, False, True, False],
+            "layer_types": ["attention"] * 4,
+            "mlp_bias": False,
+            "layer_norm_epsilon": 1e-6,
+            "max_position_embeddings": 64,
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 1.0,
+        },
+        "SmolLM3CausalLM",
+        0.3,
+    ),
 }
 # keras-hub's own `generate` cannot run these models' window in a compiled
 # function (Qwen 2's `if cache_update_index` takes a tensor as a bool;
@@ -254,14 +278,19 @@ def attention_layers(model):
     """The self-attention layer of each block of a backbone, keras-hub's or
     ours: keras-hub's blocks name it `_self_attention_layer` (Llama's
     relatives, its generic decoder and encoder), `self_attention_layer`
-    (GPT-OSS) or `attention` (Phi-3, Gemma); ALBERT's blocks come in a
-    list."""
+    (GPT-OSS), `attention` (Phi-3, Gemma) or `self_attn` (SmolLM 3);
+    ALBERT's blocks come in a list."""
     blocks = [
         block
         for entry in model.transformer_layers
         for block in (entry if isinstance(entry, list) else [entry])
     ]
-    names = ("_self_attention_layer", "self_attention_layer", "attention")
+    names = (
+        "_self_attention_layer",
+        "self_attention_layer",
+        "attention",
+        "self_attn",
+    )
     return [
         getattr(block, next(name for name in names if hasattr(block, name)))
         for block in blocks

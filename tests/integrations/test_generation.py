@@ -106,6 +106,7 @@ INT8_FAMILIES = [
     "gemma",
     "gemma2",
     "gpt_oss",
+    "smollm3",
 ]
 
 

@@ -15,7 +15,8 @@ decodes with the quantized cache.
 The tasks taken are those whose `call_with_cache` is Llama's (embed, the
 blocks with `self_attention_cache`, the final norm, the reversed embedding)
 or Gemma's (the embedding scaled by `sqrt(hidden_dim)`, the blocks with
-`cache`), Phi-3's being Llama's with the blocks' `attention_cache`:
+`cache`), Phi-3's being Llama's with the blocks' `attention_cache` and
+SmolLM 3's Llama's with the final norm named `norm`:
 `QUANTIZED_CACHE_TASKS`.
 """
 
@@ -31,10 +32,22 @@ from keras_attention.layers.key_value_cache import is_quantized_cache
 
 # keras-hub task classes ("module:Name"; subclasses are taken too) -> how
 # their `call_with_cache` calls the blocks: whether the embedding is scaled
-# by sqrt(hidden_dim), and the blocks' cache keywords.
-_LLAMA = (False, "self_attention_cache", "self_attention_cache_update_index")
-_GEMMA = (True, "cache", "cache_update_index")
-_PHI3 = (False, "attention_cache", "attention_cache_update_index")
+# by sqrt(hidden_dim), the blocks' cache keywords, and the backbone's final
+# norm.
+_LLAMA = (
+    False,
+    "self_attention_cache",
+    "self_attention_cache_update_index",
+    "layer_norm",
+)
+_GEMMA = (True, "cache", "cache_update_index", "layer_norm")
+_PHI3 = (False, "attention_cache", "attention_cache_update_index", "layer_norm")
+_SMOLLM3 = (
+    False,
+    "self_attention_cache",
+    "self_attention_cache_update_index",
+    "norm",
+)
 QUANTIZED_CACHE_TASKS = {
     "keras_hub.src.models.llama.llama_causal_lm:LlamaCausalLM": _LLAMA,
     "keras_hub.src.models.mistral.mistral_causal_lm:MistralCausalLM": _LLAMA,
@@ -46,17 +59,20 @@ QUANTIZED_CACHE_TASKS = {
     "keras_hub.src.models.qwen3_moe.qwen3_moe_causal_lm:Qwen3MoeCausalLM": _LLAMA,
     "keras_hub.src.models.gemma.gemma_causal_lm:GemmaCausalLM": _GEMMA,
     "keras_hub.src.models.gpt_oss.gpt_oss_causal_lm:GptOssCausalLM": _LLAMA,
+    "keras_hub.src.models.smollm3.smollm3_causal_lm:SmolLM3CausalLM": _SMOLLM3,
 }
 
 # Where keras-hub's blocks keep their attention layer: Llama's, Mistral's,
 # Mixtral's and Qwen's `_self_attention_layer`, GPT-OSS's
-# `self_attention_layer`, Phi-3's and Gemma's `attention`. (Read by name: on
+# `self_attention_layer`, Phi-3's and Gemma's `attention`, SmolLM 3's
+# `self_attn`. (Read by name: on
 # PyTorch a block's layers are not in its `__dict__` but in torch's module
 # registry.)
 _BLOCK_ATTENTION_ATTRIBUTES = (
     "_self_attention_layer",
     "self_attention_layer",
     "attention",
+    "self_attn",
 )
 
 _LOCK = threading.RLock()
@@ -145,7 +161,9 @@ def quantized_cache_class(task_class):
         return _QUANTIZED[task_class]
 
 
-def _make_quantized_class(task_class, scale_embedding, cache_name, index_name):
+def _make_quantized_class(
+    task_class, scale_embedding, cache_name, index_name, norm_name
+):
     def call_with_cache(self, token_ids, cache, cache_update_index):
         if not is_quantized_cache(cache):
             return task_class.call_with_cache(
@@ -167,14 +185,18 @@ def _make_quantized_class(task_class, scale_embedding, cache_name, index_name):
             new_values.append(layer_values)
             new_scales.append(layer_scales)
         cache = (ops.stack(new_values, axis=1), ops.stack(new_scales, axis=1))
-        hidden_states = x = self.backbone.layer_norm(x)
+        hidden_states = x = getattr(self.backbone, norm_name)(x)
         logits = self.backbone.token_embedding(x, reverse=True)
         return logits, hidden_states, cache
 
     def build_cache(self, token_ids):
         shape = ops.shape(token_ids)
         cache = empty_cache(self, shape[0], shape[1])
-        _, hidden_states, cache = self.call_with_cache(token_ids, cache, 0)
+        # The index as a tensor, as keras-hub's `_build_cache` gives it: a
+        # block that takes its cache in `**kwargs` (SmolLM 3's) refuses a
+        # mix of tensors and Python numbers there.
+        index = ops.convert_to_tensor(0, dtype="int32")
+        _, hidden_states, cache = self.call_with_cache(token_ids, cache, index)
         return hidden_states, cache
 
     return registered_subclass(
