@@ -326,9 +326,10 @@ def _run(
                 path, query, key, value, spec, return_lse, fallback=_standard
             )
         except KernelUnavailable as error:
+            # The user's call: `_run` is called by `dot_product_attention`.
             warnings.warn(
                 f"{error} The call takes the `keras.ops` path instead.",
-                stacklevel=2,
+                stacklevel=3,
             )
             path = keras_ops_path(spec, query, value, flash_attention)
     if path == "chunked":

@@ -123,8 +123,10 @@ def test_a_mod_flex_cannot_trace_takes_the_keras_ops_path(monkeypatch):
     assert module.flex_attention is not fails
     call = CALLS["mask_mod"]
     assert attention_path(Q, V, **call) == "torch_flex"
-    with pytest.warns(UserWarning, match="takes the `keras.ops` path"):
+    with pytest.warns(UserWarning, match="takes the `keras.ops` path") as record:
         got = dot_product_attention(Q, K, V, scale=0.3, **call)
+    # The warning names the user's line, not the package's.
+    assert [w.filename for w in record] == [__file__]
     np.testing.assert_allclose(numpy(got), numpy(standard(Q, K, V, **call)), atol=2e-6)
 
 
