@@ -114,3 +114,8 @@ def test_lora_and_quantization_apply_after_the_swap():
     assert_lora_applies(swap_attention(backbone()))
     reference = backbone(num_layers=1)
     assert_quantizes_like_keras_hubs(swap_attention(reference), reference, inputs(), 9)
+
+
+def test_an_unknown_window_convention_is_refused():
+    with pytest.raises(ValueError, match="Unknown `sliding_window_keys`: 'both'"):
+        swap_attention(backbone(), sliding_window_keys="both")

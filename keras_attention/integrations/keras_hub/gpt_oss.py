@@ -20,6 +20,7 @@ References:
 from keras_hub.src.layers.modeling.rotary_embedding import RotaryEmbedding
 from keras_hub.src.models.gpt_oss import gpt_oss_decoder
 
+from keras_attention._checks import check_choice
 from keras_attention.integrations.keras_hub.attention import (
     KerasHubRotaryAttention,
 )
@@ -61,11 +62,7 @@ class GptOssAttention(KerasHubRotaryAttention):
         **kwargs,
     ):
         keys = kwargs.pop("sliding_window_keys", "keras_hub")
-        if keys not in SLIDING_WINDOW_KEYS:
-            raise ValueError(
-                f"`sliding_window_keys` must be one of {SLIDING_WINDOW_KEYS}; "
-                f"received {keys!r}."
-            )
+        check_choice("sliding_window_keys", keys, SLIDING_WINDOW_KEYS)
         window = sliding_window or None
         if window is not None and keys == "keras_hub":
             window += 1
