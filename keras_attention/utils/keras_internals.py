@@ -141,6 +141,18 @@ def model_strategy(model):
     return getattr(model, MODEL_STRATEGY_ATTRIBUTE, None)
 
 
+# The private attribute `layer._parent_path`: the name scope a layer's
+# variables are created under, taken from the layer being built when it was
+# made; keras 3.15 (the keras-hub integration's release).
+PARENT_PATH_ATTRIBUTE = "_parent_path"
+
+
+def place_at_top_level(layer):
+    """Makes `layer` create its variables at the top of the variable paths
+    (`name/kernel`), as a layer made outside any other layer's build does."""
+    setattr(layer, PARENT_PATH_ATTRIBUTE, "")
+
+
 def forget_model_strategy(model):
     """Makes `fit` take the strategy in scope instead of the one `model` was
     built under."""

@@ -27,6 +27,7 @@ from keras_attention.integrations.keras_hub.attention import (
 )
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import Family
+from keras_attention.utils import keras_internals
 from keras_attention.utils.initializers import clone_initializer
 
 # Our projections' names -> keras-hub's.
@@ -197,7 +198,7 @@ class SmolLM3Attention(KerasHubAttention):
         if name == "attention_output":
             # keras-hub builds `o_proj` in the attention's constructor,
             # outside any name scope: its kernel's path is `o_proj/kernel`.
-            dense._parent_path = ""
+            keras_internals.place_at_top_level(dense)
         return dense
 
     def call(
