@@ -1,13 +1,15 @@
 """The options of `MultiHeadAttention` beyond Keras' layer that pretrained
 models' attention needs (Gemma's soft cap and scale, Qwen's projection
-biases, Qwen 3's and Gemma 3's query/key normalization, a model's own rotary
+biases, Qwen 3's and Gemma 3's query/key normalization, Gemma 3n's and
+Gemma 4's value normalization, a model's own rotary
 embedding, Gemma's kernel layout, keras-hub's dropout on the attention
 output, GPT-OSS's attention sinks): their checks, their defaults and their config.
 
-The layer arguments (`query_norm`, `key_norm`, `rotary_embedding`) are kept
+The layer arguments (`query_norm`, `key_norm`, `value_norm`,
+`rotary_embedding`) are kept
 out of Keras' attribute tracking until `build`, which tracks each right after
 the projection it follows, so the weights keep the order of the models they
-come from (query, its norm, key, its norm, value, output).
+come from (query, its norm, key, its norm, value, its norm, output).
 """
 
 import math
@@ -24,13 +26,14 @@ DEFAULTS = {
     "soft_cap": None,
     "query_norm": None,
     "key_norm": None,
+    "value_norm": None,
     "rotary_embedding": None,
     "output_dropout": 0.0,
     "use_output_bias": None,
     "kernel_layout": "input_first",
     "use_sinks": False,
 }
-LAYER_OPTIONS = ("query_norm", "key_norm", "rotary_embedding")
+LAYER_OPTIONS = ("query_norm", "key_norm", "value_norm", "rotary_embedding")
 
 
 def check_options(options, attention_positions):

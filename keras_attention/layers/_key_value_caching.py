@@ -8,7 +8,7 @@ and values of a decoding step into the cache and reads back all it holds.
 The cache itself (its layouts, int8 quantization, checks) is
 `keras_attention.layers.key_value_cache`'s. It reads what the layer sets
 (`_num_key_value_heads`, `_cache_dtype`, `key_dim`, `value_dim`,
-`compute_dtype`) and uses its projections (`_project_key`, `_value_dense`).
+`compute_dtype`) and uses its projections (`_project_key`, `_project_value`).
 """
 
 from keras import ops
@@ -63,7 +63,7 @@ class KeyValueCaching:
                 cache,
                 cache_update_index,
                 self._project_key(key, cache_update_index),
-                self._value_dense(value),
+                self._project_value(value),
             )
         keys, values = read_keys_values(cache, self.compute_dtype)
         return cache, keys, values
@@ -72,4 +72,4 @@ class KeyValueCaching:
         """The projected keys and values as cache entries `(B, 2, S,
         num_key_value_heads, key_dim)`."""
         projected_key = self._project_key(key, start_index)
-        return ops.stack((projected_key, self._value_dense(value)), axis=1)
+        return ops.stack((projected_key, self._project_value(value)), axis=1)

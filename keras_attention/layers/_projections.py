@@ -8,7 +8,8 @@ names, order and equations, so that what Keras builds on them (int8
 quantization, LoRA, constraints, dtype-policy maps) works; and
 `_build_attention`, Keras' hook, sets the attention axes, einsum equations
 and attention dropout. `_project_query` and `_project_key` apply the query
-and key projections, their norms and the rotary encoding. It reads what the
+and key projections, their norms and the rotary encoding; `_project_value`
+the value projection and its norm. It reads what the
 layer's constructor sets (`_dense_arguments`, `_output_dims`, `_use_gate`,
 `_num_key_value_heads`, `_attention_positions`, `_relative_bias`,
 `_rotary`).
@@ -65,6 +66,7 @@ class EinsumProjections:
         if norms_after_value:
             self._build_norm("query", query_shape, heads)
             self._build_norm("key", key_shape, kv_heads)
+        self._build_norm("value", value_shape, kv_heads, self.value_dim)
         self._build_attention(len(query_shape) + 1)
         if self._relative_bias is not None:
             self._relative_bias.build(query_shape, key_shape)
@@ -87,15 +89,16 @@ class EinsumProjections:
                 shape=(heads,), initializer="zeros", name="sinks"
             )
 
-    def _build_norm(self, name, input_shape, heads):
-        """The `query_norm` or `key_norm` option, if given, as an attribute
-        of that name, built for `(B, ..., heads, key_dim)`."""
+    def _build_norm(self, name, input_shape, heads, size=None):
+        """The `query_norm`, `key_norm` or `value_norm` option, if given, as
+        an attribute of that name, built for `(B, ..., heads, size)` (default
+        size `key_dim`)."""
         norm = self._options[f"{name}_norm"]
         if norm is None:
             return
         setattr(self, f"{name}_norm", norm)
         if not norm.built:  # deserialized layers come built
-            norm.build((*input_shape[:-1], heads, self.key_dim))
+            norm.build((*input_shape[:-1], heads, size or self.key_dim))
 
     def _projection(self, name, input_shape, heads, size, activation=None):
         """`(B, ..., dim)` -> `(B, ..., heads, size)`."""
@@ -173,6 +176,13 @@ class EinsumProjections:
         if self._options["key_norm"] is not None:
             projected = self.key_norm(projected)
         return rotate(self._rotary, projected, start_index, positions)
+
+    def _project_value(self, value):
+        """The value projection, normalized by `value_norm` if given."""
+        projected = self._value_dense(value)
+        if self._options["value_norm"] is not None:
+            projected = self.value_norm(projected)
+        return projected
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         check_attention_shapes(query_shape, value_shape, key_shape)

@@ -59,7 +59,7 @@ class GroupedQueryAttention(MultiHeadAttention):
             `cache_dtype`: `"int8"` for a quantized decoding cache, about 4x
             smaller than float32, `2 * num_key_value_heads * (head_dim + 2)`
             bytes per token; the options pretrained models need: `scale`,
-            `soft_cap`, `query_norm`, `key_norm`, `rotary_embedding`,
+            `soft_cap`, `query_norm`, `key_norm`, `value_norm`, `rotary_embedding`,
             `output_dropout`, `use_output_bias`, `kernel_layout`, `use_sinks`)
             and the
             base layer arguments. `head_dim=None` settles the head size in

@@ -197,6 +197,10 @@ class MultiHeadAttention(
             keys `(B, T, heads, key_dim)` before the rotary encoding (Qwen
             3's and Gemma 3's RMS norms); each is built, and its weights
             placed, right after its projection's.
+        value_norm: a layer applied to the projected values `(B, S,
+            num_key_value_heads, value_dim)` before they are cached (Gemma
+            3n's and Gemma 4's RMS norms); built, and its weights placed,
+            right after the value projection's.
         rotary_embedding: a rotary layer of the model's own (e.g.
             keras-hub's Llama 3.1, LongRoPE or scaled rotary), called as
             `layer(x, start_index=..., positions=...)` on the projected
@@ -308,6 +312,7 @@ class MultiHeadAttention(
         soft_cap=None,
         query_norm=None,
         key_norm=None,
+        value_norm=None,
         rotary_embedding=None,
         output_dropout=0.0,
         use_output_bias=None,
@@ -338,6 +343,7 @@ class MultiHeadAttention(
             "soft_cap": soft_cap,
             "query_norm": query_norm,
             "key_norm": key_norm,
+            "value_norm": value_norm,
             "rotary_embedding": rotary_embedding,
             "output_dropout": output_dropout,
             "use_output_bias": use_output_bias,
@@ -506,7 +512,7 @@ class MultiHeadAttention(
             gate = self._gate_dense(query) if self._use_gate else None
             if cache is None:
                 projected_key = self._project_key(key, positions=key_positions)
-                projected_value = self._value_dense(value)
+                projected_value = self._project_value(value)
             else:
                 cache, projected_key, projected_value = self._apply_cache(
                     cache, cache_update_index, key, value

@@ -1,5 +1,5 @@
 """MultiHeadAttention's options for pretrained models' attention (scale, soft
-cap, query/key norms, a rotary layer, output dropout, output bias, kernel
+cap, query/key/value norms, a rotary layer, output dropout, output bias, kernel
 layout, the head size settled in build), each against what it stands for."""
 
 import math
@@ -97,6 +97,50 @@ def test_query_and_key_norms_apply_before_attention_in_weight_order():
     close(output, attention._output_dense(expected), 1e-5)
 
 
+def test_value_norm_applies_to_the_values_after_their_projection():
+    attention = layer(
+        value_norm=keras.layers.RMSNormalization(name="v_norm"),
+        query_norm=keras.layers.LayerNormalization(name="q_norm"),
+    )
+    inputs = x()
+    output = attention(inputs, inputs)
+    names = [w.path.split("/", 1)[1] for w in attention.weights]
+    assert names.index("v_norm/scale") == names.index("value/bias") + 1
+    assert names[-2:] == ["attention_output/kernel", "attention_output/bias"]
+    attention.value_norm.scale.assign(np.linspace(0.5, 2.0, 4).astype("float32"))
+    output = attention(inputs, inputs)
+    q, k, v = projections(attention, inputs)
+    expected = dot_product_attention(
+        attention.query_norm(q), k, attention.value_norm(v)
+    )
+    close(output, attention._output_dense(expected), 1e-5)
+    # Without it the output differs: the comparison above sees the norm.
+    plain = attention._output_dense(
+        dot_product_attention(attention.query_norm(q), k, v)
+    )
+    assert np.abs(numpy(output) - numpy(plain)).max() > 1e-2
+
+
+def test_value_norm_applies_before_the_values_are_cached():
+    attention = layer(value_norm=keras.layers.RMSNormalization())
+    inputs = x(length=5)
+    expected = attention(inputs, inputs, use_causal_mask=True)
+    cache = ops.zeros((2, 2, 5, 2, 4))
+    outputs = []
+    for t in range(5):
+        step, cache = attention(
+            inputs[:, t : t + 1],
+            inputs[:, t : t + 1],
+            cache=cache,
+            cache_update_index=t,
+            use_causal_mask=True,
+        )
+        outputs.append(numpy(step))
+    close(np.concatenate(outputs, axis=1), expected, 1e-5)
+    values = attention.value_norm(attention._value_dense(inputs))
+    close(cache[:, 1], values, 1e-6)
+
+
 def test_a_rotary_layer_equals_the_built_in_rotary_encoding():
     inputs = x()
     built_in = layer(attention_positions="rotary", max_wavelength=100)
@@ -164,6 +208,7 @@ def test_config_round_trip_keeps_the_options(tmp_path):
         scale=0.5,
         soft_cap=3.0,
         query_norm=keras.layers.LayerNormalization(name="q_norm"),
+        value_norm=keras.layers.RMSNormalization(name="v_norm"),
         rotary_embedding=RotaryEmbedding(max_wavelength=50),
         output_dropout=0.1,
         use_output_bias=False,
@@ -193,6 +238,7 @@ def test_config_round_trip_keeps_the_options(tmp_path):
         ({"kernel_layout": "nhd"}, "`kernel_layout` must be one of"),
         ({"use_output_bias": "yes"}, "`use_output_bias` must be None"),
         ({"query_norm": "rms"}, "`query_norm` must be a Keras layer"),
+        ({"value_norm": 1.0}, "`value_norm` must be a Keras layer"),
         (
             {"rotary_embedding": RotaryEmbedding(), "attention_positions": "rotary"},
             "replaces `attention_positions`",
