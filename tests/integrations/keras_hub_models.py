@@ -390,6 +390,24 @@ def saved_and_loaded(model, tmp_path, x):
     return loaded
 
 
+def assert_packed_rows_are_each_document_alone(swapped, original, atol=2e-5):
+    """A row packing two documents (ids 1 and 2 in the padding mask, then
+    padding) through the swapped backbone (`packed=True`) gives each
+    document's outputs from keras-hub's own backbone run on it alone."""
+    rng = np.random.default_rng(3)
+    first, second = (rng.integers(1, VOCABULARY, (1, n)) for n in (5, 4))
+    row = {
+        "token_ids": np.concatenate([first, second, np.zeros((1, 3), int)], 1),
+        "padding_mask": np.array([[1] * 5 + [2] * 4 + [0] * 3], "int32"),
+    }
+    packed = outputs(swapped, row)
+    for document, where in ((first, slice(0, 5)), (second, slice(5, 9))):
+        alone = {"token_ids": document, "padding_mask": np.ones_like(document)}
+        np.testing.assert_allclose(
+            packed[:, where], outputs(original, alone), atol=atol, rtol=0
+        )
+
+
 def assert_lora_applies(model, attention="self_attention"):
     """`model.enable_lora(2)` gives the query and value projections of the
     layers named `attention` their LoRA kernels; returns the trainable

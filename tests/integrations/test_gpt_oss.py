@@ -21,6 +21,7 @@ from tests.integrations.keras_hub_models import (  # noqa: E402
     assert_hands_the_mask_parts,
     assert_lora_applies,
     assert_outputs_equal,
+    assert_packed_rows_are_each_document_alone,
     assert_quantizes_like_keras_hubs,
     assert_weights_are_keras_hubs,
     attention_layers,
@@ -91,6 +92,15 @@ def test_long_inputs_take_the_chunked_path_with_the_sinks():
     swapped = swap_attention(original, chunk_size=8)
     assert_outputs_equal(swapped, original, inputs(length=40, real=33), 33)
     assert {a.attention_path for a in attention_layers(swapped)} == {"chunked"}
+
+
+def test_packed_documents_equal_each_document_alone():
+    # The sinks, the window (3, shorter than either document) and the
+    # experts' routing, per token, see each document alone.
+    original = backbone()
+    assert_packed_rows_are_each_document_alone(
+        swap_attention(original, packed=True), original
+    )
 
 
 def test_greedy_generate_gives_keras_hubs_tokens():

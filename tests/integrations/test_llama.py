@@ -21,6 +21,7 @@ from tests.integrations.keras_hub_models import (  # noqa: E402
     assert_hands_the_mask_parts,
     assert_lora_applies,
     assert_outputs_equal,
+    assert_packed_rows_are_each_document_alone,
     assert_quantizes_like_keras_hubs,
     assert_weights_are_keras_hubs,
     attention_layers,
@@ -97,19 +98,9 @@ def test_greedy_generate_gives_keras_hubs_tokens():
 
 def test_packed_documents_equal_each_document_alone():
     original = backbone()
-    swapped = swap_attention(original, packed=True)
-    rng = np.random.default_rng(3)
-    first, second = rng.integers(1, 50, (1, 5)), rng.integers(1, 50, (1, 4))
-    row = {
-        "token_ids": np.concatenate([first, second, np.zeros((1, 3), int)], 1),
-        "padding_mask": np.array([[1] * 5 + [2] * 4 + [0] * 3], "int32"),
-    }
-    packed = numpy(swapped(row))
-    for document, where in ((first, slice(0, 5)), (second, slice(5, 9))):
-        alone = original(
-            {"token_ids": document, "padding_mask": np.ones_like(document)}
-        )
-        np.testing.assert_allclose(packed[:, where], numpy(alone), atol=2e-5)
+    assert_packed_rows_are_each_document_alone(
+        swap_attention(original, packed=True), original
+    )
 
 
 def test_saves_and_loads_in_safe_mode_with_our_attention(tmp_path):
