@@ -3,7 +3,8 @@ models' attention needs (Gemma's soft cap and scale, Qwen's projection
 biases, Qwen 3's and Gemma 3's query/key normalization, Gemma 3n's and
 Gemma 4's value normalization, a model's own rotary
 embedding, Gemma's kernel layout, keras-hub's dropout on the attention
-output, GPT-OSS's attention sinks): their checks, their defaults and their config.
+output, GPT-OSS's attention sinks, Qwen 3.5's output gate packed in the
+query projection): their checks, their defaults and their config.
 
 The layer arguments (`query_norm`, `key_norm`, `value_norm`,
 `rotary_embedding`) are kept
@@ -15,6 +16,7 @@ come from (query, its norm, key, its norm, value, its norm, output).
 import math
 
 import keras
+from keras import ops
 
 from keras_attention._checks import check_positive_number, check_rate
 
@@ -32,6 +34,7 @@ DEFAULTS = {
     "use_output_bias": None,
     "kernel_layout": "input_first",
     "use_sinks": False,
+    "packed_gate": False,
 }
 LAYER_OPTIONS = ("query_norm", "key_norm", "value_norm", "rotary_embedding")
 
@@ -49,6 +52,10 @@ def check_options(options, attention_positions):
     if options["use_sinks"] not in (True, False):
         raise ValueError(
             f"`use_sinks` must be True or False; received {options['use_sinks']!r}."
+        )
+    if options["packed_gate"] not in (True, False):
+        raise ValueError(
+            f"`packed_gate` must be True or False; received {options['packed_gate']!r}."
         )
     if options["use_output_bias"] not in (None, True, False):
         raise ValueError(
@@ -68,6 +75,24 @@ def check_options(options, attention_positions):
             "replaces `attention_positions`, which must then be None; "
             f"received attention_positions={attention_positions!r}."
         )
+
+
+def check_gate(options, use_gate):
+    """Raises a ValueError for both gates: Keras' own projection
+    (`use_gate`) and the one packed in the query's (`packed_gate`)."""
+    if use_gate and options["packed_gate"]:
+        raise ValueError(
+            "`use_gate=True` (a gate projection of its own) and "
+            "`packed_gate=True` (the gate packed in the query projection) "
+            "exclude each other; received both."
+        )
+
+
+def split_packed_gate(projected, key_dim):
+    """The query projection of a `packed_gate` layer, `(..., heads, key_dim
+    + value_dim)`, as the queries `(..., heads, key_dim)` and the gate
+    `sigmoid` of the rest, `(..., heads, value_dim)`."""
+    return projected[..., :key_dim], ops.sigmoid(projected[..., key_dim:])
 
 
 def deserialize_layers(config):

@@ -53,16 +53,17 @@ class KeyValueCaching:
         cache to pass with `cache_update_index=None`."""
         return self._keys_values(value if key is None else key, value)
 
-    def _apply_cache(self, cache, cache_update_index, key, value):
+    def _apply_cache(self, cache, cache_update_index, key, value, positions=None):
         """`(cache, keys, values)`: the cache after writing the projected
         `key` and `value` at `cache_update_index` (unchanged without an
-        index), and the keys and values it holds, in the compute dtype."""
+        index; the keys rotated at `positions` where given), and the keys and
+        values it holds, in the compute dtype."""
         check_cache(cache, self._num_key_value_heads, self.key_dim, self.value_dim)
         if cache_update_index is not None:
             cache = write_keys_values(
                 cache,
                 cache_update_index,
-                self._project_key(key, cache_update_index),
+                self._project_key(key, cache_update_index, positions),
                 self._project_value(value),
             )
         keys, values = read_keys_values(cache, self.compute_dtype)

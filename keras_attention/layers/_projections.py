@@ -8,7 +8,8 @@ names, order and equations, so that what Keras builds on them (int8
 quantization, LoRA, constraints, dtype-policy maps) works; and
 `_build_attention`, Keras' hook, sets the attention axes, einsum equations
 and attention dropout. `_project_query` and `_project_key` apply the query
-and key projections, their norms and the rotary encoding; `_project_value`
+and key projections, their norms and the rotary encoding (`_project_query`
+also gives the output gate); `_project_value`
 the value projection and its norm. It reads what the
 layer's constructor sets (`_dense_arguments`, `_output_dims`, `_use_gate`,
 `_num_key_value_heads`, `_attention_positions`, `_relative_bias`,
@@ -23,6 +24,7 @@ from keras_attention._checks import check_attention_shapes
 from keras_attention.layers._attention_options import (
     heads_first_equation,
     settle_head_size,
+    split_packed_gate,
 )
 from keras_attention.layers._attention_positions import rotate
 from keras_attention.layers.dropout import Dropout
@@ -50,7 +52,10 @@ class EinsumProjections:
         # query or key norm right after its projection, or after the value's
         # where a subclass sets `_norms_after_value` (keras-hub's Gemma 3).
         norms_after_value = self._norms_after_value
-        self._query_dense = self._projection("query", query_shape, heads, self.key_dim)
+        # A packed gate shares the query's kernel, `(dim, heads, key_dim +
+        # value_dim)`: each head's query, then its gate.
+        query_size = self.key_dim + (self.value_dim if options["packed_gate"] else 0)
+        self._query_dense = self._projection("query", query_shape, heads, query_size)
         if not norms_after_value:
             self._build_norm("query", query_shape, heads)
         self._key_dense = self._projection("key", key_shape, kv_heads, self.key_dim)
@@ -163,12 +168,20 @@ class EinsumProjections:
             )
 
     def _project_query(self, query, start_index=0, positions=None):
-        """The query projection, rotated by position with a rotary encoding
-        (from `start_index`, or at `positions` `(B, T)` when given)."""
+        """`(queries, gate)`: the query projection, rotated by position with
+        a rotary encoding (from `start_index`, or at `positions`, as the
+        rotary layer takes them, when given), and the output gate (None
+        without one; `use_gate`'s projection, or the part of the query's
+        that `packed_gate` packs in it)."""
         projected = self._query_dense(query)
+        gate = None
+        if self._options["packed_gate"]:
+            projected, gate = split_packed_gate(projected, self.key_dim)
+        elif self._use_gate:
+            gate = self._gate_dense(query)
         if self._options["query_norm"] is not None:
             projected = self.query_norm(projected)
-        return rotate(self._rotary, projected, start_index, positions)
+        return rotate(self._rotary, projected, start_index, positions), gate
 
     def _project_key(self, key, start_index=0, positions=None):
         """The key projection, rotated as the query's."""

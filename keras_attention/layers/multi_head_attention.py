@@ -220,6 +220,12 @@ class MultiHeadAttention(
             `sinks`). Computed from the log-sum-exp on every path, fused
             kernels that return it included. Needs one attention axis and
             the layer's own `_compute_attention`.
+        packed_gate: gate the attention output with `sigmoid(g)` before the
+            output projection, `g` packed in the query projection: its kernel
+            `(dim, heads, key_dim + value_dim)` gives each head its query
+            (the first `key_dim`) and `g` (the rest), as Qwen 3.5's and
+            Qwen3-Next's attention does. Excludes `use_gate` (Keras' gate,
+            a projection of its own).
         **kwargs: base layer arguments. `key_dim=None` (with `value_dim`
             None) settles the head size in `build` as the query's last axis
             divided by `num_heads`, as keras-hub's models do.
@@ -260,6 +266,13 @@ class MultiHeadAttention(
             the `max_length` slots (`(B, max_length)`), and the rotary
             positions stay the absolute ones of the cache. Needs one
             attention axis.
+        positions: the rotary positions of the queries and keys (with a
+            cache, of the new keys), handed to the rotary encoding as given,
+            in any shape it takes: `(B, T)` for the built-in one, `(B, 4,
+            T)` for keras-hub's Qwen 3.5 multi-axis rotary (text and image
+            axes). Default: counted from `cache_update_index`, or restarting
+            at each document of `segment_ids`. Needs a rotary encoding;
+            self-attention (the keys take the queries' positions).
 
     Returns:
         `(B, T, output_dim)`; then the weights if requested; then the updated
@@ -318,6 +331,7 @@ class MultiHeadAttention(
         use_output_bias=None,
         kernel_layout="input_first",
         use_sinks=False,
+        packed_gate=False,
         **kwargs,
     ):
         keras_internals.require("get_keras_mask", "set_keras_mask")
@@ -349,8 +363,10 @@ class MultiHeadAttention(
             "use_output_bias": use_output_bias,
             "kernel_layout": kernel_layout,
             "use_sinks": use_sinks,
+            "packed_gate": packed_gate,
         }
         _attention_options.check_options(options, attention_positions)
+        _attention_options.check_gate(options, use_gate)
         if flash_attention not in (None, True, False):
             raise ValueError(
                 f"`flash_attention` must be None, True or False; received "
@@ -453,9 +469,15 @@ class MultiHeadAttention(
         cache_update_index=None,
         attention_bias=None,
         segment_ids=None,
+        positions=None,
     ):
         key = value if key is None else key
         self._check_call(query, value, key, cache, cache_update_index, attention_bias)
+        if positions is not None and self._rotary is None:
+            raise ValueError(
+                "`positions` are the rotary encoding's: the layer needs one "
+                "(`attention_positions='rotary'` or `rotary_embedding`)."
+            )
         if segment_ids is not None:
             segment_ids = check_call_segment_ids(
                 segment_ids, query, key, cache, len(self._attention_axes)
@@ -505,17 +527,17 @@ class MultiHeadAttention(
 
         # 2. Projections, with rotary positions; the cache.
         with keras_internals.hidden_keras_masks(query, key, value):
-            query_positions = key_positions = None
-            if self._rotary is not None and segment_ids is not None and cache is None:
+            query_positions = key_positions = positions
+            restart = segment_ids is not None and cache is None
+            if self._rotary is not None and restart and positions is None:
                 query_positions, key_positions = document_positions(segment_ids)
-            projected_query = self._project_query(query, offset, query_positions)
-            gate = self._gate_dense(query) if self._use_gate else None
+            projected_query, gate = self._project_query(query, offset, query_positions)
             if cache is None:
                 projected_key = self._project_key(key, positions=key_positions)
                 projected_value = self._project_value(value)
             else:
                 cache, projected_key, projected_value = self._apply_cache(
-                    cache, cache_update_index, key, value
+                    cache, cache_update_index, key, value, key_positions
                 )
 
         # 3. Positions on the scores, then attention.
