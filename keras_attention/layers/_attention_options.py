@@ -2,8 +2,9 @@
 models' attention needs (Gemma's soft cap and scale, Qwen's projection
 biases, Qwen 3's and Gemma 3's query/key normalization, Gemma 3n's and
 Gemma 4's value normalization, a model's own rotary
-embedding, Gemma's kernel layout, keras-hub's dropout on the attention
-output, GPT-OSS's attention sinks): their checks, their defaults and their config.
+embedding, Gemma's and Gemma 3n's kernel layouts, keras-hub's dropout on the
+attention output, GPT-OSS's attention sinks, Gemma 3n's cache layout): their
+checks, their defaults and their config.
 
 The layer arguments (`query_norm`, `key_norm`, `value_norm`,
 `rotary_embedding`) are kept
@@ -18,7 +19,9 @@ import keras
 
 from keras_attention._checks import check_positive_number, check_rate
 
-KERNEL_LAYOUTS = ("input_first", "heads_first")
+KERNEL_LAYOUTS = ("input_first", "heads_first", "flat")
+# The layouts of the decoding cache (`key_value_cache.CACHE_LAYOUTS`).
+CACHE_LAYOUTS = ("stacked", "heads_first", "pair")
 
 # The options with their defaults; the config lists those set otherwise.
 DEFAULTS = {
@@ -32,6 +35,7 @@ DEFAULTS = {
     "use_output_bias": None,
     "kernel_layout": "input_first",
     "use_sinks": False,
+    "cache_layout": "stacked",
 }
 LAYER_OPTIONS = ("query_norm", "key_norm", "value_norm", "rotary_embedding")
 
@@ -45,6 +49,11 @@ def check_options(options, attention_positions):
         raise ValueError(
             f"`kernel_layout` must be one of {KERNEL_LAYOUTS}; received "
             f"{options['kernel_layout']!r}."
+        )
+    if options["cache_layout"] not in CACHE_LAYOUTS:
+        raise ValueError(
+            f"`cache_layout` must be one of {CACHE_LAYOUTS}; received "
+            f"{options['cache_layout']!r}."
         )
     if options["use_sinks"] not in (True, False):
         raise ValueError(

@@ -26,16 +26,21 @@ class KeyValueCaching:
     """`initial_cache`, `compute_key_value_cache` and `_apply_cache` of
     `MultiHeadAttention` (see the module)."""
 
-    def initial_cache(self, batch_size, max_length, dtype=None, layout="stacked"):
+    def initial_cache(self, batch_size, max_length, dtype=None, layout=None):
         """An empty self-attention cache
         `(B, 2, max_length, num_key_value_heads, key_dim)` in `dtype`
         (default: the layer's `cache_dtype`, else its compute dtype); with
         `"int8"` the quantized pair `(values, scales)` (see `cache_dtype`).
         With `layout="pair"`, keras-hub's layout (Gemma 3's): the pair
         `(keys, values)` of `(B, max_length, num_key_value_heads, key_dim)`
-        tensors, in `dtype` or the compute dtype (not quantized)."""
+        tensors; with `layout="heads_first"` (Gemma 3n's), one tensor `(B, 2,
+        num_key_value_heads, max_length, key_dim)`, which the layer reads
+        where its `cache_layout` is `"heads_first"`. Those two are in `dtype`
+        or the compute dtype (not quantized). `layout` defaults to the
+        layer's `cache_layout`."""
+        layout = layout or self._options["cache_layout"]
         check_cache_layout(layout)
-        if layout == "pair":
+        if layout != "stacked":
             dtype = dtype or self.compute_dtype
         else:
             dtype = dtype or self._cache_dtype or self.compute_dtype
@@ -57,15 +62,19 @@ class KeyValueCaching:
         """`(cache, keys, values)`: the cache after writing the projected
         `key` and `value` at `cache_update_index` (unchanged without an
         index), and the keys and values it holds, in the compute dtype."""
-        check_cache(cache, self._num_key_value_heads, self.key_dim, self.value_dim)
+        layout = self._options["cache_layout"]
+        check_cache(
+            cache, self._num_key_value_heads, self.key_dim, self.value_dim, layout
+        )
         if cache_update_index is not None:
             cache = write_keys_values(
                 cache,
                 cache_update_index,
                 self._project_key(key, cache_update_index),
                 self._project_value(value),
+                layout,
             )
-        keys, values = read_keys_values(cache, self.compute_dtype)
+        keys, values = read_keys_values(cache, self.compute_dtype, layout)
         return cache, keys, values
 
     def _keys_values(self, key, value, start_index=0):

@@ -5,7 +5,8 @@ and the shapes of its outputs.
 `MultiHeadAttention`: one `EinsumDense` per projection (`_query_dense`,
 `_key_dense`, `_gate_dense`, `_value_dense`, `_output_dense`), with Keras'
 names, order and equations, so that what Keras builds on them (int8
-quantization, LoRA, constraints, dtype-policy maps) works; and
+quantization, LoRA, constraints, dtype-policy maps) works (with
+`kernel_layout="flat"`, `Dense` layers: `layers._flat_dense`); and
 `_build_attention`, Keras' hook, sets the attention axes, einsum equations
 and attention dropout. `_project_query` and `_project_key` apply the query
 and key projections, their norms and the rotary encoding; `_project_value`
@@ -25,6 +26,7 @@ from keras_attention.layers._attention_options import (
     settle_head_size,
 )
 from keras_attention.layers._attention_positions import rotate
+from keras_attention.layers._flat_dense import HeadsDense, MergedHeadsDense
 from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.key_value_cache import cache_slots, cache_spec
 from keras_attention.ops.multi_axis import attention_equations
@@ -39,6 +41,12 @@ class EinsumProjections:
     # Where the query and key norms come in `weights`: False, right after
     # their projections (Qwen 3's order); True, after the value's (Gemma 3's).
     _norms_after_value = False
+    # True: the query, key and value norms after the output projection
+    # (keras-hub's Gemma 3n, which makes its norms after its projections).
+    _norms_after_output = False
+    # Our projections' names ("query", "key", "value", "gate",
+    # "attention_output") -> a model's (keras-hub's "q_proj", ...).
+    _projection_names = {}
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
@@ -48,13 +56,15 @@ class EinsumProjections:
         options = self._options
         # Keras' order of the weights: query, key, gate, value, output; a
         # query or key norm right after its projection, or after the value's
-        # where a subclass sets `_norms_after_value` (keras-hub's Gemma 3).
-        norms_after_value = self._norms_after_value
+        # where a subclass sets `_norms_after_value` (keras-hub's Gemma 3),
+        # or all norms after the output's (`_norms_after_output`, Gemma 3n).
+        norms_after_value = self._norms_after_value and not self._norms_after_output
+        norms_after_projections = not (norms_after_value or self._norms_after_output)
         self._query_dense = self._projection("query", query_shape, heads, self.key_dim)
-        if not norms_after_value:
+        if norms_after_projections:
             self._build_norm("query", query_shape, heads)
         self._key_dense = self._projection("key", key_shape, kv_heads, self.key_dim)
-        if not norms_after_value:
+        if norms_after_projections:
             self._build_norm("key", key_shape, kv_heads)
         if self._use_gate:
             self._gate_dense = self._projection(
@@ -66,19 +76,21 @@ class EinsumProjections:
         if norms_after_value:
             self._build_norm("query", query_shape, heads)
             self._build_norm("key", key_shape, kv_heads)
-        self._build_norm("value", value_shape, kv_heads, self.value_dim)
+        if not self._norms_after_output:
+            self._build_norm("value", value_shape, kv_heads, self.value_dim)
         self._build_attention(len(query_shape) + 1)
         if self._relative_bias is not None:
             self._relative_bias.build(query_shape, key_shape)
-        output_dims = self._output_dims or (query_shape[-1],)
         output_bias = options["use_output_bias"]
-        self._output_dense = self._dense(
-            projection_equation(len(query_shape) - 1, 2, len(output_dims)),
-            output_dims,
-            "attention_output",
-            use_bias=self.use_bias if output_bias is None else output_bias,
+        self._output_dense = self._output_projection(
+            (*query_shape[:-1], heads, self.value_dim),
+            self._output_dims or (query_shape[-1],),
+            self.use_bias if output_bias is None else output_bias,
         )
-        self._output_dense.build((*query_shape[:-1], heads, self.value_dim))
+        if self._norms_after_output:
+            self._build_norm("query", query_shape, heads)
+            self._build_norm("key", key_shape, kv_heads)
+            self._build_norm("value", value_shape, kv_heads, self.value_dim)
         if options["rotary_embedding"] is not None:
             self.rotary_embedding = options["rotary_embedding"]
         if options["use_sinks"]:
@@ -102,30 +114,74 @@ class EinsumProjections:
 
     def _projection(self, name, input_shape, heads, size, activation=None):
         """`(B, ..., dim)` -> `(B, ..., heads, size)`."""
-        if self._options["kernel_layout"] == "heads_first":
-            equation = heads_first_equation(len(input_shape) - 1)
+        layout = self._options["kernel_layout"]
+        if layout == "flat":
+            dense = self._flat_dense(
+                HeadsDense, name, heads=heads, head_dim=size, activation=activation
+            )
         else:
-            equation = projection_equation(len(input_shape) - 1, 1, 2)
-        dense = self._dense(equation, (heads, size), name, activation)
+            if layout == "heads_first":
+                equation = heads_first_equation(len(input_shape) - 1)
+            else:
+                equation = projection_equation(len(input_shape) - 1, 1, 2)
+            dense = self._dense(equation, (heads, size), name, activation)
         dense.build(input_shape)
         return dense
+
+    def _output_projection(self, input_shape, output_dims, use_bias):
+        """`(B, ..., heads, value_dim)` -> `(B, ..., *output_dims)`, built."""
+        if self._options["kernel_layout"] == "flat":
+            if len(output_dims) != 1:
+                raise ValueError(
+                    "`kernel_layout='flat'` projects the output with a Dense "
+                    f"layer onto one axis; received output_shape={output_dims}."
+                )
+            dense = self._flat_dense(
+                MergedHeadsDense,
+                "attention_output",
+                units=output_dims[0],
+                use_bias=use_bias,
+            )
+        else:
+            dense = self._dense(
+                projection_equation(len(input_shape) - 2, 2, len(output_dims)),
+                output_dims,
+                "attention_output",
+                use_bias=use_bias,
+            )
+        dense.build(input_shape)
+        return dense
+
+    def _dense_arguments_cloned(self):
+        # Each projection gets its own initializers: a seeded one shared by
+        # several would give them all the same values.
+        arguments = dict(self._dense_arguments)
+        for key in ("kernel_initializer", "bias_initializer"):
+            arguments[key] = clone_initializer(arguments[key])
+        return arguments
+
+    def _flat_dense(self, cls, name, use_bias=None, **kwargs):
+        """A `Dense` layer `cls` of `kernel_layout="flat"` (`HeadsDense`,
+        `MergedHeadsDense`) with the layer's arguments."""
+        return cls(
+            use_bias=self.use_bias if use_bias is None else use_bias,
+            name=self._projection_names.get(name, name),
+            dtype=self.dtype_policy,
+            **self._dense_arguments_cloned(),
+            **kwargs,
+        )
 
     def _dense(self, equation, output_dims, name, activation=None, use_bias=None):
         use_bias = self.use_bias if use_bias is None else use_bias
         free = len(equation.split("->")[1]) - len(output_dims)
-        arguments = dict(self._dense_arguments)
-        # Each projection gets its own initializers: a seeded one shared by
-        # several would give them all the same values.
-        for key in ("kernel_initializer", "bias_initializer"):
-            arguments[key] = clone_initializer(arguments[key])
         return keras.layers.EinsumDense(
             equation,
             output_shape=(None,) * (free - 1) + tuple(output_dims),
             bias_axes=equation[-len(output_dims) :] if use_bias else None,
             activation=activation,
-            name=name,
+            name=self._projection_names.get(name, name),
             dtype=self.dtype_policy,
-            **arguments,
+            **self._dense_arguments_cloned(),
         )
 
     def _build_attention(self, rank):
@@ -202,7 +258,8 @@ class EinsumProjections:
         results = [keras.KerasTensor(shape, dtype=self.compute_dtype)]
         if return_attention_scores:
             if cache is not None:
-                key_shape = (key_shape[0], cache_slots(cache), *key_shape[2:])
+                slots = cache_slots(cache, self._options["cache_layout"])
+                key_shape = (key_shape[0], slots, *key_shape[2:])
             scores_shape = self._scores_shape(query.shape, key_shape)
             results.append(keras.KerasTensor(scores_shape, dtype=self.compute_dtype))
         if cache is not None:

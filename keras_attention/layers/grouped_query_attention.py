@@ -60,8 +60,10 @@ class GroupedQueryAttention(MultiHeadAttention):
             smaller than float32, `2 * num_key_value_heads * (head_dim + 2)`
             bytes per token; the options pretrained models need: `scale`,
             `soft_cap`, `query_norm`, `key_norm`, `value_norm`, `rotary_embedding`,
-            `output_dropout`, `use_output_bias`, `kernel_layout`, `use_sinks`)
-            and the
+            `output_dropout`, `use_output_bias`, `kernel_layout` (`"flat"`:
+            `Dense` kernels `(dim, heads * head_dim)`), `use_sinks`,
+            `cache_layout` (`"heads_first"`: a cache `(B, 2,
+            num_key_value_heads, max_length, head_dim)`)) and the
             base layer arguments. `head_dim=None` settles the head size in
             `build` (the input's width divided by `num_query_heads`).
 

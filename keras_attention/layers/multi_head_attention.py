@@ -212,14 +212,23 @@ class MultiHeadAttention(
             as `use_bias`; Qwen 2 has biases on the query, key and value
             only).
         kernel_layout: `"input_first"`, Keras' `(dim, heads, size)` query,
-            key and value kernels, or `"heads_first"`, Gemma's `(heads,
-            dim, size)`.
+            key and value kernels, `"heads_first"`, Gemma's `(heads, dim,
+            size)`, or `"flat"`, `keras.layers.Dense` projections with
+            kernels `(dim, heads * size)` and an output kernel `(heads *
+            size, output_dim)` (keras-hub's Gemma 3n, Hugging Face's
+            `nn.Linear`); their int8 `quantize` and LoRA are `Dense`'s.
         use_sinks: a trainable logit per head, `sinks` `(num_heads,)`
             (zeros at first), that joins every query's softmax as one more
             key with no value (GPT-OSS; `ops.dot_product_attention`'s
             `sinks`). Computed from the log-sum-exp on every path, fused
             kernels that return it included. Needs one attention axis and
             the layer's own `_compute_attention`.
+        cache_layout: the layout of the float cache the layer makes
+            (`initial_cache`) and reads: `"stacked"`, `(B, 2, S,
+            num_key_value_heads, key_dim)`; `"heads_first"`, `(B, 2,
+            num_key_value_heads, S, key_dim)` (keras-hub's Gemma 3n); or
+            `"pair"`, keras-hub's `(keys, values)` (Gemma 3). A pair and a
+            quantized cache are read whatever the option.
         **kwargs: base layer arguments. `key_dim=None` (with `value_dim`
             None) settles the head size in `build` as the query's last axis
             divided by `num_heads`, as keras-hub's models do.
@@ -241,9 +250,11 @@ class MultiHeadAttention(
             int8 values of that shape, int16 scale codes `(B, 2, S,
             num_key_value_heads)`), or keras-hub's pair `(keys, values)` of
             two float `(B, S, num_key_value_heads, key_dim)` tensors (Gemma
-            3's layout, `initial_cache(..., layout="pair")`); the layer reads
-            each, whatever its own `cache_dtype`, and returns the cache in
-            the form it got.
+            3's layout, `initial_cache(..., layout="pair")`), or with
+            `cache_layout="heads_first"` one float tensor `(B, 2,
+            num_key_value_heads, S, key_dim)`; the layer reads each,
+            whatever its own `cache_dtype`, and returns the cache in the
+            form it got.
         cache_update_index: where the new keys/values go in the cache.
         attention_bias: float, broadcastable to `(B, num_heads, T, S)`,
             added to the scaled scores; it keeps the layer on the standard
@@ -318,6 +329,7 @@ class MultiHeadAttention(
         use_output_bias=None,
         kernel_layout="input_first",
         use_sinks=False,
+        cache_layout="stacked",
         **kwargs,
     ):
         keras_internals.require("get_keras_mask", "set_keras_mask")
@@ -349,6 +361,7 @@ class MultiHeadAttention(
             "use_output_bias": use_output_bias,
             "kernel_layout": kernel_layout,
             "use_sinks": use_sinks,
+            "cache_layout": cache_layout,
         }
         _attention_options.check_options(options, attention_positions)
         if flash_attention not in (None, True, False):
@@ -458,7 +471,12 @@ class MultiHeadAttention(
         self._check_call(query, value, key, cache, cache_update_index, attention_bias)
         if segment_ids is not None:
             segment_ids = check_call_segment_ids(
-                segment_ids, query, key, cache, len(self._attention_axes)
+                segment_ids,
+                query,
+                key,
+                cache,
+                len(self._attention_axes),
+                self._options["cache_layout"],
             )
         if cache is not None:  # the new inputs' masks do not describe the cache
             value_mask = key_mask = None
@@ -476,7 +494,11 @@ class MultiHeadAttention(
         # (a query mask zeroes the output's rows instead, where the plan says
         # so: padding then reaches the op as a mask over keys alone).
         query_length = ops.shape(query)[1]
-        key_length = ops.shape(key)[1] if cache is None else cache_length(cache)
+        key_length = (
+            ops.shape(key)[1]
+            if cache is None
+            else cache_length(cache, self._options["cache_layout"])
+        )
         row_mask = query_mask if plan.query_mask_on_rows else None
         mask = combine_attention_masks(
             None if plan.query_mask_on_rows else query_mask,
