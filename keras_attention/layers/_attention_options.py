@@ -3,7 +3,9 @@ models' attention needs (Gemma's soft cap and scale, Qwen's projection
 biases, Qwen 3's and Gemma 3's query/key normalization, Gemma 3n's and
 Gemma 4's value normalization, a model's own rotary
 embedding, Gemma's and Gemma 3n's kernel layouts, keras-hub's dropout on the
-attention output, GPT-OSS's attention sinks, Gemma 3n's cache layout): their
+attention output, GPT-OSS's attention sinks, Gemma 3n's cache layout, Gemma
+4's values taken from the key projection and its layers sharing another
+layer's keys and values): their
 checks, their defaults and their config.
 
 The layer arguments (`query_norm`, `key_norm`, `value_norm`,
@@ -36,6 +38,8 @@ DEFAULTS = {
     "kernel_layout": "input_first",
     "use_sinks": False,
     "cache_layout": "stacked",
+    "values_from_keys": False,
+    "shares_keys_values": False,
 }
 LAYER_OPTIONS = ("query_norm", "key_norm", "value_norm", "rotary_embedding")
 
@@ -55,10 +59,24 @@ def check_options(options, attention_positions):
             f"`cache_layout` must be one of {CACHE_LAYOUTS}; received "
             f"{options['cache_layout']!r}."
         )
-    if options["use_sinks"] not in (True, False):
-        raise ValueError(
-            f"`use_sinks` must be True or False; received {options['use_sinks']!r}."
-        )
+    for name in ("use_sinks", "values_from_keys", "shares_keys_values"):
+        if options[name] not in (True, False):
+            raise ValueError(
+                f"`{name}` must be True or False; received {options[name]!r}."
+            )
+    if options["shares_keys_values"]:
+        # A sharing layer projects no keys or values: these would be unused.
+        unused = [
+            name
+            for name in ("key_norm", "value_norm", "values_from_keys")
+            if options[name] not in (None, False)
+        ]
+        if unused:
+            raise ValueError(
+                "`shares_keys_values=True` builds no key or value projection "
+                f"(the keys and values come normalized and rotated): "
+                f"{', '.join(unused)} must be left unset."
+            )
     if options["use_output_bias"] not in (None, True, False):
         raise ValueError(
             "`use_output_bias` must be None (as `use_bias`), True or False; "

@@ -63,7 +63,8 @@ class GroupedQueryAttention(MultiHeadAttention):
             `output_dropout`, `use_output_bias`, `kernel_layout` (`"flat"`:
             `Dense` kernels `(dim, heads * head_dim)`), `use_sinks`,
             `cache_layout` (`"heads_first"`: a cache `(B, 2,
-            num_key_value_heads, max_length, head_dim)`)) and the
+            num_key_value_heads, max_length, head_dim)`), `values_from_keys`,
+            `shares_keys_values`) and the
             base layer arguments. `head_dim=None` settles the head size in
             `build` (the input's width divided by `num_query_heads`).
 
@@ -74,7 +75,8 @@ class GroupedQueryAttention(MultiHeadAttention):
         quantized pair `(values, scales)` of `cache_dtype="int8"`) with its
         `cache_update_index`, and `segment_ids` (packed sequences: int
         `(B, T)` document ids, or a pair `(query_ids, key_ids)`, the only
-        form with a cache).
+        form with a cache), `shared_keys_values` (another layer's keys and
+        values, with `shares_keys_values=True`) and `return_keys_values`.
 
     Returns:
         `(B, T, dim)`; then the weights `(B, num_query_heads, T, S)` if

@@ -273,13 +273,25 @@ def check_cache_arguments(query, cache, cache_update_index):
         )
 
 
+def keys_values_as_cache(keys, values, layout="stacked"):
+    """`keys` and `values` `(B, S, N_kv, key_dim)` as a float cache of
+    `layout`: stacked `(B, 2, S, N_kv, key_dim)`, heads first `(B, 2, N_kv,
+    S, key_dim)` or the pair `(keys, values)`."""
+    if layout == "pair":
+        return (keys, values)
+    keys_values = ops.stack((keys, values), axis=1)
+    if layout == "heads_first":
+        return ops.transpose(keys_values, (0, 1, 3, 2, 4))
+    return keys_values
+
+
 def write_keys_values(cache, index, keys, values, layout=None):
     """`cache` with `keys` and `values` `(B, T, N_kv, key_dim)` written at
     position `index`: stacked for a stacked cache (`write_cache`), each into
     its tensor for a pair cache, stacked heads first for a heads-first one
     (`layout="heads_first"`)."""
     if is_heads_first_cache(cache, layout):
-        keys_values = ops.transpose(ops.stack((keys, values), axis=1), (0, 1, 3, 2, 4))
+        keys_values = keys_values_as_cache(keys, values, "heads_first")
         return ops.slice_update(
             cache, (0, 0, 0, index, 0), ops.cast(keys_values, cache.dtype)
         )
