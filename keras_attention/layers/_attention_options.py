@@ -2,9 +2,11 @@
 models' attention needs (Gemma's soft cap and scale, Qwen's projection
 biases, Qwen 3's and Gemma 3's query/key normalization, Gemma 3n's and
 Gemma 4's value normalization, a model's own rotary
-embedding, Gemma's kernel layout, keras-hub's dropout on the attention
-output, GPT-OSS's attention sinks, Qwen 3.5's output gate packed in the
-query projection): their checks, their defaults and their config.
+embedding, Gemma's and Gemma 3n's kernel layouts, keras-hub's dropout on the
+attention output, GPT-OSS's attention sinks, Qwen 3.5's output gate packed
+in the query projection, Gemma 3n's cache layout, Gemma 4's values taken
+from the key projection and its layers sharing another layer's keys and
+values): their checks, their defaults and their config.
 
 The layer arguments (`query_norm`, `key_norm`, `value_norm`,
 `rotary_embedding`) are kept
@@ -20,7 +22,9 @@ from keras import ops
 
 from keras_attention._checks import check_positive_number, check_rate
 
-KERNEL_LAYOUTS = ("input_first", "heads_first")
+KERNEL_LAYOUTS = ("input_first", "heads_first", "flat")
+# The layouts of the decoding cache (`key_value_cache.CACHE_LAYOUTS`).
+CACHE_LAYOUTS = ("stacked", "heads_first", "pair")
 
 # The options with their defaults; the config lists those set otherwise.
 DEFAULTS = {
@@ -35,6 +39,9 @@ DEFAULTS = {
     "kernel_layout": "input_first",
     "use_sinks": False,
     "packed_gate": False,
+    "cache_layout": "stacked",
+    "values_from_keys": False,
+    "shares_keys_values": False,
 }
 LAYER_OPTIONS = ("query_norm", "key_norm", "value_norm", "rotary_embedding")
 
@@ -49,14 +56,34 @@ def check_options(options, attention_positions):
             f"`kernel_layout` must be one of {KERNEL_LAYOUTS}; received "
             f"{options['kernel_layout']!r}."
         )
-    if options["use_sinks"] not in (True, False):
+    if options["cache_layout"] not in CACHE_LAYOUTS:
         raise ValueError(
-            f"`use_sinks` must be True or False; received {options['use_sinks']!r}."
+            f"`cache_layout` must be one of {CACHE_LAYOUTS}; received "
+            f"{options['cache_layout']!r}."
         )
-    if options["packed_gate"] not in (True, False):
-        raise ValueError(
-            f"`packed_gate` must be True or False; received {options['packed_gate']!r}."
-        )
+    for name in (
+        "use_sinks",
+        "packed_gate",
+        "values_from_keys",
+        "shares_keys_values",
+    ):
+        if options[name] not in (True, False):
+            raise ValueError(
+                f"`{name}` must be True or False; received {options[name]!r}."
+            )
+    if options["shares_keys_values"]:
+        # A sharing layer projects no keys or values: these would be unused.
+        unused = [
+            name
+            for name in ("key_norm", "value_norm", "values_from_keys")
+            if options[name] not in (None, False)
+        ]
+        if unused:
+            raise ValueError(
+                "`shares_keys_values=True` builds no key or value projection "
+                f"(the keys and values come normalized and rotated): "
+                f"{', '.join(unused)} must be left unset."
+            )
     if options["use_output_bias"] not in (None, True, False):
         raise ValueError(
             "`use_output_bias` must be None (as `use_bias`), True or False; "
