@@ -2,8 +2,11 @@
 models' attention needs (Gemma's soft cap and scale, Qwen's projection
 biases, Qwen 3's and Gemma 3's query/key normalization, Gemma 3n's and
 Gemma 4's value normalization, a model's own rotary
-embedding, Gemma's kernel layout, keras-hub's dropout on the attention
-output, GPT-OSS's attention sinks): their checks, their defaults and their config.
+embedding, Gemma's and Gemma 3n's kernel layouts, keras-hub's dropout on the
+attention output, GPT-OSS's attention sinks, Qwen 3.5's output gate packed
+in the query projection, Gemma 3n's cache layout, Gemma 4's values taken
+from the key projection and its layers sharing another layer's keys and
+values): their checks, their defaults and their config.
 
 The layer arguments (`query_norm`, `key_norm`, `value_norm`,
 `rotary_embedding`) are kept
@@ -15,10 +18,13 @@ come from (query, its norm, key, its norm, value, its norm, output).
 import math
 
 import keras
+from keras import ops
 
 from keras_attention._checks import check_positive_number, check_rate
 
-KERNEL_LAYOUTS = ("input_first", "heads_first")
+KERNEL_LAYOUTS = ("input_first", "heads_first", "flat")
+# The layouts of the decoding cache (`key_value_cache.CACHE_LAYOUTS`).
+CACHE_LAYOUTS = ("stacked", "heads_first", "pair")
 
 # The options with their defaults; the config lists those set otherwise.
 DEFAULTS = {
@@ -32,6 +38,10 @@ DEFAULTS = {
     "use_output_bias": None,
     "kernel_layout": "input_first",
     "use_sinks": False,
+    "packed_gate": False,
+    "cache_layout": "stacked",
+    "values_from_keys": False,
+    "shares_keys_values": False,
 }
 LAYER_OPTIONS = ("query_norm", "key_norm", "value_norm", "rotary_embedding")
 
@@ -46,10 +56,34 @@ def check_options(options, attention_positions):
             f"`kernel_layout` must be one of {KERNEL_LAYOUTS}; received "
             f"{options['kernel_layout']!r}."
         )
-    if options["use_sinks"] not in (True, False):
+    if options["cache_layout"] not in CACHE_LAYOUTS:
         raise ValueError(
-            f"`use_sinks` must be True or False; received {options['use_sinks']!r}."
+            f"`cache_layout` must be one of {CACHE_LAYOUTS}; received "
+            f"{options['cache_layout']!r}."
         )
+    for name in (
+        "use_sinks",
+        "packed_gate",
+        "values_from_keys",
+        "shares_keys_values",
+    ):
+        if options[name] not in (True, False):
+            raise ValueError(
+                f"`{name}` must be True or False; received {options[name]!r}."
+            )
+    if options["shares_keys_values"]:
+        # A sharing layer projects no keys or values: these would be unused.
+        unused = [
+            name
+            for name in ("key_norm", "value_norm", "values_from_keys")
+            if options[name] not in (None, False)
+        ]
+        if unused:
+            raise ValueError(
+                "`shares_keys_values=True` builds no key or value projection "
+                f"(the keys and values come normalized and rotated): "
+                f"{', '.join(unused)} must be left unset."
+            )
     if options["use_output_bias"] not in (None, True, False):
         raise ValueError(
             "`use_output_bias` must be None (as `use_bias`), True or False; "
@@ -68,6 +102,24 @@ def check_options(options, attention_positions):
             "replaces `attention_positions`, which must then be None; "
             f"received attention_positions={attention_positions!r}."
         )
+
+
+def check_gate(options, use_gate):
+    """Raises a ValueError for both gates: Keras' own projection
+    (`use_gate`) and the one packed in the query's (`packed_gate`)."""
+    if use_gate and options["packed_gate"]:
+        raise ValueError(
+            "`use_gate=True` (a gate projection of its own) and "
+            "`packed_gate=True` (the gate packed in the query projection) "
+            "exclude each other; received both."
+        )
+
+
+def split_packed_gate(projected, key_dim):
+    """The query projection of a `packed_gate` layer, `(..., heads, key_dim
+    + value_dim)`, as the queries `(..., heads, key_dim)` and the gate
+    `sigmoid` of the rest, `(..., heads, value_dim)`."""
+    return projected[..., :key_dim], ops.sigmoid(projected[..., key_dim:])
 
 
 def deserialize_layers(config):

@@ -12,16 +12,19 @@ from keras_attention.ops.masks import merge_masks
 from keras_attention.ops.positions import check_segment_ids, segment_positions
 
 
-def check_call_segment_ids(segment_ids, query, key, cache, num_attention_axes):
+def check_call_segment_ids(
+    segment_ids, query, key, cache, num_attention_axes, cache_layout=None
+):
     """`segment_ids` checked against the queries and the keys (the cache's
-    slots with a cache): one int32 `(B, T)` tensor, or a pair."""
+    slots with a cache, of the layer's `cache_layout`): one int32 `(B, T)`
+    tensor, or a pair."""
     if num_attention_axes != 1 or len(query.shape) != 3:
         raise ValueError(
             "`segment_ids` need (batch, length, dim) inputs attending over "
             f"one sequence axis; received query shape {static_shape(query)}."
         )
     query_length = query.shape[1]
-    key_length = key.shape[1] if cache is None else cache_slots(cache)
+    key_length = key.shape[1] if cache is None else cache_slots(cache, cache_layout)
     # A sequence of tensors is a pair; nested Python lists are one tensor.
     if isinstance(segment_ids, (tuple, list)) and any(
         hasattr(ids, "shape") for ids in segment_ids

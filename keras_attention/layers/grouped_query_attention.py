@@ -60,8 +60,11 @@ class GroupedQueryAttention(MultiHeadAttention):
             smaller than float32, `2 * num_key_value_heads * (head_dim + 2)`
             bytes per token; the options pretrained models need: `scale`,
             `soft_cap`, `query_norm`, `key_norm`, `value_norm`, `rotary_embedding`,
-            `output_dropout`, `use_output_bias`, `kernel_layout`, `use_sinks`)
-            and the
+            `output_dropout`, `use_output_bias`, `kernel_layout` (`"flat"`:
+            `Dense` kernels `(dim, heads * head_dim)`), `use_sinks`,
+            `packed_gate`, `cache_layout` (`"heads_first"`: a cache `(B, 2,
+            num_key_value_heads, max_length, head_dim)`), `values_from_keys`,
+            `shares_keys_values`) and the
             base layer arguments. `head_dim=None` settles the head size in
             `build` (the input's width divided by `num_query_heads`).
 
@@ -70,9 +73,12 @@ class GroupedQueryAttention(MultiHeadAttention):
         `return_attention_scores`, `training`, `use_causal_mask`, the
         `cache` `(B, 2, max_length, num_key_value_heads, head_dim)` (or the
         quantized pair `(values, scales)` of `cache_dtype="int8"`) with its
-        `cache_update_index`, and `segment_ids` (packed sequences: int
+        `cache_update_index`, `segment_ids` (packed sequences: int
         `(B, T)` document ids, or a pair `(query_ids, key_ids)`, the only
-        form with a cache).
+        form with a cache), `positions` (the rotary encoding's, as it
+        takes them, e.g. `(B, 4, T)` multi-axis ones), `shared_keys_values`
+        (another layer's keys and values, with `shares_keys_values=True`)
+        and `return_keys_values`.
 
     Returns:
         `(B, T, dim)`; then the weights `(B, num_query_heads, T, S)` if

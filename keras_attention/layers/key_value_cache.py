@@ -1,8 +1,10 @@
 """The decoding cache of the attention layers: keys and values stacked in one
 tensor `(B, 2, S, num_key_value_heads, key_dim)`, in the compute dtype or
 quantized to int8 with one scale per row (`cache_dtype="int8"`); or, in
-keras-hub's layout (Gemma 3's), the pair `(keys, values)` of two tensors
-`(B, S, num_key_value_heads, key_dim)`.
+keras-hub's layouts, the pair `(keys, values)` of two tensors
+`(B, S, num_key_value_heads, key_dim)` (Gemma 3's) or one tensor with the
+heads before the positions, `(B, 2, num_key_value_heads, S, key_dim)`
+(Gemma 3n's, `layout="heads_first"`).
 
 A float cache is one tensor; a quantized one is the pair `(values, scales)`:
 int8 values of the same shape and the int16 code of each row's scale
@@ -11,7 +13,9 @@ float tensors of rank 4 (told from a quantized pair by the rank of its first
 part: 5 there). The functions here make, check, write and read each kind,
 so that the layers (`MultiHeadAttention` and its family,
 `TransformerDecoder`, the models' `generate`) treat them alike; and check
-the cache arguments of a layer's call.
+the cache arguments of a layer's call. A heads-first tensor has the rank of
+a stacked one: the functions take it as such where `layout="heads_first"`
+(the layer's `cache_layout`), which only a single float tensor can have.
 
 References:
     - Dettmers et al., "LLM.int8(): 8-bit Matrix Multiplication for
@@ -55,9 +59,10 @@ def check_cache_dtype(cache_dtype):
 
 
 # The layouts of a cache (`empty_cache`, `MultiHeadAttention.initial_cache`):
-# ours, keys and values stacked in one tensor (or its quantized pair), and
-# keras-hub's pair of a keys and a values tensor.
-CACHE_LAYOUTS = ("stacked", "pair")
+# ours, keys and values stacked in one tensor (or its quantized pair),
+# keras-hub's pair of a keys and a values tensor, and keras-hub's Gemma 3n
+# tensor `(B, 2, N_kv, S, key_dim)`, heads first.
+CACHE_LAYOUTS = ("stacked", "pair", "heads_first")
 
 
 def is_pair_cache(cache):
@@ -78,21 +83,30 @@ def stored_keys_values(cache):
     return cache[0] if isinstance(cache, (tuple, list)) else cache
 
 
-def _slot_axis(cache):
+def is_heads_first_cache(cache, layout):
+    """Whether `cache` is a heads-first tensor `(B, 2, N_kv, S, key_dim)`:
+    one tensor, of a layer whose `layout` is `"heads_first"`."""
+    return layout == "heads_first" and not isinstance(cache, (tuple, list))
+
+
+def _slot_axis(cache, layout=None):
     """The axis of the positions in the tensors of `cache`."""
-    return 1 if is_pair_cache(cache) else 2
+    if is_pair_cache(cache):
+        return 1
+    return 3 if is_heads_first_cache(cache, layout) else 2
 
 
-def cache_slots(cache):
+def cache_slots(cache, layout=None):
     """The number of positions `S` a cache `(B, 2, S, ...)` (or a pair of
-    `(B, S, ...)`) holds (static, or None)."""
-    return stored_keys_values(cache).shape[_slot_axis(cache)]
+    `(B, S, ...)`, or `(B, 2, N_kv, S, key_dim)` heads first) holds (static,
+    or None)."""
+    return stored_keys_values(cache).shape[_slot_axis(cache, layout)]
 
 
-def cache_length(cache):
-    """The number of positions `S` a cache `(B, 2, S, ...)` (or a pair of
-    `(B, S, ...)`) holds, as a tensor where it is not known when tracing."""
-    return ops.shape(stored_keys_values(cache))[_slot_axis(cache)]
+def cache_length(cache, layout=None):
+    """The number of positions `S` a cache holds (`cache_slots`), as a
+    tensor where it is not known when tracing."""
+    return ops.shape(stored_keys_values(cache))[_slot_axis(cache, layout)]
 
 
 def cache_spec(cache):
@@ -109,13 +123,15 @@ def check_cache_layout(layout, dtype=None):
         raise ValueError(
             f"Unknown cache `layout`: {layout!r}. Expected one of "
             f"{CACHE_LAYOUTS}: keys and values stacked in one tensor "
-            "(B, 2, S, N_kv, key_dim), or the pair (keys, values) of "
-            "(B, S, N_kv, key_dim) tensors (keras-hub's Gemma 3 layout)."
+            "(B, 2, S, N_kv, key_dim), the pair (keys, values) of "
+            "(B, S, N_kv, key_dim) tensors (keras-hub's Gemma 3 layout), or "
+            "one tensor (B, 2, N_kv, S, key_dim) (keras-hub's Gemma 3n "
+            "layout, 'heads_first')."
         )
-    if layout == "pair" and dtype in QUANTIZED_CACHE_DTYPES:
+    if layout != "stacked" and dtype in QUANTIZED_CACHE_DTYPES:
         raise ValueError(
-            f"A pair cache (keras-hub's layout) is not quantized; received "
-            f"layout='pair' with dtype={dtype!r}. A quantized cache is "
+            f"A {layout} cache (keras-hub's layout) is not quantized; received "
+            f"layout={layout!r} with dtype={dtype!r}. A quantized cache is "
             "stacked."
         )
     return layout
@@ -127,11 +143,16 @@ def empty_cache(
     """An empty cache `(B, 2, max_length, num_key_value_heads, key_dim)` in
     `dtype`; for a quantized dtype the pair `(values, scales)`; with
     `layout="pair"`, keras-hub's pair `(keys, values)` of `(B, max_length,
-    num_key_value_heads, key_dim)` tensors."""
+    num_key_value_heads, key_dim)` tensors; with `layout="heads_first"`,
+    keras-hub's Gemma 3n tensor `(B, 2, num_key_value_heads, max_length,
+    key_dim)`."""
     check_cache_layout(layout, dtype)
     if layout == "pair":
         shape = (batch_size, max_length, num_key_value_heads, key_dim)
         return (ops.zeros(shape, dtype=dtype), ops.zeros(shape, dtype=dtype))
+    if layout == "heads_first":
+        shape = (batch_size, 2, num_key_value_heads, max_length, key_dim)
+        return ops.zeros(shape, dtype=dtype)
     shape = (batch_size, 2, max_length, num_key_value_heads, key_dim)
     if dtype in QUANTIZED_CACHE_DTYPES:
         return (
@@ -141,12 +162,15 @@ def empty_cache(
     return ops.zeros(shape, dtype=dtype)
 
 
-def check_cache(cache, num_key_value_heads, key_dim, value_dim):
+def check_cache(cache, num_key_value_heads, key_dim, value_dim, layout=None):
     """Raises a ValueError naming what it got unless `cache` is a cache of a
-    layer of these sizes (float, a well-formed quantized pair, or a pair
-    `(keys, values)`)."""
+    layer of these sizes (float, a well-formed quantized pair, a pair
+    `(keys, values)`, or heads first where `layout="heads_first"`)."""
     if is_pair_cache(cache):
         _check_pair_cache(cache, num_key_value_heads, key_dim, value_dim)
+        return
+    if is_heads_first_cache(cache, layout):
+        _check_heads_first_cache(cache, num_key_value_heads, key_dim, value_dim)
         return
     check_cache_shape(
         static_shape(stored_keys_values(cache)), num_key_value_heads, key_dim, value_dim
@@ -213,6 +237,27 @@ def _check_pair_cache(cache, num_key_value_heads, key_dim, value_dim):
         )
 
 
+def _check_heads_first_cache(cache, num_key_value_heads, key_dim, value_dim):
+    """The checks of a heads-first cache (keras-hub's Gemma 3n layout)."""
+    shape = static_shape(cache)
+    expected = (None, 2, num_key_value_heads, None, key_dim)
+    if (
+        value_dim != key_dim
+        or len(shape) != 5
+        or shape[1] != 2
+        or shape[2] != num_key_value_heads
+        or shape[4] != key_dim
+        or not keras.backend.is_float_dtype(cache.dtype)
+    ):
+        raise ValueError(
+            "A heads-first cache is one float tensor (batch, 2, "
+            f"num_key_value_heads={num_key_value_heads}, max_length, "
+            f"key_dim={key_dim}) = {expected}, of a layer whose key_dim equals "
+            f"its value_dim (={value_dim}); received "
+            f"{keras.backend.standardize_dtype(cache.dtype)} {shape}."
+        )
+
+
 def check_cache_arguments(query, cache, cache_update_index):
     """Raises a ValueError for a `cache_update_index` without a `cache`, or
     for a cache with inputs of several attention axes."""
@@ -228,10 +273,28 @@ def check_cache_arguments(query, cache, cache_update_index):
         )
 
 
-def write_keys_values(cache, index, keys, values):
+def keys_values_as_cache(keys, values, layout="stacked"):
+    """`keys` and `values` `(B, S, N_kv, key_dim)` as a float cache of
+    `layout`: stacked `(B, 2, S, N_kv, key_dim)`, heads first `(B, 2, N_kv,
+    S, key_dim)` or the pair `(keys, values)`."""
+    if layout == "pair":
+        return (keys, values)
+    keys_values = ops.stack((keys, values), axis=1)
+    if layout == "heads_first":
+        return ops.transpose(keys_values, (0, 1, 3, 2, 4))
+    return keys_values
+
+
+def write_keys_values(cache, index, keys, values, layout=None):
     """`cache` with `keys` and `values` `(B, T, N_kv, key_dim)` written at
     position `index`: stacked for a stacked cache (`write_cache`), each into
-    its tensor for a pair cache."""
+    its tensor for a pair cache, stacked heads first for a heads-first one
+    (`layout="heads_first"`)."""
+    if is_heads_first_cache(cache, layout):
+        keys_values = keys_values_as_cache(keys, values, "heads_first")
+        return ops.slice_update(
+            cache, (0, 0, 0, index, 0), ops.cast(keys_values, cache.dtype)
+        )
     if is_pair_cache(cache):
         key_cache, value_cache = cache
         start = (0, index, 0, 0)
@@ -276,9 +339,13 @@ def read_cache(cache, dtype):
     return cache
 
 
-def read_keys_values(cache, dtype):
+def read_keys_values(cache, dtype, layout=None):
     """The keys and values `(B, S, N_kv, key_dim)` of a cache, a quantized
-    one dequantized to `dtype`."""
+    one dequantized to `dtype`, a heads-first one (`layout="heads_first"`)
+    transposed."""
+    if is_heads_first_cache(cache, layout):
+        keys_values = ops.transpose(ops.cast(cache, dtype), (0, 1, 3, 2, 4))
+        return keys_values[:, 0], keys_values[:, 1]
     if is_pair_cache(cache):
         return tuple(ops.cast(part, dtype) for part in cache)
     keys_values = read_cache(cache, dtype)

@@ -35,6 +35,7 @@ from keras_attention.layers.key_value_cache import (
     cache_length,
     check_cache_arguments,
     check_cache_dtype,
+    keys_values_as_cache,
 )
 from keras_attention.layers.positions import ATTENTION_POSITIONS, positions_from_alias
 from keras_attention.ops.masks import (
@@ -212,14 +213,38 @@ class MultiHeadAttention(
             as `use_bias`; Qwen 2 has biases on the query, key and value
             only).
         kernel_layout: `"input_first"`, Keras' `(dim, heads, size)` query,
-            key and value kernels, or `"heads_first"`, Gemma's `(heads,
-            dim, size)`.
+            key and value kernels, `"heads_first"`, Gemma's `(heads, dim,
+            size)`, or `"flat"`, `keras.layers.Dense` projections with
+            kernels `(dim, heads * size)` and an output kernel `(heads *
+            size, output_dim)` (keras-hub's Gemma 3n, Hugging Face's
+            `nn.Linear`); their int8 `quantize` and LoRA are `Dense`'s.
         use_sinks: a trainable logit per head, `sinks` `(num_heads,)`
             (zeros at first), that joins every query's softmax as one more
             key with no value (GPT-OSS; `ops.dot_product_attention`'s
             `sinks`). Computed from the log-sum-exp on every path, fused
             kernels that return it included. Needs one attention axis and
             the layer's own `_compute_attention`.
+        packed_gate: gate the attention output with `sigmoid(g)` before the
+            output projection, `g` packed in the query projection: its kernel
+            `(dim, heads, key_dim + value_dim)` gives each head its query
+            (the first `key_dim`) and `g` (the rest), as Qwen 3.5's and
+            Qwen3-Next's attention does. Excludes `use_gate` (Keras' gate,
+            a projection of its own).
+        cache_layout: the layout of the float cache the layer makes
+            (`initial_cache`) and reads: `"stacked"`, `(B, 2, S,
+            num_key_value_heads, key_dim)`; `"heads_first"`, `(B, 2,
+            num_key_value_heads, S, key_dim)` (keras-hub's Gemma 3n); or
+            `"pair"`, keras-hub's `(keys, values)` (Gemma 3). A pair and a
+            quantized cache are read whatever the option.
+        values_from_keys: the values are the key projection (no value
+            projection; `value` unused), normalized by `value_norm` alone,
+            before the key norm and the rotary encoding (Gemma 4's global
+            layers, `attention_k_eq_v`). `value_dim` must be `key_dim`.
+        shares_keys_values: the layer builds no key or value projection:
+            each call attends to another layer's keys and values, passed as
+            `shared_keys_values` (Gemma 3n's and Gemma 4's last layers,
+            `is_kv_shared_layer`). `key_norm`, `value_norm` and
+            `values_from_keys` must be unset.
         **kwargs: base layer arguments. `key_dim=None` (with `value_dim`
             None) settles the head size in `build` as the query's last axis
             divided by `num_heads`, as keras-hub's models do.
@@ -241,9 +266,11 @@ class MultiHeadAttention(
             int8 values of that shape, int16 scale codes `(B, 2, S,
             num_key_value_heads)`), or keras-hub's pair `(keys, values)` of
             two float `(B, S, num_key_value_heads, key_dim)` tensors (Gemma
-            3's layout, `initial_cache(..., layout="pair")`); the layer reads
-            each, whatever its own `cache_dtype`, and returns the cache in
-            the form it got.
+            3's layout, `initial_cache(..., layout="pair")`), or with
+            `cache_layout="heads_first"` one float tensor `(B, 2,
+            num_key_value_heads, S, key_dim)`; the layer reads each,
+            whatever its own `cache_dtype`, and returns the cache in the
+            form it got.
         cache_update_index: where the new keys/values go in the cache.
         attention_bias: float, broadcastable to `(B, num_heads, T, S)`,
             added to the scaled scores; it keeps the layer on the standard
@@ -260,10 +287,32 @@ class MultiHeadAttention(
             the `max_length` slots (`(B, max_length)`), and the rotary
             positions stay the absolute ones of the cache. Needs one
             attention axis.
+        positions: the rotary positions of the queries and keys (with a
+            cache, of the new keys), handed to the rotary encoding as given,
+            in any shape it takes: `(B, T)` for the built-in one, `(B, 4,
+            T)` for keras-hub's Qwen 3.5 multi-axis rotary (text and image
+            axes). Default: counted from `cache_update_index`, or restarting
+            at each document of `segment_ids`. Needs a rotary encoding;
+            self-attention (the keys take the queries' positions).
+        shared_keys_values: the keys and values of another layer, already
+            normalized and rotated, in any form of `cache` (e.g. its cache,
+            or what it returned with `return_keys_values=True`), attended to
+            in place of this layer's own and never written. With
+            `cache_update_index` (decoding) they are read as cache slots
+            and the queries start at that index; without, query `t` is at
+            position `t` and `key_mask`/`value_mask` `(B, S)` mask them.
+            Takes no `cache` and no `segment_ids`. Required with
+            `shares_keys_values=True`; any layer may take them.
+        return_keys_values: without a `cache`, also return the keys and
+            values attended to, `(B, 2, S, num_key_value_heads, key_dim)`
+            (in the layer's `cache_layout`: heads first, or a pair)
+            (needs `value_dim == key_dim`), for a layer sharing them; with a
+            cache, the returned cache holds them.
 
     Returns:
         `(B, T, output_dim)`; then the weights if requested; then the updated
-        cache if one was passed.
+        cache if one was passed, else the keys and values if
+        `return_keys_values`.
 
     Example:
 
@@ -318,6 +367,10 @@ class MultiHeadAttention(
         use_output_bias=None,
         kernel_layout="input_first",
         use_sinks=False,
+        packed_gate=False,
+        cache_layout="stacked",
+        values_from_keys=False,
+        shares_keys_values=False,
         **kwargs,
     ):
         keras_internals.require("get_keras_mask", "set_keras_mask")
@@ -349,8 +402,13 @@ class MultiHeadAttention(
             "use_output_bias": use_output_bias,
             "kernel_layout": kernel_layout,
             "use_sinks": use_sinks,
+            "packed_gate": packed_gate,
+            "cache_layout": cache_layout,
+            "values_from_keys": values_from_keys,
+            "shares_keys_values": shares_keys_values,
         }
         _attention_options.check_options(options, attention_positions)
+        _attention_options.check_gate(options, use_gate)
         if flash_attention not in (None, True, False):
             raise ValueError(
                 f"`flash_attention` must be None, True or False; received "
@@ -453,19 +511,35 @@ class MultiHeadAttention(
         cache_update_index=None,
         attention_bias=None,
         segment_ids=None,
+        positions=None,
+        shared_keys_values=None,
+        return_keys_values=False,
     ):
         key = value if key is None else key
-        self._check_call(query, value, key, cache, cache_update_index, attention_bias)
+        shared = self._read_shared(shared_keys_values, cache, segment_ids)
+        # Read like a cache: slots with the index, the inputs' positions without.
+        slots = cache if shared is None or cache_update_index is None else shared
+        self._check_call(query, value, key, slots, cache_update_index, attention_bias)
+        if positions is not None and self._rotary is None:
+            raise ValueError(
+                "`positions` are the rotary encoding's: the layer needs one "
+                "(`attention_positions='rotary'` or `rotary_embedding`)."
+            )
         if segment_ids is not None:
             segment_ids = check_call_segment_ids(
-                segment_ids, query, key, cache, len(self._attention_axes)
+                segment_ids,
+                query,
+                key,
+                cache,
+                len(self._attention_axes),
+                self._options["cache_layout"],
             )
-        if cache is not None:  # the new inputs' masks do not describe the cache
+        if slots is not None:  # the new inputs' masks do not describe the cache
             value_mask = key_mask = None
         offset = 0 if cache_update_index is None else cache_update_index
         needs_weights = self._needs_weights(return_attention_scores, training)
         plan = self._plan(
-            cache,
+            slots,
             use_causal_mask,
             segment_ids,
             attention_bias,
@@ -476,7 +550,12 @@ class MultiHeadAttention(
         # (a query mask zeroes the output's rows instead, where the plan says
         # so: padding then reaches the op as a mask over keys alone).
         query_length = ops.shape(query)[1]
-        key_length = ops.shape(key)[1] if cache is None else cache_length(cache)
+        key_length = ops.shape(key)[1]
+        if cache is not None or shared is not None:
+            key_length = cache_length(
+                shared_keys_values if cache is None else cache,
+                self._options["cache_layout"],
+            )
         row_mask = query_mask if plan.query_mask_on_rows else None
         mask = combine_attention_masks(
             None if plan.query_mask_on_rows else query_mask,
@@ -492,7 +571,7 @@ class MultiHeadAttention(
         )
         if segment_ids is not None and not plan.segments_in_op:
             mask = merge_document_mask(mask, segment_ids)
-        if cache is None and not plan.multi_axis:
+        if cache is None and shared is None and not plan.multi_axis:
             key, value = hide_unattended_inputs(
                 key,
                 value,
@@ -505,17 +584,20 @@ class MultiHeadAttention(
 
         # 2. Projections, with rotary positions; the cache.
         with keras_internals.hidden_keras_masks(query, key, value):
-            query_positions = key_positions = None
-            if self._rotary is not None and segment_ids is not None and cache is None:
+            query_positions = key_positions = positions
+            restart = segment_ids is not None and cache is None
+            if self._rotary is not None and restart and positions is None:
                 query_positions, key_positions = document_positions(segment_ids)
-            projected_query = self._project_query(query, offset, query_positions)
-            gate = self._gate_dense(query) if self._use_gate else None
-            if cache is None:
-                projected_key = self._project_key(key, positions=key_positions)
-                projected_value = self._project_value(value)
+            projected_query, gate = self._project_query(query, offset, query_positions)
+            if shared is not None:
+                projected_key, projected_value = shared
+            elif cache is None:
+                projected_key, projected_value = self._project_keys_values(
+                    key, value, positions=key_positions
+                )
             else:
                 cache, projected_key, projected_value = self._apply_cache(
-                    cache, cache_update_index, key, value
+                    cache, cache_update_index, key, value, key_positions
                 )
 
         # 3. Positions on the scores, then attention.
@@ -550,6 +632,12 @@ class MultiHeadAttention(
             results.append(scores)
         if cache is not None:
             results.append(cache)
+        elif return_keys_values:
+            results.append(
+                keys_values_as_cache(
+                    projected_key, projected_value, self._options["cache_layout"]
+                )
+            )
         return results[0] if len(results) == 1 else tuple(results)
 
     def _check_call(self, query, value, key, cache, cache_update_index, bias):

@@ -287,3 +287,98 @@ def test_options_under_a_16_bit_floatx(floatx):
     assert keras.backend.standardize_dtype(output.dtype) == floatx
     assert np.isfinite(numpy(ops.cast(output, "float32"))).all()
     assert attention.attention_path == "chunked"
+
+
+def _as_flat(weights):
+    """Weights of the input-first layer `layer()` for its `kernel_layout=
+    "flat"` twin: the kernels `(dim, heads, size)` -> `(dim, heads * size)`
+    and `(heads, size, dim)` -> `(heads * size, dim)`, the biases `(heads,
+    size)` -> `(heads * size,)`."""
+    flat = []
+    for w in weights:
+        if w.ndim == 3 and w.shape[0] == 16:
+            w = w.reshape(16, -1)
+        elif w.ndim == 3:
+            w = w.reshape(-1, w.shape[-1])
+        elif w.ndim == 2:
+            w = w.reshape(-1)
+        flat.append(w)
+    return flat
+
+
+def test_flat_kernel_layout_equals_input_first_reshaped():
+    inputs = x()
+    input_first = layer()
+    flat = layer(kernel_layout="flat")
+    expected = input_first(inputs, inputs, use_causal_mask=True)
+    flat(inputs, inputs)
+    # keras-hub's Gemma 3n's `Dense` kernels: (dim, heads * size) and
+    # (heads * size, dim), the biases flat too.
+    assert isinstance(flat._query_dense, keras.layers.Dense)
+    assert tuple(flat._query_dense.kernel.shape) == (16, 16)
+    assert tuple(flat._key_dense.kernel.shape) == (16, 8)
+    assert tuple(flat._output_dense.kernel.shape) == (16, 16)
+    assert tuple(flat._value_dense.bias.shape) == (8,)
+    names = [w.path.split("/", 1)[1] for w in flat.weights]
+    assert names == [w.path.split("/", 1)[1] for w in input_first.weights]
+    flat.set_weights(_as_flat(input_first.get_weights()))
+    close(flat(inputs, inputs, use_causal_mask=True), expected, 1e-5)
+    # The projections split the heads: (B, T, heads, size) as the others'.
+    assert tuple(flat._key_dense(inputs).shape) == (2, 7, 2, 4)
+
+
+def test_flat_kernel_layout_takes_lora_and_int8_as_dense():
+    inputs = x()
+    attention = layer(kernel_layout="flat", use_bias=False)
+    query = keras.Input((7, 16))
+    model = keras.Model(query, attention(query, query, use_causal_mask=True))
+    expected = numpy(model(inputs))
+    attention._query_dense.enable_lora(2)
+    assert tuple(attention._query_dense.lora_kernel_a.shape) == (16, 2)
+    # LoRA starts at zero: the outputs are the layer's own.
+    close(model(inputs), expected, 1e-6)
+    attention._query_dense.lora_kernel_b.assign(np.full((2, 16), 0.3, "float32"))
+    assert np.abs(numpy(model(inputs)) - expected).max() > 1e-3
+    plain = layer(kernel_layout="flat", use_bias=False)
+    model = keras.Model(query, plain(query, query, use_causal_mask=True))
+    expected = numpy(model(inputs))
+    model.quantize("int8")
+    for dense in (plain._query_dense, plain._output_dense):
+        assert dense.quantization_mode == "int8"
+    got = numpy(model(inputs))
+    assert np.abs(got - expected).max() < 0.05
+    assert np.abs(got - expected).max() > 0
+
+
+def test_flat_kernel_layout_and_heads_first_cache_round_trip(tmp_path):
+    attention = layer(kernel_layout="flat", cache_layout="heads_first")
+    inputs = x()
+    query = keras.Input((7, 16))
+    model = keras.Model(query, attention(query, query, use_causal_mask=True))
+    expected = model(inputs)
+    config = attention.get_config()
+    assert config["kernel_layout"] == "flat"
+    assert config["cache_layout"] == "heads_first"
+    path = str(tmp_path / "flat.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    close(loaded(inputs), expected, 0)
+    reloaded = loaded.layers[-1]
+    assert isinstance(reloaded._query_dense, keras.layers.Dense)
+    assert tuple(reloaded.initial_cache(1, 5).shape) == (1, 2, 2, 5, 4)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"cache_layout": "bnsh"}, "`cache_layout` must be one of"),
+        (
+            {"kernel_layout": "flat", "output_shape": (4, 4)},
+            "onto one axis; received output_shape=\\(4, 4\\)",
+        ),
+    ],
+)
+def test_bad_layouts_are_refused_naming_them(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        attention = MultiHeadAttention(num_heads=2, key_dim=4, **kwargs)
+        attention(x(), x())

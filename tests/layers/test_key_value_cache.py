@@ -14,6 +14,7 @@ from keras_attention.layers.key_value_cache import (
     decode_scales,
     dequantize_rows,
     empty_cache,
+    is_heads_first_cache,
     is_pair_cache,
     is_quantized_cache,
     quantize_rows,
@@ -206,3 +207,102 @@ def test_a_pair_cache_under_jit_compile_keeps_its_layout():
     output, cache = model.predict_on_batch(x[:, :1])
     assert len(cache) == 2 and tuple(cache[0].shape) == (1, 4, 1, 4)
     assert np.abs(np.asarray(cache[0])[:, 1]).max() > 0
+
+
+# keras-hub's Gemma 3n layout: one tensor (B, 2, N, S, H), heads first.
+
+
+def test_a_heads_first_cache_writes_and_reads_as_the_stacked_one():
+    cache = empty_cache(2, 6, 3, 4, "float32", layout="heads_first")
+    assert tuple(cache.shape) == (2, 2, 3, 6, 4)
+    assert is_heads_first_cache(cache, "heads_first")
+    assert not is_heads_first_cache(cache, "stacked")
+    assert cache_slots(cache, "heads_first") == 6
+    assert int(cache_length(cache, "heads_first")) == 6
+    check_cache(cache, 3, 4, 4, "heads_first")
+    keys = rng.normal(size=(2, 2, 3, 4)).astype("float32")
+    values = rng.normal(size=(2, 2, 3, 4)).astype("float32")
+    written = write_keys_values(cache, 3, keys, values, "heads_first")
+    stacked = write_keys_values(empty_cache(2, 6, 3, 4, "float32"), 3, keys, values)
+    np.testing.assert_array_equal(
+        numpy(written), np.transpose(numpy(stacked), (0, 1, 3, 2, 4))
+    )
+    read_keys, read_values = read_keys_values(written, "float32", "heads_first")
+    np.testing.assert_array_equal(numpy(read_keys)[:, 3:5], keys)
+    np.testing.assert_array_equal(numpy(read_values)[:, 3:5], values)
+    with pytest.raises(ValueError, match="heads_first cache \\(keras-hub's layout"):
+        empty_cache(1, 4, 2, 8, "int8", layout="heads_first")
+
+
+def test_a_malformed_heads_first_cache_is_named():
+    # A stacked cache (B, 2, S, N, H) read as heads first: N=2 is not 6.
+    stacked = empty_cache(1, 6, 2, 8, "float32")
+    with pytest.raises(
+        ValueError, match="heads-first cache is one float tensor .* received "
+    ):
+        check_cache(stacked, 2, 8, 8, "heads_first")
+    with pytest.raises(ValueError, match="received int32"):
+        check_cache(ops.zeros((1, 2, 2, 6, 8), "int32"), 2, 8, 8, "heads_first")
+
+
+@pytest.mark.parametrize("window", [None, 2])
+def test_decoding_over_a_heads_first_cache_equals_the_stacked_cache(window):
+    arguments = {"num_query_heads": 4, "num_key_value_heads": 2, "head_dim": 8}
+    keras.utils.set_random_seed(0)
+    layer = GroupedQueryAttention(
+        **arguments, sliding_window=window, attention_positions="rotary"
+    )
+    x = rng.normal(size=(2, 5, 16)).astype("float32")
+    full = numpy(layer(x, x, use_causal_mask=True))
+    heads_first = GroupedQueryAttention(
+        **arguments,
+        sliding_window=window,
+        attention_positions="rotary",
+        cache_layout="heads_first",
+    )
+    heads_first(x, x)
+    heads_first.set_weights(layer.get_weights())
+    stacked = layer.initial_cache(2, 5)
+    cache = heads_first.initial_cache(2, 5)
+    assert tuple(cache.shape) == (2, 2, 2, 5, 8)
+    for start, stop in [(0, 2), (2, 3), (3, 4), (4, 5)]:
+        part = x[:, start:stop]
+        out_stacked, stacked = layer(
+            part, part, use_causal_mask=True, cache=stacked, cache_update_index=start
+        )
+        out, cache = heads_first(
+            part, part, use_causal_mask=True, cache=cache, cache_update_index=start
+        )
+        np.testing.assert_allclose(numpy(out), numpy(out_stacked), atol=1e-6)
+        np.testing.assert_allclose(numpy(out), full[:, start:stop], atol=1e-5)
+    np.testing.assert_allclose(
+        numpy(cache), np.transpose(numpy(stacked), (0, 1, 3, 2, 4)), atol=1e-6
+    )
+    # The layer still reads a stacked or pair cache given to it.
+    pair = heads_first.initial_cache(2, 5, layout="pair")
+    out, pair = heads_first(
+        x, x, use_causal_mask=True, cache=pair, cache_update_index=0
+    )
+    np.testing.assert_allclose(numpy(out), full, atol=1e-5)
+
+
+def test_a_heads_first_cache_under_jit_compile_keeps_its_layout():
+    layer = GroupedQueryAttention(
+        num_query_heads=2, num_key_value_heads=1, head_dim=4, cache_layout="heads_first"
+    )
+    x = rng.normal(size=(1, 3, 8)).astype("float32")
+    layer(x, x)
+    cache = layer.initial_cache(1, 4)
+
+    class Step(keras.Model):
+        def call(self, inputs):
+            return layer(
+                inputs, inputs, cache=cache, cache_update_index=1, use_causal_mask=True
+            )
+
+    model = Step()
+    model.compile(jit_compile=keras.backend.backend() != "torch")
+    output, new_cache = model.predict_on_batch(x[:, :1])
+    assert tuple(new_cache.shape) == (1, 2, 1, 4, 4)
+    assert np.abs(np.asarray(new_cache)[:, :, :, 1]).max() > 0
+    assert np.abs(np.asarray(new_cache)[:, :, :, 0]).max() == 0

@@ -8,7 +8,8 @@ with an `EinsumDense` (`o_proj`, no bias). Its rotary embedding
 and keys of the layers `rope_layer_enabled_list` enables; the others (NoPE,
 every 4th layer in SmolLM 3's checkpoints) have no positions at all, though
 they keep the embedding's weight. The adapter builds our layer with those
-names, kernel shapes and weights, in keras-hub's order, and gives the NoPE
+names, kernel shapes (`kernel_layout="flat"`: `Dense` projections) and
+weights, in keras-hub's order, and gives the NoPE
 layers no rotary encoding. keras-hub applies no dropout
 (`attention_dropout` is kept in the config only), nor does the adapter.
 
@@ -17,7 +18,6 @@ References:
       reasoner](https://huggingface.co/blog/smollm3)
 """
 
-import keras
 from keras import ops
 from keras_hub.src.models.smollm3 import smollm3_layers, smollm3_utils
 
@@ -27,8 +27,8 @@ from keras_attention.integrations.keras_hub.attention import (
 )
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import Family
+from keras_attention.layers._projections import projection_equation
 from keras_attention.utils import keras_internals
-from keras_attention.utils.initializers import clone_initializer
 
 # Our projections' names -> keras-hub's.
 _NAMES = {
@@ -37,37 +37,6 @@ _NAMES = {
     "value": "v_proj",
     "attention_output": "o_proj",
 }
-
-
-class HeadsDense(keras.layers.Dense):
-    """keras-hub's `Dense` projection `(B, T, dim) -> (B, T, heads *
-    head_dim)` with its output split into heads, `(B, T, heads, head_dim)`,
-    as our attention takes its projections. The split is in `__call__`, so
-    that the quantized call and LoRA (`Dense`'s own) come before it."""
-
-    def __init__(self, heads, head_dim, **kwargs):
-        super().__init__(heads * head_dim, **kwargs)
-        self.heads = heads
-        self.head_dim = head_dim
-
-    def __call__(self, inputs, *args, **kwargs):
-        outputs = super().__call__(inputs, *args, **kwargs)
-        if isinstance(outputs, keras.KerasTensor):
-            shape = (*outputs.shape[:-1], self.heads, self.head_dim)
-            return keras.KerasTensor(shape, dtype=outputs.dtype)
-        shape = ops.shape(outputs)[:-1]
-        return ops.reshape(outputs, (*shape, self.heads, self.head_dim))
-
-    def quantize(self, mode=None, type_check=True, config=None):
-        # `Dense` refuses its subclasses (whose `call` it cannot know): this
-        # one's `call` is `Dense`'s.
-        return super().quantize(mode, type_check=False, config=config)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("units")
-        config.update(heads=self.heads, head_dim=self.head_dim)
-        return config
 
 
 class SmolLM3RotaryEmbedding(smollm3_layers.SmolLM3RotaryEmbedding):
@@ -117,6 +86,8 @@ class SmolLM3Attention(KerasHubAttention):
             `flash_attention`, `cache_dtype`, ...) and the base layer's.
     """
 
+    _projection_names = _NAMES
+
     def __init__(
         self,
         hidden_size,
@@ -156,6 +127,7 @@ class SmolLM3Attention(KerasHubAttention):
             num_key_value_heads=num_key_value_heads,
             use_bias=attention_bias,
             use_output_bias=False,
+            kernel_layout="flat",
             rotary_embedding=rotary if use_rope else None,
             **kwargs,
         )
@@ -175,26 +147,20 @@ class SmolLM3Attention(KerasHubAttention):
             heads, size = self.num_heads, self.key_dim
             self.rotary_embedding.build((*inputs_shape[:-1], heads, size))
 
-    def _projection(self, name, input_shape, heads, size, activation=None):
-        arguments = dict(self._dense_arguments)
-        for key in ("kernel_initializer", "bias_initializer"):
-            arguments[key] = clone_initializer(arguments[key])
-        dense = HeadsDense(
-            heads,
-            size,
-            use_bias=self.use_bias,
-            activation=activation,
-            name=_NAMES[name],
-            dtype=self.dtype_policy,
-            **arguments,
+    def _output_projection(self, input_shape, output_dims, use_bias):
+        # keras-hub's `o_proj` is an `EinsumDense` of kernel `(heads,
+        # head_dim, dim)`, where the query, key and value ones are flat.
+        dense = self._dense(
+            projection_equation(len(input_shape) - 2, 2, 1),
+            output_dims,
+            "attention_output",
+            use_bias=use_bias,
         )
         dense.build(input_shape)
         return dense
 
     def _dense(self, equation, output_dims, name, activation=None, use_bias=None):
-        dense = super()._dense(
-            equation, output_dims, _NAMES.get(name, name), activation, use_bias
-        )
+        dense = super()._dense(equation, output_dims, name, activation, use_bias)
         if name == "attention_output":
             # keras-hub builds `o_proj` in the attention's constructor,
             # outside any name scope: its kernel's path is `o_proj/kernel`.
