@@ -30,6 +30,7 @@ from tests.integrations.keras_hub_models import (  # noqa: E402
     assert_quantizes_like_keras_hubs,
     assert_weights_are_keras_hubs,
     inputs,
+    numpy,
     outputs,
     saved_and_loaded,
     tiny_backbone,
@@ -123,7 +124,7 @@ def test_the_cache_is_keras_hubs_heads_first():
     _, want = original._build_cache(token_ids, *arguments)
     _, got = swapped._build_cache(token_ids, *arguments)
     assert tuple(got.shape) == (2, 4, 2, 2, 8, 8)  # (B, layers, 2, N, S, H)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
+    np.testing.assert_allclose(numpy(got), numpy(want), atol=2e-5)
 
 
 def test_saves_and_loads_in_safe_mode_with_our_attention(tmp_path):
