@@ -149,3 +149,10 @@ def test_lora_and_quantization_apply_after_the_swap():
     assert any("attention/v_proj/lora_kernel_b" in p for p in lora)
     reference = backbone()
     assert_quantizes_like_keras_hubs(swap_attention(reference), reference, inputs(), 9)
+
+
+def test_the_int8_cache_is_refused_naming_the_task():
+    # Gemma 3n's `call_with_cache` (per-layer inputs, shared keys and
+    # values) is not one of QUANTIZED_CACHE_TASKS': its float cache stays.
+    with pytest.raises(ValueError, match="received a Gemma3nCausalLM"):
+        swap_attention(tiny_causal_lm("gemma3n"), cache_dtype="int8")
