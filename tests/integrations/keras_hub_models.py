@@ -184,6 +184,36 @@ TINY = {
         "SmolLM3CausalLM",
         0.3,
     ),
+    # Gemma 3n: windows of 3 on layers 0 and 2, layers 2 and 3 sharing the
+    # keys and values of layers 0 and 1, query/key/value norms, AltUp and
+    # Laurel blocks, no vision or audio tower.
+    "gemma3n": Tiny(
+        "Gemma3nBackbone",
+        {
+            "text_vocab_size": VOCABULARY,
+            "text_hidden_size": 16,
+            "num_hidden_layers": 4,
+            "pad_token_id": 0,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "intermediate_size": [32] * 4,
+            "hidden_activation": "gelu_approximate",
+            "layer_types": ["sliding_attention", "full_attention"] * 2,
+            "sliding_window": 3,
+            "rope_theta": 1_000_000.0,
+            "rope_local_base_freq": 10_000.0,
+            "max_position_embeddings": 64,
+            "vocab_size_per_layer_input": VOCABULARY,
+            "hidden_size_per_layer_input": 4,
+            "altup_num_inputs": 2,
+            "laurel_rank": 2,
+            "num_kv_shared_layers": 2,
+        },
+        "Gemma3nCausalLM",
+        0.3,
+        scales_at=1.0,
+    ),
 }
 # keras-hub's own `generate` cannot run these models' window in a compiled
 # function (Qwen 2's `if cache_update_index` takes a tensor as a bool;
