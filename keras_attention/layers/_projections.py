@@ -36,8 +36,10 @@ class EinsumProjections:
     (see the module)."""
 
     # Where the query and key norms come in `weights`: False, right after
-    # their projections (Qwen 3's order); True, after the value's (Gemma 3's).
+    # their projections (Qwen 3's order); True, after the value's (Gemma 3's)
+    # or, with `_norms_after_output`, after the output's (T5Gemma 2's).
     _norms_after_value = False
+    _norms_after_output = False
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
@@ -48,7 +50,7 @@ class EinsumProjections:
         # Keras' order of the weights: query, key, gate, value, output; a
         # query or key norm right after its projection, or after the value's
         # where a subclass sets `_norms_after_value` (keras-hub's Gemma 3).
-        norms_after_value = self._norms_after_value
+        norms_after_value = self._norms_after_value or self._norms_after_output
         self._query_dense = self._projection("query", query_shape, heads, self.key_dim)
         if not norms_after_value:
             self._build_norm("query", query_shape, heads)
@@ -62,9 +64,8 @@ class EinsumProjections:
         self._value_dense = self._projection(
             "value", value_shape, kv_heads, self.value_dim
         )
-        if norms_after_value:
-            self._build_norm("query", query_shape, heads)
-            self._build_norm("key", key_shape, kv_heads)
+        if norms_after_value and not self._norms_after_output:
+            self._build_norms(query_shape, key_shape)
         self._build_attention(len(query_shape) + 1)
         if self._relative_bias is not None:
             self._relative_bias.build(query_shape, key_shape)
@@ -77,6 +78,8 @@ class EinsumProjections:
             use_bias=self.use_bias if output_bias is None else output_bias,
         )
         self._output_dense.build((*query_shape[:-1], heads, self.value_dim))
+        if self._norms_after_output:
+            self._build_norms(query_shape, key_shape)
         if options["rotary_embedding"] is not None:
             self.rotary_embedding = options["rotary_embedding"]
         if options["use_sinks"]:
@@ -86,6 +89,11 @@ class EinsumProjections:
             self.sinks = self.add_weight(
                 shape=(heads,), initializer="zeros", name="sinks"
             )
+
+    def _build_norms(self, query_shape, key_shape):
+        """Both norms, the query's first."""
+        self._build_norm("query", query_shape, self.num_heads)
+        self._build_norm("key", key_shape, self._num_key_value_heads)
 
     def _build_norm(self, name, input_shape, heads):
         """The `query_norm` or `key_norm` option, if given, as an attribute
