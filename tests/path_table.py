@@ -558,6 +558,41 @@ def hub_bart_run():
     )
 
 
+def hub_t5gemma_run(name):
+    """keras-hub's T5Gemma or T5Gemma 2 (`name`): an encoder and a decoder
+    of a windowed and a global layer each, heads of 16."""
+    from keras_attention.integrations.keras_hub import swap_attention
+    from tests.integrations import keras_hub_models
+
+    sizes = {"hidden_dim": WIDTH, "num_attention_heads": HEADS, "head_dim": HEAD_DIM}
+    sizes["num_key_value_heads"] = 1
+    overrides = {
+        f"{part}_{k}": v for part in ("encoder", "decoder") for k, v in sizes.items()
+    }
+    lm = swap_attention(keras_hub_models.tiny_causal_lm(name, **overrides))
+    source, target = token_ids(seed=1), token_ids(seed=2)
+    x = {
+        "encoder_token_ids": source,
+        "encoder_padding_mask": source != 0,
+        "decoder_token_ids": target,
+        "decoder_padding_mask": target != 0,
+    }
+    _, cache, (encoded, padding) = lm._build_cache(**x)
+
+    def decode(token, cache, index):
+        return lm.call_decoder_with_cache(
+            token[:, None], None, cache, index, encoded, padding
+        )[0]
+
+    return Run(
+        lm.backbone,
+        lambda x: lm.backbone(x, training=True),
+        (x,),
+        decode,
+        (target[:, 0], cache, np.int32(3)),
+    )
+
+
 def hub_workloads():
     """keras-hub's families after `swap_attention`."""
     workloads = {
@@ -566,6 +601,8 @@ def hub_workloads():
     for name in HUB_GENERIC:
         workloads[f"keras-hub {name}"] = lambda n=name: hub_generic_run(n)
     workloads["keras-hub bart"] = hub_bart_run
+    for name in ("t5gemma", "t5gemma2"):
+        workloads[f"keras-hub {name}"] = lambda n=name: hub_t5gemma_run(n)
     return workloads
 
 

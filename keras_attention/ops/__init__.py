@@ -15,6 +15,7 @@ from keras_attention.ops.masks import (
     padding_mask,
     sliding_window_mask,
 )
+from keras_attention.ops.merge import merge_attention
 from keras_attention.ops.positions import (
     alibi_bias,
     alibi_slopes,
@@ -55,6 +56,7 @@ __all__ = [
     "location_score",
     "masked_softmax",
     "mods",
+    "merge_attention",
     "merge_masks",
     "padding_mask",
     "relative_position_buckets",

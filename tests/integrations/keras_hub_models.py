@@ -36,6 +36,29 @@ QWEN_MOE = {"moe_intermediate_dim": 8, "num_experts": 4, "top_k": 2}
 GEMMA_VOCABULARY = 48
 GEMMA = {**DECODER, "vocabulary_size": GEMMA_VOCABULARY, "head_dim": 8}
 
+# T5Gemma's and T5Gemma 2's tiny encoder-decoder.
+T5GEMMA = {
+    "vocabulary_size": GEMMA_VOCABULARY,
+    **{
+        f"{part}_{name}": value
+        for part in ("encoder", "decoder")
+        for name, value in {
+            "hidden_dim": 16,
+            "intermediate_dim": 32,
+            "num_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "layer_types": ["sliding_attention", "full_attention"],
+        }.items()
+    },
+    "sliding_window": 3,
+    "attention_bias": True,
+    "query_pre_attn_scalar": 8,
+    "attn_logit_softcapping": 0.5,
+    "final_logit_softcapping": 30.0,
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class Tiny:
@@ -158,6 +181,17 @@ TINY = {
             "global_rope_scaling_factor": 8.0,
         },
         "Gemma3CausalLM",
+        0.5,
+    ),
+    # T5Gemma: an encoder and a decoder of two layers each, the first of
+    # each windowed (3), soft caps, biases, a scale of 1 / sqrt(8).
+    "t5gemma": Tiny("T5GemmaBackbone", T5GEMMA, "T5GemmaSeq2SeqLM", 0.5),
+    # T5Gemma 2: the same sizes, a window of 4 (the encoder's is not
+    # symmetric then), query/key norms, the decoder's merged attention.
+    "t5gemma2": Tiny(
+        "T5Gemma2Backbone",
+        {**T5GEMMA, "sliding_window": 4},
+        "T5Gemma2Seq2SeqLM",
         0.5,
     ),
     # SmolLM 3: rotary positions on layers 0 and 2, none (NoPE) on layer 1
@@ -347,12 +381,11 @@ def assert_outputs_equal(swapped, original, x, real, atol=2e-5):
 
 def weight_paths(model):
     """The paths of `model`'s weights, in order, with the counter keras-hub's
-    unnamed mixture-of-experts blocks take (`sparse_moe_block_<n>`, which
-    differs between two models of a process) left out."""
-    return [
-        re.sub(r"sparse_moe_block(_\d+)?/", "sparse_moe_block/", w.path)
-        for w in model.weights
-    ]
+    unnamed layers take (`sparse_moe_block_<n>` of the mixtures of experts,
+    `rms_normalization_<n>` of T5Gemma's final norms, which differ between
+    two models of a process) left out."""
+    unnamed = r"(sparse_moe_block|rms_normalization)(_\d+)?/"
+    return [re.sub(unnamed, r"\1/", w.path) for w in model.weights]
 
 
 def assert_weights_are_keras_hubs(swapped, original):
