@@ -138,7 +138,7 @@ class _T5Gemma2Attention(CacheShapes, KerasHubAttention):
                 cache, cache_update_index, hidden_states, hidden_states
             )
         keys = self._project_key(hidden_states)
-        values = self._value_dense(hidden_states)
+        values = self._project_value(hidden_states)
         return ops.stack((keys, values), axis=1), keys, values
 
     def _attend_over(self, query, key, value, training, **masks):
@@ -218,7 +218,7 @@ class T5Gemma2Attention(_T5Gemma2Attention):
         training=None,
     ):
         start = 0 if cache_update_index is None else cache_update_index
-        query = self._project_query(inputs, start)
+        query, _ = self._project_query(inputs, start)  # (no gate)
         cache, keys, values = self._self_keys(inputs, cache, cache_update_index)
         padding = None
         if attention_mask is not None:
@@ -301,13 +301,13 @@ class T5Gemma2MergedAttention(_T5Gemma2Attention):
         mask = MergedMask() if attention_mask is None else attention_mask
         cached = self_cache is not None
         start = cache_update_index if cached else 0
-        query = self._project_query(inputs, start)
+        query, _ = self._project_query(inputs, start)  # (no gate)
         self_cache, keys, values = self._self_keys(inputs, self_cache, start)
         if cross_cache is None:
             cross_keys = self._key_dense(encoder_hidden_states)
             if self._options["key_norm"] is not None:
                 cross_keys = self.key_norm(cross_keys)
-            cross_values = self._value_dense(encoder_hidden_states)
+            cross_values = self._project_value(encoder_hidden_states)
             cross_cache = ops.stack((cross_keys, cross_values), axis=1)
         else:
             cross_keys, cross_values = cross_cache[:, 0], cross_cache[:, 1]
