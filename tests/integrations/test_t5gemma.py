@@ -22,6 +22,7 @@ from keras_attention.integrations.keras_hub.t5gemma2 import (  # noqa: E402
     T5Gemma2Attention,
     T5Gemma2MergedAttention,
 )
+from tests.conftest import trainable_gradients  # noqa: E402
 from tests.integrations.keras_hub_models import (  # noqa: E402
     GEMMA_VOCABULARY,
     T5GEMMA,
@@ -256,3 +257,25 @@ def test_lora_and_quantization_apply_after_the_swap(name, attention):
     reference.quantize("int8")
     swapped.quantize("int8")
     assert_outputs_equal(swapped, reference, inputs(), atol=1e-4)
+
+
+def test_t5gemma2_encoder_padding_holding_nan_reaches_no_output_or_gradient():
+    # The merged attention calls the op itself: the encoder's padding is
+    # zeroed before the cross projections, as our layer's call does.
+    from keras_attention.integrations.keras_hub.t5gemma2 import MergedMask
+
+    merged = swap_attention(tiny_backbone("t5gemma2")).decoder_layers[0].merged_attn
+    rng = np.random.default_rng(0)
+    width = T5GEMMA["decoder_hidden_dim"]
+    decoder = rng.normal(size=(2, 5, width)).astype("float32")
+    encoder = rng.normal(size=(2, 6, width)).astype("float32")
+    encoder[:, 4:] = np.nan
+    mask = MergedMask(np.ones((2, 5), "int32"), np.array([[1] * 4 + [0] * 2] * 2))
+
+    def loss():
+        output, _ = merged(decoder, encoder, attention_mask=mask)
+        return keras.ops.sum(output)
+
+    assert np.isfinite(numpy(loss()))
+    gradients = trainable_gradients(merged.trainable_weights, loss)
+    assert all(np.isfinite(g).all() for g in gradients)

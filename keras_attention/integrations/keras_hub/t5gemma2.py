@@ -46,6 +46,7 @@ from keras_attention.integrations.keras_hub.t5gemma import (
 from keras_attention.layers._attention_options import attention_scale
 from keras_attention.layers._attention_paths import op_path
 from keras_attention.ops.attention import dot_product_attention
+from keras_attention.ops.masks import zero_unattended
 from keras_attention.ops.merge import merge_attention
 
 
@@ -71,6 +72,16 @@ def _padding(padding_mask, length=None):
     if length is not None:
         padding = padding[:, :length]
     return padding[:, None, None, :]
+
+
+def _hide_padding(hidden_states, padding_mask):
+    """`hidden_states` `(B, S, dim)` with zeros at the padding of
+    `padding_mask` `(B, S)` (unchanged without one): no query reads those
+    keys, but their projections' gradients would, and `0 * NaN` is NaN
+    (`ops.masks.hide_unattended_inputs`)."""
+    if padding_mask is None:
+        return hidden_states
+    return zero_unattended(hidden_states, ops.cast(padding_mask, "bool"))
 
 
 class _T5Gemma2Attention(CacheShapes, KerasHubAttention):
@@ -219,10 +230,11 @@ class T5Gemma2Attention(_T5Gemma2Attention):
     ):
         start = 0 if cache_update_index is None else cache_update_index
         query, _ = self._project_query(inputs, start)  # (no gate)
+        padding_mask = None if attention_mask is None else attention_mask.padding_mask
+        if cache is None:
+            inputs = _hide_padding(inputs, padding_mask)
         cache, keys, values = self._self_keys(inputs, cache, cache_update_index)
-        padding = None
-        if attention_mask is not None:
-            padding = _padding(attention_mask.padding_mask, ops.shape(keys)[1])
+        padding = _padding(padding_mask, ops.shape(keys)[1])
         output, _ = self._attend_over(
             query,
             keys,
@@ -302,8 +314,13 @@ class T5Gemma2MergedAttention(_T5Gemma2Attention):
         cached = self_cache is not None
         start = cache_update_index if cached else 0
         query, _ = self._project_query(inputs, start)  # (no gate)
+        if not cached:
+            inputs = _hide_padding(inputs, mask.padding_mask)
         self_cache, keys, values = self._self_keys(inputs, self_cache, start)
         if cross_cache is None:
+            encoder_hidden_states = _hide_padding(
+                encoder_hidden_states, mask.encoder_padding_mask
+            )
             cross_keys = self._key_dense(encoder_hidden_states)
             if self._options["key_norm"] is not None:
                 cross_keys = self.key_norm(cross_keys)
