@@ -27,7 +27,11 @@ CPU), they are recorded anyway.
 sliding window of 4,096 keys in every other layer) in place of the Llama,
 written to `OUT/keras-hub-long-context-gemma2.json`. `--model gpt_oss`: a
 tiny GPT-OSS (learned sinks, a window of 128 keys in every other layer, 4
-experts), written to `OUT/keras-hub-long-context-gpt_oss.json`.
+experts), written to `OUT/keras-hub-long-context-gpt_oss.json`. `--model
+qwen3_5`: a tiny Qwen 3.5 (a Gated DeltaNet layer, keras-hub's, then a
+full-attention layer, ours after the swap, with its packed gate and
+keras-hub's window of 32,768 keys), written to
+`OUT/keras-hub-long-context-qwen3_5.json`.
 
 Usage: `python benchmarks/keras_hub_long_context.py --backend tensorflow
 [--model llama] [--lengths 4096 8192 16384 32768] [--limit-gib 8] [--steps 2] [--out
@@ -80,6 +84,22 @@ MODELS = {
         "GptOssBackbone",
         "GptOssCausalLM",
         dict(CONFIG, num_experts=4, top_k=2, sliding_window=128),
+    ),
+    # Qwen 3.5: a DeltaNet layer (keras-hub's, swapped or not), then a
+    # full-attention one (gate packed in the query kernel, rotary on a
+    # quarter of each head, keras-hub's default window of 32,768 keys).
+    "qwen3_5": (
+        "Qwen3_5Backbone",
+        "Qwen3_5CausalLM",
+        dict(
+            CONFIG,
+            head_dim=16,
+            layer_types=["linear_attention", "full_attention"],
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=16,
+        ),
     ),
 }
 CASES = ("keras_hub", "ours")

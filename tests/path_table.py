@@ -432,7 +432,7 @@ def model_workloads():
 
 # keras-hub's families: the tiny sizes of tests/integrations with heads of
 # 16 (2 query heads, 1 key/value head), one block (Gemma 3: its six, five
-# windowed and one global).
+# windowed and one global; Qwen 3.5: a DeltaNet block and an attention one).
 HUB_DECODER_SIZES = {
     "hidden_dim": WIDTH,
     "num_query_heads": HEADS,
@@ -453,6 +453,7 @@ HUB_DECODERS = (
     "gemma2",
     "gemma3",
     "gpt_oss",
+    "qwen3_5",
 )
 HUB_GENERIC = {
     "gpt2": "GPT2CausalLM",
@@ -501,10 +502,16 @@ def hub_decoder_run(name):
         overrides["head_dim"] = HEAD_DIM
     if name == "gemma3":
         overrides["num_layers"] = 6
+    if name == "qwen3_5":
+        # A DeltaNet block (keras-hub's), then a full-attention one (ours).
+        overrides["num_layers"] = 2
+        overrides["layer_types"] = ["linear_attention", "full_attention"]
     causal_lm = keras_hub_models.tiny_causal_lm(name, **overrides)
     extra = ()
     if name == "gemma3":
         extra = (None, None, _hub_ids()["padding_mask"], None)
+    if name == "qwen3_5":
+        extra = (_hub_ids()["padding_mask"],)
     return _hub_causal_lm_run(causal_lm, extra)
 
 

@@ -33,6 +33,20 @@ DECODER = {
 }
 QWEN_WINDOW = 4
 QWEN_MOE = {"moe_intermediate_dim": 8, "num_experts": 4, "top_k": 2}
+# Qwen 3.5: DeltaNet layers 0 and 2, full attention on 1 and 3 (head size 8,
+# rotary on its first 6 features), a window of 4 keys, tiny DeltaNet heads.
+QWEN3_5 = {
+    **DECODER,
+    "num_layers": 4,
+    "head_dim": 8,
+    "layer_types": ["linear_attention", "full_attention"] * 2,
+    "partial_rotary_factor": 0.75,
+    "sliding_window_size": QWEN_WINDOW,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 4,
+    "linear_value_head_dim": 4,
+}
 GEMMA_VOCABULARY = 48
 GEMMA = {**DECODER, "vocabulary_size": GEMMA_VOCABULARY, "head_dim": 8}
 
@@ -248,6 +262,19 @@ TINY = {
         0.3,
         scales_at=1.0,
     ),
+    "qwen3_5": Tiny("Qwen3_5Backbone", QWEN3_5, "Qwen3_5CausalLM", 0.3),
+    "qwen3_5_moe": Tiny(
+        "Qwen3_5MoeBackbone",
+        {
+            **{k: v for k, v in QWEN3_5.items() if k != "intermediate_dim"},
+            "moe_intermediate_dim": 8,
+            "shared_expert_intermediate_size": 8,
+            "num_experts": 4,
+            "top_k": 2,
+        },
+        "Qwen3_5MoeCausalLM",
+        0.3,
+    ),
 }
 # keras-hub's own `generate` cannot run these models' window in a compiled
 # function (Qwen 2's `if cache_update_index` takes a tensor as a bool;
@@ -343,11 +370,12 @@ def attention_layers(model):
     ours: keras-hub's blocks name it `_self_attention_layer` (Llama's
     relatives, its generic decoder and encoder), `self_attention_layer`
     (GPT-OSS), `attention` (Phi-3, Gemma) or `self_attn` (SmolLM 3);
-    ALBERT's blocks come in a list."""
+    ALBERT's blocks come in a list. Qwen 3.5's DeltaNet blocks have none."""
     blocks = [
         block
         for entry in model.transformer_layers
         for block in (entry if isinstance(entry, list) else [entry])
+        if getattr(block, "layer_type", None) != "linear_attention"
     ]
     names = (
         "_self_attention_layer",

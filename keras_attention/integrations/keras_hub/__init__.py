@@ -139,7 +139,10 @@ def swap_attention(model, **attention_options):
     task_config = model.get_config()
     task_config.update(backbone=swapped, preprocessor=model.preprocessor)
     task_class = getattr(type(model), "keras_hub_task_class", type(model))
-    if attention_options.get("cache_dtype") is not None:
+    if cls.family.task_class is not None:
+        # The family's own task (Qwen 3.5's cache), float or int8 alike.
+        task_class = cls.family.task_class(task_class)
+    elif attention_options.get("cache_dtype") is not None:
         # keras-hub's tasks build a float cache: ours builds the quantized one.
         task_class = quantized_cache_class(task_class)
     task = task_class.from_config(task_config)

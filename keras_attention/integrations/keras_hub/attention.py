@@ -52,7 +52,9 @@ class KerasHubAttention(GroupedQueryAttention):
     `attention_mask` is a `masks.DecoderMask` from a swapped block (the
     causal mask, the padding and a caller's mask as such, so that the
     chunked path skips tiles and the fused kernels apply) or keras-hub's
-    dense `(B, T, S)` mask. Subclasses take a keras-hub layer's constructor
+    dense `(B, T, S)` mask. `positions`, where given, are the rotary
+    layer's (`MultiHeadAttention`'s call argument; Qwen 3.5's `(B, 4, T)`).
+    Subclasses take a keras-hub layer's constructor
     arguments, keep them in `keras_hub_config` (the config, with the options
     of ours given through `swap_attention`) and pass ours on.
 
@@ -79,6 +81,7 @@ class KerasHubAttention(GroupedQueryAttention):
         cache=None,
         cache_update_index=None,
         training=None,
+        positions=None,
     ):
         return super().call(
             hidden_states,
@@ -86,6 +89,7 @@ class KerasHubAttention(GroupedQueryAttention):
             cache=cache,
             cache_update_index=cache_update_index,
             training=training,
+            positions=positions,
             **attention_call_arguments(
                 attention_mask, hidden_states, cache, self.packed
             ),

@@ -82,10 +82,13 @@ _QUANTIZED = {}
 
 def attention_layers(model):
     """Our attention layer of each block of a swapped backbone or task, in
-    order (one per block)."""
+    order (one per block; Qwen 3.5's DeltaNet blocks, which have none,
+    skipped)."""
     backbone = getattr(model, "backbone", model)
     layers = []
     for block in backbone.transformer_layers:
+        if getattr(block, "layer_type", None) == "linear_attention":
+            continue  # Qwen 3.5's DeltaNet blocks, keras-hub's own
         found = [
             getattr(block, name)
             for name in _BLOCK_ATTENTION_ATTRIBUTES

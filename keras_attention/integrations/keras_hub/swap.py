@@ -42,12 +42,17 @@ class Family:
             backbones of the family themselves (SigLIP's and CLIP's
             encoders, which their `from_config` builds before the backbone):
             swapped too, with their weights and the same options.
+        task_class: None, or a function of keras-hub's task class giving the
+            class a swapped task of the family is built as, whatever the
+            options (Qwen 3.5's, whose cache holds the full-attention layers
+            alone and takes `cache_dtype="int8"` too).
     """
 
     name: str
     backbones: tuple
     replacements: dict
     nested: tuple = ()
+    task_class: object = None
 
     def backbone_classes(self):
         return tuple(_resolve(path) for path in self.backbones)
