@@ -19,7 +19,16 @@ from keras_attention.integrations.keras_hub import (  # noqa: E402
 from keras_attention.integrations.keras_hub.gemma4 import (  # noqa: E402
     Gemma4Attention,
 )
+from keras_attention.integrations.keras_hub.gemma4_cache import (  # noqa: E402
+    pack,
+    unpack,
+)
+from keras_attention.integrations.keras_hub.generation import (  # noqa: E402
+    cache_bytes,
+    quantized_cache_class,
+)
 from keras_attention.integrations.keras_hub.masks import DecoderMask  # noqa: E402
+from keras_attention.layers.key_value_cache import dequantize_rows  # noqa: E402
 from tests.integrations.keras_hub_models import (  # noqa: E402
     GEMMA_VOCABULARY,
     assert_greedy_tokens_are_keras_hubs,
@@ -63,11 +72,15 @@ def inputs(length=12, real=9, **kwargs):
     return x
 
 
-def prompt(length=14, real=5, ragged=True):
+def prompt(length=14, real=5, ragged=True, seed=1):
     """Prompts of `real` tokens and, `ragged`, one of 3 (keras-hub keeps the
     longer one's cache entries while the shorter one's row generates)."""
     x = token_inputs(
-        length=length, real=real, vocabulary_size=GEMMA_VOCABULARY, dtype="int32"
+        length=length,
+        real=real,
+        vocabulary_size=GEMMA_VOCABULARY,
+        dtype="int32",
+        seed=seed,
     )
     if ragged:
         x["padding_mask"][1, 3:] = 0
@@ -170,6 +183,37 @@ def test_chunked_path_with_sharing_and_windows():
     # to 4e-4 on our standard path too (outputs reach 4.3).
     assert_outputs_equal(swapped, original, x, 35, atol=1e-3)
     assert {a.attention_path for a in attention_layers(swapped)} == {"chunked"}
+
+
+def test_packed_documents_equal_each_document_alone():
+    # Two documents in a row (padding ids 1 and 2): each attends to its own
+    # keys, the layers sharing keys and values too, with rotary positions
+    # restarted at each document; keras-hub's positions run on.
+    original = backbone()
+    swapped = swap_attention(original, packed=True)
+    rng = np.random.default_rng(3)
+    first = rng.integers(1, GEMMA_VOCABULARY, (1, 5)).astype("int32")
+    second = rng.integers(1, GEMMA_VOCABULARY, (1, 4)).astype("int32")
+    row = {
+        "token_ids": np.concatenate([first, second, np.zeros((1, 3), "int32")], 1),
+        "padding_mask": np.array([[1] * 5 + [2] * 4 + [0] * 3], "int32"),
+        "position_ids": np.arange(12, dtype="int32")[None],
+    }
+    packed = numpy(swapped(row))
+    for document, where in ((first, slice(0, 5)), (second, slice(5, 9))):
+        length = document.shape[1]
+        alone = original(
+            {
+                "token_ids": document,
+                "padding_mask": np.ones_like(document),
+                "position_ids": np.arange(length, dtype="int32")[None],
+            }
+        )
+        # Float32 sums in another order (the documents' mask): within 2e-4.
+        np.testing.assert_allclose(packed[:, where], numpy(alone), atol=2e-4)
+    # keras-hub's own model reads the row as one document.
+    together = numpy(original({**row, "padding_mask": row["padding_mask"] > 0}))
+    assert np.abs(together[:, 5:9] - packed[:, 5:9]).max() > 1e-2
 
 
 def test_bidirectional_embedding_model_outputs_equal_keras_hubs():
@@ -286,8 +330,50 @@ def test_keras_hubs_window_method_gives_its_band():
         )
 
 
-def test_the_int8_cache_is_refused_naming_the_task():
-    # keras-hub's Gemma 4 task builds its cache with per-layer inputs and
-    # shared layers: not one of the tasks whose cache ours builds.
-    with pytest.raises(ValueError, match="received a Gemma4CausalLM"):
-        swap_attention(tiny_causal_lm("gemma4"), cache_dtype="int8")
+def test_int8_cache_greedy_tokens_are_keras_hubs_and_its_bytes_fewer():
+    original = tiny_causal_lm("gemma4")
+    swapped = swap_attention(original, cache_dtype="int8")
+    assert type(swapped) is quantized_cache_class(type(original))
+    # Ragged prompts: the shorter row's steps keep the longer one's prompt
+    # (keras-hub's `cache_update_mask`), in the packed cache too. The tiny
+    # model's logits have near ties (gaps of 0.1 against int8 errors of
+    # 0.03): prompts whose greedy tokens int8 does not flip on any backend.
+    x = prompt(length=12, real=4, seed=10)
+    assert_greedy_tokens_are_keras_hubs(swapped, original, x, real=4)
+    _, cache = swapped._build_cache(x["token_ids"], padding_mask=x["padding_mask"])
+    _, float_cache = original._build_cache(
+        x["token_ids"], None, None, x["padding_mask"], None
+    )
+    # 6 layers, 2 key/value heads, head size 16 (the global layers'): int8
+    # values and the scale code's 2 bytes per row, against 4 bytes a value.
+    assert keras.backend.standardize_dtype(cache.dtype) == "int8"
+    assert tuple(cache.shape) == (2, 6, 2, 12, 2, 16 + 2)
+    ratio = cache_bytes(cache) / cache_bytes(float_cache)
+    assert ratio == pytest.approx((16 + 2) / (16 * 4))
+    # What it holds is the float cache's keys and values, quantized: the
+    # global layer 2's one head of 16 and the windowed layer 0's two of 8.
+    values, scales = unpack(cache)
+    dequantized = numpy(dequantize_rows(values, scales))
+    expected = numpy(float_cache)
+    for layer, heads, size in ((0, 2, 8), (2, 1, 16)):
+        got = dequantized[:, layer, :, :4, :heads, :size]
+        want = expected[:, layer, :, :4, :heads, :size]
+        assert 0 < np.abs(got - want).max() < 0.02 * np.abs(want).max()
+
+
+def test_int8_cache_packs_every_scale_code():
+    codes = np.array([-32768, -32767, -257, -256, -1, 0, 1, 255, 256, 32767])
+    values = np.arange(-5, 5, dtype="int8").reshape(10, 1)
+    packed = pack(values, codes.astype("int16"))
+    got_values, got_codes = unpack(packed)
+    np.testing.assert_array_equal(numpy(got_codes), codes)
+    np.testing.assert_array_equal(numpy(got_values), values)
+
+
+def test_int8_cache_refuses_speculative_decoding():
+    swapped = swap_attention(tiny_causal_lm("gemma4"), cache_dtype="int8")
+    assistant = swap_attention(tiny_assistant())
+    with pytest.raises(ValueError, match="float cache"):
+        swapped.generate(
+            prompt(ragged=False), stop_token_ids=None, assistant_model=assistant
+        )

@@ -21,6 +21,7 @@ blocks as `shared_kv` in training and as the source layer's cache when
 decoding (for a draft, the target model's cache). keras-hub's decoding
 cache is one stacked `(B, 2, S, N_kv, max_head_dim)` tensor per layer,
 ours too; a global layer of other sizes reads and writes its corner of it.
+With `cache_dtype="int8"` the cache is packed int8 (`gemma4_cache`).
 
 The vision and audio encoders keep keras-hub's attention.
 
@@ -45,6 +46,11 @@ from keras_attention.integrations.keras_hub.attention import (
 from keras_attention.integrations.keras_hub.gemma import (
     _keep_unmasked_updates,
     _KerasHubWindow,
+)
+from keras_attention.integrations.keras_hub.gemma4_cache import (
+    is_packed_cache,
+    unpack,
+    write_corner,
 )
 from keras_attention.integrations.keras_hub.masks import (
     DecoderMask,
@@ -245,26 +251,35 @@ class Gemma4Attention(_KerasHubWindow, KerasHubAttention):
 
     def _attend_with_cache(self, x, mask, cache, index, update_mask):
         """A decoding step writing this layer's keys and values into its
-        corner of keras-hub's cache."""
-        corner = self._corner(cache)
-        output, new_corner = super().call(
-            x, attention_mask=mask, cache=corner, cache_update_index=index
+        corner of keras-hub's cache (or of our packed int8 one)."""
+        output, corner = super().call(
+            x, attention_mask=mask, cache=self._corner(cache), cache_update_index=index
         )
+        new_cache = self._write_corner(cache, corner)
         if update_mask is not None:
-            new_corner = _keep_unmasked_updates(
-                corner, new_corner, index, ops.shape(x)[1], update_mask
+            new_cache = _keep_unmasked_updates(
+                cache, new_cache, index, ops.shape(x)[1], update_mask
             )
-        if corner is cache:
-            return output, new_corner
-        return output, ops.slice_update(cache, (0, 0, 0, 0, 0), new_corner)
+        return output, new_cache
 
     def _corner(self, cache):
         """keras-hub's cache `(B, 2, S, N, H)`, allocated for the largest
-        head size and key/value heads of any layer, cut to this layer's."""
+        head size and key/value heads of any layer, cut to this layer's; of
+        a packed int8 cache, the quantized pair of that corner."""
         heads, size = self.num_key_value_heads, self.key_dim
+        if is_packed_cache(cache):
+            return unpack(cache, heads, size)
         if tuple(cache.shape[3:]) == (heads, size):
             return cache
         return cache[:, :, :, :heads, :size]
+
+    def _write_corner(self, cache, corner):
+        """`cache` with this layer's corner (`_corner`) replaced."""
+        if is_packed_cache(cache):
+            return write_corner(cache, *corner)
+        if tuple(corner.shape) == tuple(cache.shape):
+            return corner
+        return ops.slice_update(cache, (0, 0, 0, 0, 0), corner)
 
     @contextlib.contextmanager
     def _call_state(self, positions, without_window):
