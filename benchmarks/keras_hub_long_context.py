@@ -31,7 +31,9 @@ experts), written to `OUT/keras-hub-long-context-gpt_oss.json`. `--model
 qwen3_5`: a tiny Qwen 3.5 (a Gated DeltaNet layer, keras-hub's, then a
 full-attention layer, ours after the swap, with its packed gate and
 keras-hub's window of 32,768 keys), written to
-`OUT/keras-hub-long-context-qwen3_5.json`.
+`OUT/keras-hub-long-context-qwen3_5.json`. `--model
+gemma4`: a tiny Gemma 4 (a window of 512 keys in layer 0, a global layer
+with keys as values), written to `OUT/keras-hub-long-context-gemma4.json`.
 
 Usage: `python benchmarks/keras_hub_long_context.py --backend tensorflow
 [--model llama] [--lengths 4096 8192 16384 32768] [--limit-gib 8] [--steps 2] [--out
@@ -101,6 +103,23 @@ MODELS = {
             linear_value_head_dim=16,
         ),
     ),
+    # Gemma 4: a window of 512 keys in layer 0, a global layer 1 of head
+    # size 32 with one key/value head taking the keys as values and a
+    # partial rotary embedding; scores scaled by 1, query/key/value norms.
+    "gemma4": (
+        "Gemma4Backbone",
+        "Gemma4CausalLM",
+        dict(
+            CONFIG,
+            image_size=16,
+            head_dim=16,
+            sliding_window_size=512,
+            sliding_window_pattern=2,
+            global_head_dim=32,
+            num_global_key_value_heads=1,
+            global_rope_partial_rotary_factor=0.25,
+        ),
+    ),
 }
 CASES = ("keras_hub", "ours")
 
@@ -122,7 +141,9 @@ def run_case(case, length, steps, chunk_size, model="llama"):
     keras.utils.set_random_seed(0)
     backbone_name, task_name, config = MODELS[model]
     backbone = getattr(keras_hub.models, backbone_name)(**config)
-    causal_lm = getattr(keras_hub.models, task_name)(backbone, preprocessor=None)
+    causal_lm = getattr(keras_hub.models, task_name)(
+        backbone=backbone, preprocessor=None
+    )
     if case == "ours":
         from keras_attention.integrations.keras_hub import swap_attention
 
@@ -138,6 +159,8 @@ def run_case(case, length, steps, chunk_size, model="llama"):
         "token_ids": tokens[:, :-1].astype("int32"),
         "padding_mask": np.ones((1, length), "int32"),
     }
+    if "position_ids" in backbone.input:  # Gemma 4's backbone takes them
+        x["position_ids"] = np.arange(length, dtype="int32")[None]
     y = tokens[:, 1:].astype("int32")
     before = _status_mb("VmRSS:")
     with open("/proc/self/clear_refs", "w") as f:

@@ -79,10 +79,12 @@ class KeyValueCaching:
         keys, values = read_keys_values(cache, self.compute_dtype, layout)
         return cache, keys, values
 
-    def _read_shared(self, shared_keys_values, cache, segment_ids):
+    def _read_shared(self, shared_keys_values, cache, segment_ids, decoding):
         """The keys and values of another layer, `shared_keys_values` (any
         cache form), that this call attends to without projecting its own;
-        a ValueError where the call cannot take them."""
+        a ValueError where the call cannot take them. Without a cache index
+        (not `decoding`) they are the keys of the call's own positions, so
+        its `segment_ids` describe them too."""
         shares = self._options["shares_keys_values"]
         if shared_keys_values is None:
             if shares:
@@ -92,10 +94,11 @@ class KeyValueCaching:
                     "values of another layer as `shared_keys_values`."
                 )
             return None
-        if cache is not None or segment_ids is not None:
+        if cache is not None or (segment_ids is not None and decoding):
             raise ValueError(
                 "`shared_keys_values` are read, never written: they take "
-                "neither a `cache` of this layer nor `segment_ids`."
+                "neither a `cache` of this layer nor, when decoding, "
+                "`segment_ids`."
             )
         layout = self._options["cache_layout"]
         check_cache(

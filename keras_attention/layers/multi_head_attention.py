@@ -301,7 +301,9 @@ class MultiHeadAttention(
             `cache_update_index` (decoding) they are read as cache slots
             and the queries start at that index; without, query `t` is at
             position `t` and `key_mask`/`value_mask` `(B, S)` mask them.
-            Takes no `cache` and no `segment_ids`. Required with
+            Takes no `cache`; `segment_ids` only without
+            `cache_update_index` (the keys are then the call's positions,
+            in the same documents). Required with
             `shares_keys_values=True`; any layer may take them.
         return_keys_values: without a `cache`, also return the keys and
             values attended to, `(B, 2, S, num_key_value_heads, key_dim)`
@@ -516,7 +518,9 @@ class MultiHeadAttention(
         return_keys_values=False,
     ):
         key = value if key is None else key
-        shared = self._read_shared(shared_keys_values, cache, segment_ids)
+        shared = self._read_shared(
+            shared_keys_values, cache, segment_ids, cache_update_index is not None
+        )
         # Read like a cache: slots with the index, the inputs' positions without.
         slots = cache if shared is None or cache_update_index is None else shared
         self._check_call(query, value, key, slots, cache_update_index, attention_bias)

@@ -208,6 +208,30 @@ TINY = {
         "T5Gemma2Seq2SeqLM",
         0.5,
     ),
+    # Gemma 4: windows of 3 on two layers of three, global layers (2, 5)
+    # of head size 16 with one key/value head taking the keys as values and
+    # a partial rotary embedding, the last two layers sharing the keys and
+    # values of layers 3 and 2, per-layer inputs, a soft cap; keras-hub's
+    # norms scale by their weights (about 1), not 1 + weights.
+    "gemma4": Tiny(
+        "Gemma4Backbone",
+        {
+            **GEMMA,
+            "num_layers": 6,
+            "image_size": 16,
+            "sliding_window_size": 3,
+            "sliding_window_pattern": 3,
+            "global_head_dim": 16,
+            "num_global_key_value_heads": 1,
+            "global_rope_partial_rotary_factor": 0.25,
+            "num_kv_shared_layers": 2,
+            "hidden_size_per_layer_input": 4,
+            "attention_logit_soft_cap": 0.5,
+        },
+        "Gemma4CausalLM",
+        0.5,
+        scales_at=1.0,
+    ),
     # SmolLM 3: rotary positions on layers 0 and 2, none (NoPE) on layer 1
     # and on layer 3 (every 4th), biases on the query, key and value.
     "smollm3": Tiny(

@@ -126,6 +126,39 @@ def test_shared_keys_values_on_the_chunked_path_equal_the_standard_path():
     close(got, expected)
 
 
+def test_shared_keys_values_of_packed_documents_equal_each_document_alone():
+    # Two documents in a row: the source's keys (rotary positions restarted
+    # at each document) read by the sharer with the same segment ids.
+    source, sharer = source_and_sharer()
+    inputs = x()
+    segments = np.array([[1, 1, 1, 1, 2, 2, 2]] * 2, "int32")
+    _, keys_values = source(
+        inputs,
+        inputs,
+        segment_ids=segments,
+        use_causal_mask=True,
+        return_keys_values=True,
+    )
+    packed = numpy(
+        sharer(
+            inputs,
+            inputs,
+            shared_keys_values=keys_values,
+            segment_ids=segments,
+            use_causal_mask=True,
+        )
+    )
+    for where in (slice(0, 4), slice(4, 7)):
+        document = inputs[:, where]
+        _, alone = source(
+            document, document, use_causal_mask=True, return_keys_values=True
+        )
+        expected = sharer(
+            document, document, shared_keys_values=alone, use_causal_mask=True
+        )
+        close(packed[:, where], expected)
+
+
 @pytest.mark.parametrize("form", ["stacked", "int8", "pair"])
 def test_decoding_reads_the_source_cache_without_writing(form):
     source, sharer = source_and_sharer()
@@ -160,6 +193,14 @@ def test_sharing_is_refused_where_it_cannot_apply():
         sharer(inputs, inputs)
     with pytest.raises(ValueError, match="never written"):
         source(inputs, inputs, shared_keys_values=keys_values, cache=keys_values)
+    with pytest.raises(ValueError, match="when decoding"):
+        sharer(
+            inputs[:, :1],
+            inputs[:, :1],
+            shared_keys_values=keys_values,
+            cache_update_index=0,
+            segment_ids=(np.ones((2, 1), "int32"), np.ones((2, 7), "int32")),
+        )
     with pytest.raises(ValueError, match="key_norm, value_norm"):
         layer(shares_keys_values=True, key_norm=norm(), value_norm=norm())
     with pytest.raises(ValueError, match="shares_keys_values"):

@@ -17,7 +17,8 @@ blocks with `self_attention_cache`, the final norm, the reversed embedding)
 or Gemma's (the embedding scaled by `sqrt(hidden_dim)`, the blocks with
 `cache`), Phi-3's being Llama's with the blocks' `attention_cache` and
 SmolLM 3's Llama's with the final norm named `norm`:
-`QUANTIZED_CACHE_TASKS`.
+`QUANTIZED_CACHE_TASKS`. A task whose `call_with_cache` is its own (Gemma
+4's) names the function making its subclass: `QUANTIZED_CACHE_MAKERS`.
 """
 
 import importlib
@@ -60,6 +61,14 @@ QUANTIZED_CACHE_TASKS = {
     "keras_hub.src.models.gemma.gemma_causal_lm:GemmaCausalLM": _GEMMA,
     "keras_hub.src.models.gpt_oss.gpt_oss_causal_lm:GptOssCausalLM": _LLAMA,
     "keras_hub.src.models.smollm3.smollm3_causal_lm:SmolLM3CausalLM": _SMOLLM3,
+}
+
+# keras-hub task classes whose `call_with_cache` is their own -> the
+# function ("module:name") making their quantized-cache subclass.
+QUANTIZED_CACHE_MAKERS = {
+    "keras_hub.src.models.gemma4.gemma4_causal_lm:Gemma4CausalLM": (
+        "keras_attention.integrations.keras_hub.gemma4_cache:quantized_cache_task"
+    ),
 }
 
 # Where keras-hub's blocks keep their attention layer: Llama's, Mistral's,
@@ -134,15 +143,21 @@ def _itemsize(dtype):
 
 
 def _task_style(task_class):
-    for path, style in QUANTIZED_CACHE_TASKS.items():
-        module, name = path.split(":")
+    """The style (`QUANTIZED_CACHE_TASKS`) or the maker
+    (`QUANTIZED_CACHE_MAKERS`) of a task class, or None."""
+    for path, style in {**QUANTIZED_CACHE_MAKERS, **QUANTIZED_CACHE_TASKS}.items():
         try:
-            base = getattr(importlib.import_module(module), name)
+            base = _named(path)
         except (ImportError, AttributeError):  # pragma: no cover - keras-hub
             continue
         if issubclass(task_class, base):
-            return style
+            return _named(style) if isinstance(style, str) else style
     return None
+
+
+def _named(path):
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def quantized_cache_class(task_class):
@@ -152,7 +167,8 @@ def quantized_cache_class(task_class):
     task_class = getattr(task_class, "keras_hub_task_class", task_class)
     style = _task_style(task_class)
     if style is None:
-        names = ", ".join(path.split(":")[1] for path in QUANTIZED_CACHE_TASKS)
+        tasks = {**QUANTIZED_CACHE_TASKS, **QUANTIZED_CACHE_MAKERS}
+        names = ", ".join(path.split(":")[1] for path in tasks)
         raise ValueError(
             "`cache_dtype='int8'` needs a task whose cache keras_attention "
             f"builds: {names}; received a {task_class.__name__}. Swap its "
@@ -160,7 +176,10 @@ def quantized_cache_class(task_class):
         )
     with _LOCK:
         if task_class not in _QUANTIZED:
-            _QUANTIZED[task_class] = _make_quantized_class(task_class, *style)
+            if callable(style):
+                _QUANTIZED[task_class] = style(task_class)
+            else:
+                _QUANTIZED[task_class] = _make_quantized_class(task_class, *style)
         return _QUANTIZED[task_class]
 
 
