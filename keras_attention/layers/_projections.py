@@ -67,7 +67,7 @@ class EinsumProjections:
         # query or key norm right after its projection, or after the value's
         # where a subclass sets `_norms_after_value` (keras-hub's Gemma 3),
         # or all norms after the output's (`_norms_after_output`, Gemma 3n).
-        norms_after_value = self._norms_after_value and not self._norms_after_output
+        norms_after_value = not self._norms_after_output and self._norms_after_value
         norms_after_projections = not (norms_after_value or self._norms_after_output)
         # A layer sharing another's keys and values (`shares_keys_values`)
         # has no key or value projection; one taking its values from the
