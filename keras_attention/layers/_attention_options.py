@@ -46,6 +46,12 @@ DEFAULTS = {
 LAYER_OPTIONS = ("query_norm", "key_norm", "value_norm", "rotary_embedding")
 
 
+def options_from(arguments):
+    """The options among a constructor's `arguments` (its `locals()`), by
+    the names of `DEFAULTS`."""
+    return {name: arguments[name] for name in DEFAULTS}
+
+
 def check_options(options, attention_positions):
     """Raises a ValueError naming the option for a value it cannot take."""
     check_positive_number("scale", options["scale"], allow_none=True)
