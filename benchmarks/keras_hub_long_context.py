@@ -271,6 +271,48 @@ def plot(results, path):
     figure.savefig(path, dpi=100)
 
 
+def plot_models(out, models, path):
+    """One memory panel per model of `models` (their JSON files in `out`):
+    the peak of keras-hub's training step and ours against T, an x where a
+    case ran out of memory."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(models), figsize=(4 * len(models), 3.6))
+    axes = [axes] if len(models) == 1 else list(axes)
+    for axis, model in zip(axes, models, strict=True):
+        with open(os.path.join(out, f"keras-hub-long-context-{model}.json")) as f:
+            results = json.load(f)
+        for backend, rows in results["backends"].items():
+            for case in CASES:
+                done = [r for r in rows if r["case"] == case and r["ok"]]
+                failed = [r for r in rows if r["case"] == case and not r["ok"]]
+                style = "o-" if case == "ours" else "s--"
+                line = axis.plot(
+                    [r["length"] for r in done],
+                    [r["peak_mb"] / 1024 for r in done],
+                    style,
+                    label=f"{case} ({backend})",
+                )[0]
+                axis.plot(
+                    [r["length"] for r in failed],
+                    [results["limit_gib"]] * len(failed),
+                    "x",
+                    color=line.get_color(),
+                    markersize=10,
+                    label=f"{case}: out of memory" if failed else None,
+                )
+        axis.axhline(results["limit_gib"], color="grey", lw=0.8, ls=":")
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("sequence length T")
+        axis.set_title(f"{results['model']['class'].split('.')[-1]}: peak GiB")
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="tensorflow")
@@ -285,7 +327,15 @@ def main(argv=None):
     parser.add_argument("--plot", default=None)
     parser.add_argument("--model", choices=sorted(MODELS), default="llama")
     parser.add_argument("--child", nargs=2, metavar=("CASE", "LENGTH"))
+    parser.add_argument(
+        "--plot-models",
+        nargs="+",
+        help="runs nothing: plots these models' memory from their files in --out",
+    )
     args = parser.parse_args(argv)
+    if args.plot_models:
+        plot_models(args.out, args.plot_models, args.plot)
+        return
     if args.child:
         import resource
 
