@@ -432,7 +432,8 @@ def model_workloads():
 
 # keras-hub's families: the tiny sizes of tests/integrations with heads of
 # 16 (2 query heads, 1 key/value head), one block (Gemma 3: its six, five
-# windowed and one global).
+# windowed and one global; Gemma 4: its six, windows, global layers and two
+# sharing keys and values).
 HUB_DECODER_SIZES = {
     "hidden_dim": WIDTH,
     "num_query_heads": HEADS,
@@ -452,6 +453,7 @@ HUB_DECODERS = (
     "gemma",
     "gemma2",
     "gemma3",
+    "gemma4",
     "gpt_oss",
 )
 HUB_GENERIC = {
@@ -466,18 +468,20 @@ HUB_GENERIC = {
 }
 
 
-def _hub_ids(with_segments=False):
+def _hub_ids(with_segments=False, with_positions=False):
     x = {"token_ids": token_ids(), "padding_mask": token_ids() != 0}
     if with_segments:
         x["segment_ids"] = np.zeros((BATCH, LENGTH), "int32")
+    if with_positions:  # Gemma 4's backbone takes them
+        x["position_ids"] = np.tile(np.arange(LENGTH, dtype="int32"), (BATCH, 1))
     return x
 
 
-def _hub_causal_lm_run(causal_lm, extra_build=()):
+def _hub_causal_lm_run(causal_lm, extra_build=(), with_positions=False):
     from keras_attention.integrations.keras_hub import swap_attention
 
     causal_lm = swap_attention(causal_lm)
-    x = _hub_ids()
+    x = _hub_ids(with_positions=with_positions)
     ids = x["token_ids"]
     _, cache = causal_lm._build_cache(ids, *extra_build)[:2]
 
@@ -499,13 +503,17 @@ def hub_decoder_run(name):
     overrides = dict(HUB_DECODER_SIZES)
     if name.startswith("gemma") or name.startswith("qwen3"):
         overrides["head_dim"] = HEAD_DIM
-    if name == "gemma3":
+    if name in ("gemma3", "gemma4"):
         overrides["num_layers"] = 6
+    if name == "gemma4":
+        # Gemma 4 normalizes queries and keys instead of soft-capping
+        # (keras-hub's default, None); the tiny model's cap is for the tests.
+        overrides["attention_logit_soft_cap"] = None
     causal_lm = keras_hub_models.tiny_causal_lm(name, **overrides)
     extra = ()
-    if name == "gemma3":
+    if name in ("gemma3", "gemma4"):
         extra = (None, None, _hub_ids()["padding_mask"], None)
-    return _hub_causal_lm_run(causal_lm, extra)
+    return _hub_causal_lm_run(causal_lm, extra, with_positions=name == "gemma4")
 
 
 def hub_generic_run(name):
