@@ -432,7 +432,8 @@ def model_workloads():
 
 # keras-hub's families: the tiny sizes of tests/integrations with heads of
 # 16 (2 query heads, 1 key/value head), one block (Gemma 3: its six, five
-# windowed and one global; Qwen 3.5: a DeltaNet block and an attention one).
+# windowed and one global; Qwen 3.5: a DeltaNet block and an attention one;
+# Gemma 4: its six, windows, global layers and two sharing keys and values).
 HUB_DECODER_SIZES = {
     "hidden_dim": WIDTH,
     "num_query_heads": HEADS,
@@ -452,6 +453,7 @@ HUB_DECODERS = (
     "gemma",
     "gemma2",
     "gemma3",
+    "gemma4",
     "gpt_oss",
     "qwen3_5",
 )
@@ -467,18 +469,20 @@ HUB_GENERIC = {
 }
 
 
-def _hub_ids(with_segments=False):
+def _hub_ids(with_segments=False, with_positions=False):
     x = {"token_ids": token_ids(), "padding_mask": token_ids() != 0}
     if with_segments:
         x["segment_ids"] = np.zeros((BATCH, LENGTH), "int32")
+    if with_positions:  # Gemma 4's backbone takes them
+        x["position_ids"] = np.tile(np.arange(LENGTH, dtype="int32"), (BATCH, 1))
     return x
 
 
-def _hub_causal_lm_run(causal_lm, extra_build=()):
+def _hub_causal_lm_run(causal_lm, extra_build=(), with_positions=False):
     from keras_attention.integrations.keras_hub import swap_attention
 
     causal_lm = swap_attention(causal_lm)
-    x = _hub_ids()
+    x = _hub_ids(with_positions=with_positions)
     ids = x["token_ids"]
     _, cache = causal_lm._build_cache(ids, *extra_build)[:2]
 
@@ -500,19 +504,23 @@ def hub_decoder_run(name):
     overrides = dict(HUB_DECODER_SIZES)
     if name.startswith("gemma") or name.startswith("qwen3"):
         overrides["head_dim"] = HEAD_DIM
-    if name == "gemma3":
+    if name in ("gemma3", "gemma4"):
         overrides["num_layers"] = 6
     if name == "qwen3_5":
         # A DeltaNet block (keras-hub's), then a full-attention one (ours).
         overrides["num_layers"] = 2
         overrides["layer_types"] = ["linear_attention", "full_attention"]
+    if name == "gemma4":
+        # Gemma 4 normalizes queries and keys instead of soft-capping
+        # (keras-hub's default, None); the tiny model's cap is for the tests.
+        overrides["attention_logit_soft_cap"] = None
     causal_lm = keras_hub_models.tiny_causal_lm(name, **overrides)
     extra = ()
-    if name == "gemma3":
+    if name in ("gemma3", "gemma4"):
         extra = (None, None, _hub_ids()["padding_mask"], None)
     if name == "qwen3_5":
         extra = (_hub_ids()["padding_mask"],)
-    return _hub_causal_lm_run(causal_lm, extra)
+    return _hub_causal_lm_run(causal_lm, extra, with_positions=name == "gemma4")
 
 
 def hub_generic_run(name):
