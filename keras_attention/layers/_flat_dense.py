@@ -15,10 +15,11 @@ from keras import ops
 class _FlatDense(keras.layers.Dense):
     """A `Dense` whose call is `Dense`'s (see the module)."""
 
-    def quantize(self, mode=None, type_check=True, config=None):
+    def quantize(self, mode=None, type_check=True, **kwargs):
         # `Dense` refuses its subclasses (whose `call` it cannot know): this
-        # one's `call` is `Dense`'s.
-        return super().quantize(mode, type_check=False, config=config)
+        # one's `call` is `Dense`'s. The rest (`config`, from Keras 3.12) as
+        # the release takes it.
+        return super().quantize(mode, type_check=False, **kwargs)
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
