@@ -19,6 +19,10 @@ References:
 import keras
 from keras import ops
 
+# A keras-hub without DINOv3 fails this import, which leaves the family out
+# (`integrations.keras_hub.UNAVAILABLE`) instead of failing `family_of`.
+from keras_hub.src.models.dinov3 import dinov3_layers  # noqa: F401
+
 from keras_attention.integrations.keras_hub.attention import keras_hub_arguments
 from keras_attention.integrations.keras_hub.swap import Family
 from keras_attention.layers.multi_head_attention import MultiHeadAttention
