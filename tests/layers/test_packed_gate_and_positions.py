@@ -14,26 +14,7 @@ from keras_attention.layers import (
     RotaryEmbedding,
 )
 from keras_attention.ops.attention import dot_product_attention
-
-
-def numpy(t):
-    return ops.convert_to_numpy(t)
-
-
-def close(actual, expected, atol):
-    np.testing.assert_allclose(numpy(actual), numpy(expected), atol=atol, rtol=0)
-
-
-def x(batch=2, length=7, dim=16, seed=0):
-    rng = np.random.default_rng(seed)
-    return rng.normal(size=(batch, length, dim)).astype("float32")
-
-
-def layer(**kwargs):
-    keras.utils.set_random_seed(0)
-    return GroupedQueryAttention(
-        **{"head_dim": 4, "num_query_heads": 4, "num_key_value_heads": 2, **kwargs}
-    )
+from tests.layers.test_attention_options import close, layer, numpy, x
 
 
 def test_packed_gate_equals_kerass_gate_of_the_same_weights():
