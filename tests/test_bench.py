@@ -641,6 +641,10 @@ def test_gpu_paths_part_runs_each_workload_alone_after_a_dead_process():
         lambda key, case: calls.append(key) or {"skipped": "exceeded"}, QUICK, True
     )
     assert calls == ["paths"]  # not again for time
+    calls.clear()
+    full = {**QUICK, "one_process": False}  # as on a GPU: each alone at once
+    paths_part(lambda key, case: calls.append(key) or {}, full, False)
+    assert calls == [f"paths/{w}" for w in QUICK["workloads"]]
 
 
 def test_all_suites_leave_out_the_gpu_suite(monkeypatch):

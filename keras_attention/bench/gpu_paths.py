@@ -29,8 +29,9 @@ hashes the seed and the position on every path), the largest difference
 over the largest magnitude, within `TOLERANCES`; a failure is recorded.
 Keys are padded at the end of each row (`padded_lengths`).
 
-One process runs every workload; where it dies, each runs again in a
-process of its own. A workload past the part's share is recorded skipped.
+On a GPU each workload runs in a process of its own; the dry run runs them
+in one, and where it dies, each again alone. A workload past the part's
+share is recorded skipped.
 """
 
 import importlib.util
@@ -88,11 +89,13 @@ FULL = {
     },
     "parallel_compile": True,
     "repeats": 5,
+    "one_process": False,
 }
 # Every workload in float32 at T = 512 (the causal ones take the chunked
 # path on a CPU, so the check compares two paths there).
 QUICK = {**FULL, "dtypes": ("float32",), "tokens": 512, "length": 512, "sizes": {}}
 QUICK.update(heads=2, head_dim=16, key_value_heads=1, documents=4, repeats=2)
+QUICK["one_process"] = True
 
 
 def sizes(config, workload):
@@ -377,17 +380,22 @@ def case_paths(case):
 
 
 def paths_part(measure, config, quick):
-    """One process for every workload; where it dies (not for time), each
-    workload once more in a process of its own."""
+    """Every workload in one process where `config["one_process"]` (the dry
+    run: one start-up), else each in a process of its own (a GPU: a workload
+    that dies or runs past the part's share loses its own rows alone, as
+    one H100 run lost them all). Where the one process dies (not for time),
+    each workload runs once more in a process of its own."""
     from keras_attention.utils.progress import phase
 
     phase("paths: the path table's training workloads, ours against the peers")
     case = {"kind": "paths", "quick": quick, **config}
-    result = measure("paths", case)
-    if result.get("skipped", "").startswith("exit"):
-        for workload in config["workloads"]:
-            phase(f"paths {workload} again, in a process of its own")
-            measure(f"paths/{workload}", {**case, "workloads": [workload]})
+    if config["one_process"]:
+        result = measure("paths", case)
+        if not result.get("skipped", "").startswith("exit"):
+            return
+    for workload in config["workloads"]:
+        phase(f"paths {workload}, in a process of its own")
+        measure(f"paths/{workload}", {**case, "workloads": [workload]})
 
 
 def workload_rows(results):

@@ -53,7 +53,7 @@ TOKAMAX_MAX_HEAD_DIM = 256
 TOKAMAX_MASKS = ("causal", "window", "documents")
 TOKAMAX_SCORES = ("soft_cap",)
 # The Pallas kernel's largest head: a tile of 64 queries and keys of 256
-# features still fits a GPU's shared memory (fused.pallas_block_size).
+# features still fits a GPU's shared memory (fused.PALLAS_BLOCK_SIZE).
 PALLAS_MAX_HEAD_DIM = 256
 # What a vendor kernel takes of the parts (anything else, a "custom" part or
 # the soft cap, only the keras.ops paths and the Pallas kernel compute).
@@ -284,9 +284,13 @@ def _tokamax_takes(spec, query, value, capability):
 
 @functools.cache
 def _tokamax_available():
-    """Whether tokamax is installed (found, not imported: importing it costs
-    seconds)."""
-    return importlib.util.find_spec("tokamax") is not None
+    """Whether tokamax is installed and traces with this JAX (checked once,
+    on a GPU that it serves: importing it costs seconds)."""
+    if importlib.util.find_spec("tokamax") is None:
+        return False
+    from keras_attention.ops.tokamax_attention import tokamax_traces
+
+    return tokamax_traces()
 
 
 # A stand-in of a mask's shape over keys alone, `(1, 1, 1, 1)`: the plan

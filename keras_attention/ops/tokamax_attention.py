@@ -27,6 +27,8 @@ ranges need its `Mask`, which its public `dot_product_attention` does not
 take; both come from tokamax's `_src`, hence the extra's exact pin.
 """
 
+from types import SimpleNamespace
+
 # tokamax's name of its Mosaic GPU attention (`tokamax._src.ops.attention.
 # api.IMPLEMENTATIONS`), read at each call: the tests set `"xla"`, tokamax's
 # reference, to check the arguments on a CPU.
@@ -138,6 +140,38 @@ def _key_mask(mask, batch, key_length):
 
     keys = jnp.reshape(jnp.asarray(mask).astype(bool), (-1, key_length))
     return jnp.broadcast_to(keys, (batch, key_length))
+
+
+def tokamax_traces():
+    """Whether tokamax's kernel traces with the JAX installed, checked once
+    on a small abstract call (never run): tokamax builds on Pallas' Mosaic
+    GPU internals, which a newer JAX can change (tokamax 0.0.12 on JAX
+    0.11.2: a TypeError from Pallas' `Mesh`, seen on an H100). Where it does
+    not, a warning names the error and the plan leaves tokamax out."""
+    import warnings
+
+    import jax
+
+    def call(query, key, value, start, end):
+        attention, mask_class = _tokamax(IMPLEMENTATION)
+        mask = mask_class(k_start=start, k_end=end, is_causal=True)
+        spec = SimpleNamespace(scale=0.125)
+        return _attend(attention, query, key, value, spec, mask, 50.0)
+
+    tiles = jax.ShapeDtypeStruct((1, QUERY_TILE, 1, 64), "bfloat16")
+    ranges = jax.ShapeDtypeStruct((1, 1, QUERY_TILE), "int32")
+    try:
+        jax.eval_shape(call, tiles, tiles, tiles, ranges, ranges)
+    except Exception as error:  # noqa: BLE001 - any failure means "not usable"
+        first_line = str(error).splitlines()[0] if str(error) else ""
+        warnings.warn(
+            f"tokamax does not trace with JAX {jax.__version__} "
+            f"({type(error).__name__}: {first_line}); the Pallas kernel "
+            "serves the calls it would take.",
+            stacklevel=2,
+        )
+        return False
+    return True
 
 
 def _tokamax(implementation):

@@ -293,3 +293,31 @@ def test_keys_no_query_sees_are_never_read_by_tokamax(name, tokamax_on_a_cpu):
     for got, want in zip(poisoned, clean, strict=True):
         assert np.isfinite(got).all()
         np.testing.assert_array_equal(got, want)
+
+
+def test_tokamax_that_traces_is_taken(monkeypatch):
+    import tokamax
+
+    fake_hopper_gpu(monkeypatch, tokamax=True)  # tokamax sees a Hopper
+    with tokamax.config.cross_compile(True):
+        assert tokamax_attention.tokamax_traces()
+
+
+def test_tokamax_that_does_not_trace_is_left_out_with_a_warning(monkeypatch):
+    # tokamax 0.0.12 on JAX 0.11.2 (an H100): Pallas' `Mesh` refused an
+    # argument while tokamax built its kernel, at trace time.
+    def broken(*args, **kwargs):
+        raise TypeError("Mesh.__init__() got an unexpected keyword argument")
+
+    monkeypatch.setattr(tokamax_attention, "_attend", broken)
+    with pytest.warns(UserWarning, match="tokamax does not trace with JAX.*TypeError"):
+        assert not tokamax_attention.tokamax_traces()
+    # The plan then leaves it out (its check uncached here), and the Pallas
+    # kernel serves.
+    checked = plan._tokamax_available.__wrapped__
+    fake_hopper_gpu(monkeypatch)
+    monkeypatch.setattr(plan, "_tokamax_available", checked)
+    call, kv_heads = CALLS["soft_cap+causal"]
+    query, _, value = inputs(kv_heads)
+    with pytest.warns(UserWarning, match="tokamax does not trace"):
+        assert attention_path(query, value, **call) == "jax_pallas"
