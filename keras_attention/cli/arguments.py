@@ -114,6 +114,27 @@ def dataset(builtin, kind):
     return parse
 
 
+def add_data_option(parser, builtin, kind, default, help):
+    """`--data`: one of the `builtin` datasets, or a `kind` ("file" or
+    "folder") of the user's (`dataset`)."""
+    parser.add_argument(
+        "--data", type=dataset(builtin, kind), default=default, help=help
+    )
+
+
+def add_model_option(parser, choices, default, then):
+    """`--model`: one of `choices` (`default`), or a comma-separated list of
+    them (`model_list`), each trained in OUT/<model>; `then` says what
+    follows ("compares them")."""
+    parser.add_argument(
+        "--model",
+        type=model_list(choices),
+        default=(default,),
+        help=f"one of {', '.join(choices)}; a comma-separated list trains each "
+        f"in OUT/<model> and {then} (default: {default})",
+    )
+
+
 def add_confidence_option(parser):
     parser.add_argument(
         "--min-confidence",

@@ -5,10 +5,10 @@ import sys
 
 from keras_attention.cli.arguments import (
     add_confidence_option,
+    add_data_option,
+    add_model_option,
     add_training_options,
-    dataset,
     load_model,
-    model_list,
     non_negative_float,
     positive_int,
     print_confidence_lines,
@@ -30,21 +30,16 @@ WRITES_WITH_LOAD = True
 
 def add_arguments(parser):
     parser.add_argument("images", nargs="*", help="with --load: images to caption")
-    parser.add_argument(
-        "--data",
-        type=dataset(CAPTION_DATA, "folder"),
+    add_data_option(
+        parser,
+        CAPTION_DATA,
+        "folder",
         default="scenes",
         help="scenes (Fashion-MNIST items composed with spatial captions, from "
         "the Debian dataset-fashion-mnist) or a folder of images with a "
         "captions.tsv (image file<TAB>caption per line)",
     )
-    parser.add_argument(
-        "--model",
-        type=model_list(CAPTION_MODELS),
-        default=("attention",),
-        help="attention or no-attention; a comma-separated list trains each in "
-        "OUT/<model> and compares their BLEU (default: attention)",
-    )
+    add_model_option(parser, CAPTION_MODELS, "attention", "compares their BLEU")
     parser.add_argument("--beam", type=positive_int, default=3, help="beam width")
     parser.add_argument(
         "--doubly-stochastic",

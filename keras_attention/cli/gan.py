@@ -4,9 +4,9 @@ import argparse
 import math
 
 from keras_attention.cli.arguments import (
+    add_data_option,
     add_training_options,
     at_least,
-    dataset,
     load_model,
     open_fraction,
     positive_int,
@@ -26,9 +26,10 @@ WRITES_WITH_LOAD = True
 
 
 def add_arguments(parser):
-    parser.add_argument(
-        "--data",
-        type=dataset(GAN_DATA, "folder"),
+    add_data_option(
+        parser,
+        GAN_DATA,
+        "folder",
         default="fashion-mnist",
         help="fashion-mnist (Debian dataset-fashion-mnist, 60,000 images padded "
         "to 32x32), fashion-pairs (30,000 64x64 canvases built from it: two "

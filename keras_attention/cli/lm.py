@@ -1,12 +1,12 @@
 """`keras-attention lm`."""
 
 from keras_attention.cli.arguments import (
+    add_data_option,
+    add_model_option,
     add_training_options,
     add_transformer_size_options,
     at_least,
-    dataset,
     load_model,
-    model_list,
     positive_float,
     positive_int,
     probability,
@@ -33,20 +33,15 @@ TRAINS = True
 
 
 def add_arguments(parser):
-    parser.add_argument(
-        "--data",
-        type=dataset(LM_DATA, "file"),
+    add_data_option(
+        parser,
+        LM_DATA,
+        "file",
         default="fortunes",
         help="fortunes (Debian fortunes, 2.5 million characters) or a text file "
         "of documents separated by lines holding only %% (or by blank lines)",
     )
-    parser.add_argument(
-        "--model",
-        type=model_list(LM_MODELS),
-        default=("gpt",),
-        help="gpt or lstm; gpt,lstm trains each in OUT/<model> and compares "
-        "them (default: gpt)",
-    )
+    add_model_option(parser, LM_MODELS, "gpt", "compares them")
     parser.add_argument(
         "--steps-per-epoch",
         type=positive_int,

@@ -1,6 +1,7 @@
 """`keras-attention pretrain`."""
 
 from keras_attention.cli.arguments import (
+    add_data_option,
     add_training_options,
     add_transformer_size_options,
     dataset,
@@ -20,9 +21,10 @@ TRAINS = True
 
 
 def add_arguments(parser):
-    parser.add_argument(
-        "--data",
-        type=dataset(CLASSIFICATION_DATA, "file"),
+    add_data_option(
+        parser,
+        CLASSIFICATION_DATA,
+        "file",
         default="reviews",
         help="the classification data whose training texts (labels unused) are "
         "pretrained on and whose vocabulary is learned: reviews, fortunes or a "

@@ -2,10 +2,10 @@
 
 from keras_attention.cli.arguments import (
     add_confidence_option,
+    add_data_option,
+    add_model_option,
     add_training_options,
-    dataset,
     load_model,
-    model_list,
     positive_int,
     print_confidence_lines,
     read_inputs,
@@ -28,22 +28,16 @@ def add_arguments(parser):
         help="with --load: sentences to translate (default: standard input, "
         "one per line)",
     )
-    parser.add_argument(
-        "--data",
-        type=dataset(TRANSLATION_DATA, "file"),
+    add_data_option(
+        parser,
+        TRANSLATION_DATA,
+        "file",
         default="dates",
         help="dates (generated), de-en (Debian trans-de-en), messages-de "
         "(software messages of Debian packages' German catalogs) or a "
         "source<TAB>target file",
     )
-    parser.add_argument(
-        "--model",
-        type=model_list(TRANSLATION_MODELS),
-        default=("transformer",),
-        help="one of " + ", ".join(TRANSLATION_MODELS) + "; a comma-separated "
-        "list trains each in OUT/<model> and plots them together (default: "
-        "transformer)",
-    )
+    add_model_option(parser, TRANSLATION_MODELS, "transformer", "plots them together")
     parser.add_argument("--beam", type=positive_int, default=4, help="beam width")
     add_confidence_option(parser)
     add_training_options(parser, out="runs/translate", batch_size=64)
