@@ -433,16 +433,14 @@ def run_caption(out_dir, data="scenes", model="attention", beam_width=3, **kwarg
     Returns:
         The metrics dict.
     """
-    options, model_kwargs = runner.TrainingOptions.take(kwargs)
-    return runner.run(
-        Captioning(data, model, beam_width, **model_kwargs), out_dir, options
+    return runner.run_task(
+        Captioning, out_dir, data=data, model=model, beam_width=beam_width, **kwargs
     )
 
 
 def compare(out_dir, models=tuple(MODELS), data="scenes", beam_width=3, **kwargs):
     """Runs `run_caption` for each model in `out_dir/<model>` and writes
     `comparison.json` and `comparison.png` (BLEU-1..4 side by side)."""
-    options, model_kwargs = runner.TrainingOptions.take(kwargs)
     bleu = ("bleu1", "bleu2", "bleu3", "bleu4")
 
     def plot(results, folder):
@@ -453,13 +451,15 @@ def compare(out_dir, models=tuple(MODELS), data="scenes", beam_width=3, **kwargs
             title=f"Captioning {data}: BLEU on the test images",
         )
 
-    return runner.compare_once(
+    return runner.compare_models(
         out_dir,
-        lambda name: Captioning(data, name, beam_width, **model_kwargs),
+        Captioning,
         models,
-        options,
         SUMMARY_KEYS,
-        plots=[plot],
+        plot,
+        data=data,
+        beam_width=beam_width,
+        **kwargs,
     )
 
 

@@ -278,17 +278,7 @@ class Classification(runner.Task):
         return metrics, summary + f"; trained {history['train_seconds']:.0f} s"
 
 
-def run_classify(
-    out_dir,
-    data="reviews",
-    model="transformer",
-    num_explanations=3,
-    encoder=None,
-    labelled=None,
-    learning_rate=None,
-    monitor="val_loss",
-    **kwargs,
-):
+def run_classify(out_dir, data="reviews", model="transformer", **kwargs):
     """Trains `model` on `data`, evaluates it on the test split and writes
     `metrics.json` (accuracy, macro-F1, the per-class report and, for
     attention models, the deletion check), `confusion_matrix.png`,
@@ -317,7 +307,8 @@ def run_classify(
         monitor: what early stopping and the kept weights follow, one of
             `MONITORS`: `"val_loss"`, or `"val_macro_f1"` (computed on the
             validation split after every epoch).
-        **kwargs: `options` (a `runner.TrainingOptions`) or its fields by name
+        **kwargs: the task's arguments above (`Classification`'s), by name;
+            `options` (a `runner.TrainingOptions`) or its fields by name
             (`epochs`, `batch_size`, `seed`, ...; default batch 32, at most
             `SETTINGS["epochs"]` epochs); the rest go to the model's
             constructor.
@@ -325,18 +316,7 @@ def run_classify(
     Returns:
         The metrics dict.
     """
-    options, model_kwargs = runner.TrainingOptions.take(kwargs)
-    task = Classification(
-        data,
-        model,
-        num_explanations,
-        encoder,
-        labelled,
-        learning_rate,
-        monitor,
-        **model_kwargs,
-    )
-    return runner.run(task, out_dir, options)
+    return runner.run_task(Classification, out_dir, data=data, model=model, **kwargs)
 
 
 def compare(out_dir, models, data="reviews", seeds=(0,), **kwargs):

@@ -442,8 +442,7 @@ def run_gan(out_dir, data="fashion-mnist", **kwargs):
     Returns:
         The metrics dict.
     """
-    options, own = runner.TrainingOptions.take(kwargs)
-    return runner.run(ImageGeneration(data, **own), out_dir, options)
+    return runner.run_task(ImageGeneration, out_dir, data=data, **kwargs)
 
 
 def plot_attention_maps(generator, path, seed=0, num_images=NUM_ATTENTION_IMAGES):

@@ -440,8 +440,7 @@ def run_lm(out_dir, data="fortunes", model="gpt", **kwargs):
     Returns:
         The metrics dict.
     """
-    options, own = runner.TrainingOptions.take(kwargs)
-    return runner.run(LanguageModelling(data, model, **own), out_dir, options)
+    return runner.run_task(LanguageModelling, out_dir, data=data, model=model, **kwargs)
 
 
 def write_samples(model, path, samplers, draft=None, num_draft_tokens=4):
@@ -481,7 +480,6 @@ def compare(out_dir, models, data="fortunes", **kwargs):
     """Runs `run_lm` for each model in `out_dir/<model>`, draws their
     validation losses on one chart (`loss.png`) and writes
     `comparison.json`; returns `{model: metrics}`."""
-    options, own = runner.TrainingOptions.take(kwargs)
 
     def plot(results, folder):
         plot_curves(
@@ -494,11 +492,6 @@ def compare(out_dir, models, data="fortunes", **kwargs):
             title=f"language models on {data}",
         )
 
-    return runner.compare_once(
-        out_dir,
-        lambda name: LanguageModelling(data, name, **own),
-        models,
-        options,
-        SUMMARY_KEYS,
-        plots=[plot],
+    return runner.compare_models(
+        out_dir, LanguageModelling, models, SUMMARY_KEYS, plot, data=data, **kwargs
     )

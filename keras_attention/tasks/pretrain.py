@@ -565,15 +565,7 @@ class Pretraining(runner.Task):
         )
 
 
-def run_pretrain(
-    out_dir,
-    data="reviews",
-    extra_texts=(),
-    learning_rate=1e-3,
-    pack=False,
-    continue_from=None,
-    **kwargs,
-):
+def run_pretrain(out_dir, data="reviews", **kwargs):
     """Pretrains a `TransformerTextEncoder` with masked language modelling
     (`Pretraining`) and writes `metrics.json`, `loss.png`, `vocabulary.txt`,
     `model.keras` (the `MaskedLanguageModel`) and `encoder.keras` under
@@ -597,7 +589,8 @@ def run_pretrain(
             texts and with its learning rate, from its weights, sizes,
             length and vocabulary (then give no encoder sizes). The run
             writes its own `model.keras` and `encoder.keras`.
-        **kwargs: `options` (a `runner.TrainingOptions`) or its fields by name
+        **kwargs: the task's arguments above (`Pretraining`'s), by name;
+            `options` (a `runner.TrainingOptions`) or its fields by name
             (`epochs`, `batch_size`, `seed`, ...; default batch 32, at most
             `SETTINGS["epochs"]` epochs; `seed` also draws the held-out
             masks); the rest are `TransformerTextEncoder` sizes (default:
@@ -606,8 +599,4 @@ def run_pretrain(
     Returns:
         The metrics dict.
     """
-    options, encoder_kwargs = runner.TrainingOptions.take(kwargs)
-    task = Pretraining(
-        data, extra_texts, learning_rate, pack, continue_from, **encoder_kwargs
-    )
-    return runner.run(task, out_dir, options)
+    return runner.run_task(Pretraining, out_dir, data=data, **kwargs)

@@ -172,6 +172,14 @@ def run(task, out_dir, options=None):
         return finish_run(out_dir, metrics, summary)
 
 
+def run_task(task_class, out_dir, **arguments):
+    """`run` of `task_class(**rest)`, where `arguments` hold the
+    `TrainingOptions` (`options` or its fields by name) and the rest, the
+    task's own (`TrainingOptions.take`)."""
+    options, rest = TrainingOptions.take(arguments)
+    return run(task_class(**rest), out_dir, options)
+
+
 def start_afresh(out_dir, model_file="model.keras"):
     """Deletes what a run leaves in `out_dir` (its checkpoints, model,
     history and metrics), so that the next training starts from scratch;
@@ -271,6 +279,20 @@ def compare_once(out_dir, make_task, names, options, summary_keys, plots=()):
         plots=plots,
     )
     return {name: runs[0] for name, runs in results.items()}
+
+
+def compare_models(out_dir, task_class, models, summary_keys, plot, **arguments):
+    """`compare_once` of `task_class(model=name, **rest)` for each of the
+    `models`, drawing `plot`; `arguments` as `run_task`'s."""
+    options, rest = TrainingOptions.take(arguments)
+    return compare_once(
+        out_dir,
+        lambda name: task_class(model=name, **rest),
+        models,
+        options,
+        summary_keys,
+        plots=[plot],
+    )
 
 
 def spread(values):

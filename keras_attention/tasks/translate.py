@@ -348,16 +348,14 @@ def run_translate(out_dir, data="dates", model="transformer", beam_width=4, **kw
     Returns:
         The metrics dict.
     """
-    options, model_kwargs = runner.TrainingOptions.take(kwargs)
-    return runner.run(
-        Translation(data, model, beam_width, **model_kwargs), out_dir, options
+    return runner.run_task(
+        Translation, out_dir, data=data, model=model, beam_width=beam_width, **kwargs
     )
 
 
 def compare(out_dir, models, data="dates", beam_width=4, **kwargs):
     """Runs `run_translate` for each model in `out_dir/<model>` and plots the
     score of every model by source length on one chart."""
-    options, model_kwargs = runner.TrainingOptions.take(kwargs)
     metric = "exact_match" if data == "dates" else "bleu"
 
     def plot(results, folder):
@@ -367,13 +365,15 @@ def compare(out_dir, models, data="dates", beam_width=4, **kwargs):
             metric=metric,
         )
 
-    return runner.compare_once(
+    return runner.compare_models(
         out_dir,
-        lambda name: Translation(data, name, beam_width, **model_kwargs),
+        Translation,
         models,
-        options,
         SUMMARY_KEYS,
-        plots=[plot],
+        plot,
+        data=data,
+        beam_width=beam_width,
+        **kwargs,
     )
 
 
