@@ -11,7 +11,7 @@ from keras_attention.models.language_model import (
     check_language_model_args,
     tied_embedding,
 )
-from keras_attention.models.transformer_options import check_transformer_options
+from keras_attention.models.transformer_options import check_transformer_arguments
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -169,14 +169,7 @@ class GPT(PackedInputsMixin, LanguageModel):
             input_positions=input_positions,
             attention_positions=attention_positions,
         )
-        check_transformer_options(
-            hidden_dim,
-            num_heads,
-            dropout,
-            input_positions,
-            attention_positions,
-            num_key_value_heads,
-        )
+        check_transformer_arguments(locals())
         check_cache_dtype(cache_dtype)
 
         # === Layers ===

@@ -15,7 +15,10 @@ from keras_attention.models.seq2seq import (
     check_seq2seq_args,
     token_id_inputs,
 )
-from keras_attention.models.transformer_options import check_transformer_options
+from keras_attention.models.transformer_options import (
+    TRANSFORMER_OPTIONS,
+    check_transformer_arguments,
+)
 from keras_attention.ops import padding_mask
 
 PRESETS = {
@@ -127,11 +130,7 @@ class Transformer(Seq2Seq):
         "num_encoder_layers",
         "num_decoder_layers",
         "intermediate_dim",
-        "dropout",
-        "input_positions",
-        "attention_positions",
-        "num_key_value_heads",
-        "chunk_size",
+        *TRANSFORMER_OPTIONS,
         "share_embeddings",
         "normalize_first",
     )
@@ -181,15 +180,7 @@ class Transformer(Seq2Seq):
             num_decoder_layers=num_decoder_layers,
             intermediate_dim=intermediate_dim,
         )
-        check_transformer_options(
-            hidden_dim,
-            num_heads,
-            dropout,
-            input_positions,
-            attention_positions,
-            num_key_value_heads,
-            chunk_size,
-        )
+        check_transformer_arguments(locals())
         if share_embeddings and source_vocabulary_size != target_vocabulary_size:
             raise ValueError(
                 "`share_embeddings=True` needs one joint vocabulary; received "

@@ -17,7 +17,10 @@ from keras_attention.models.text_classifier import (
     check_classifier_args,
     class_probabilities,
 )
-from keras_attention.models.transformer_options import check_transformer_options
+from keras_attention.models.transformer_options import (
+    TRANSFORMER_OPTIONS,
+    check_transformer_arguments,
+)
 from keras_attention.ops import padding_mask
 
 # The id of the [CLS] token prepended with `pooling="cls"`: `[START]` in the
@@ -33,11 +36,19 @@ ENCODER_CONFIG = (
     "num_heads",
     "num_layers",
     "intermediate_dim",
-    "dropout",
+    *TRANSFORMER_OPTIONS,
+)
+
+# The sizes and positions a classifier takes from the encoder it starts from
+# (`from_pretrained_encoder`), which its weights need equal.
+ENCODER_SIZES = (
+    "hidden_dim",
+    "num_heads",
+    "num_layers",
+    "intermediate_dim",
     "input_positions",
     "attention_positions",
     "num_key_value_heads",
-    "chunk_size",
 )
 
 
@@ -148,27 +159,12 @@ class TransformerClassifier(TextClassifier):
             input_positions=input_positions,
             attention_positions=attention_positions,
         )
-        encoder_options = _encoder_options(
-            hidden_dim,
-            num_heads,
-            dropout,
-            input_positions,
-            attention_positions,
-            num_key_value_heads,
-            chunk_size,
-        )
+        check_transformer_arguments(locals())
 
         # === Layers ===
         prepend_cls = PrependToken(CLS_TOKEN_ID, name="prepend_cls")
         embedding, embedding_dropout, blocks = _encoder_layers(
-            vocabulary_size,
-            max_length + (pooling == "cls"),
-            hidden_dim,
-            num_heads,
-            num_layers,
-            intermediate_dim,
-            dtype,
-            **encoder_options,
+            locals(), positions=max_length + (pooling == "cls")
         )
         average = MaskedAverage(dtype=dtype, name="mean_pooling")
         pooled_dropout = Dropout(dropout, dtype=dtype)
@@ -262,14 +258,8 @@ class TransformerClassifier(TextClassifier):
             encoder.vocabulary_size,
             num_classes,
             max_length=max_length,
-            hidden_dim=encoder.hidden_dim,
-            num_heads=encoder.num_heads,
-            num_layers=encoder.num_layers,
-            intermediate_dim=encoder.intermediate_dim,
             pooling=pooling,
-            input_positions=encoder.input_positions,
-            attention_positions=encoder.attention_positions,
-            num_key_value_heads=encoder.num_key_value_heads,
+            **{name: getattr(encoder, name) for name in ENCODER_SIZES},
             **kwargs,
         )
         model.load_encoder_weights(encoder)
@@ -284,25 +274,18 @@ class TransformerClassifier(TextClassifier):
         """
         positions = self.max_length + (self.pooling == "cls")
         sizes = {
-            "vocabulary_size": (self.vocabulary_size, encoder.vocabulary_size),
-            "hidden_dim": (self.hidden_dim, encoder.hidden_dim),
-            "num_heads": (self.num_heads, encoder.num_heads),
-            "num_layers": (self.num_layers, encoder.num_layers),
-            "intermediate_dim": (self.intermediate_dim, encoder.intermediate_dim),
-            "input_positions": (self.input_positions, encoder.input_positions),
-            "attention_positions": (
-                self.attention_positions,
-                encoder.attention_positions,
-            ),
-            "num_key_value_heads": (
-                self.num_key_value_heads or self.num_heads,
-                encoder.num_key_value_heads or encoder.num_heads,
-            ),
-            "positions (max_length, plus 1 with [CLS] pooling)": (
-                positions,
-                encoder.max_length,
-            ),
+            name: (getattr(self, name), getattr(encoder, name))
+            for name in ("vocabulary_size", *ENCODER_SIZES)
         }
+        # None key/value heads are as many as the query heads.
+        sizes["num_key_value_heads"] = (
+            self.num_key_value_heads or self.num_heads,
+            encoder.num_key_value_heads or encoder.num_heads,
+        )
+        sizes["positions (max_length, plus 1 with [CLS] pooling)"] = (
+            positions,
+            encoder.max_length,
+        )
         for name, (ours, theirs) in sizes.items():
             if ours != theirs:
                 raise ValueError(
@@ -320,76 +303,38 @@ def encoder_layer_names(num_layers):
     return ["embedding", *(f"encoder_block_{i}" for i in range(num_layers))]
 
 
-def _encoder_options(
-    hidden_dim,
-    num_heads,
-    dropout,
-    input_positions,
-    attention_positions,
-    num_key_value_heads,
-    chunk_size,
-):
-    """Checks the options the classifier and the text encoder share
-    (`check_transformer_options`); returns them as `_encoder_layers` takes
-    them."""
-    check_transformer_options(
-        hidden_dim,
-        num_heads,
-        dropout,
-        input_positions,
-        attention_positions,
-        num_key_value_heads,
-        chunk_size,
-    )
-    return {
-        "dropout": dropout,
-        "input_positions": input_positions,
-        "attention_positions": attention_positions,
-        "num_key_value_heads": num_key_value_heads,
-        "chunk_size": chunk_size,
-    }
-
-
-def _encoder_layers(
-    vocabulary_size,
-    positions,
-    hidden_dim,
-    num_heads,
-    num_layers,
-    intermediate_dim,
-    dtype,
-    *,
-    dropout,
-    input_positions,
-    attention_positions,
-    num_key_value_heads,
-    chunk_size,
-):
+def _encoder_layers(arguments, positions):
     """The embedding, its dropout and the encoder blocks, named as
-    `encoder_layer_names` lists them."""
-    names = encoder_layer_names(num_layers)
+    `encoder_layer_names` lists them.
+
+    Args:
+        arguments: the model constructor's `locals()`: `vocabulary_size`,
+            the sizes and options of `ENCODER_CONFIG` (checked) and `dtype`.
+        positions: the rows of the embedding's learned positions.
+    """
+    options = {name: arguments[name] for name in TRANSFORMER_OPTIONS}
+    input_positions = options.pop("input_positions")
+    dtype = arguments["dtype"]
+    names = encoder_layer_names(arguments["num_layers"])
     embedding = TokenAndPositionEmbedding(
-        vocabulary_size,
+        arguments["vocabulary_size"],
         positions,
-        hidden_dim,
+        arguments["hidden_dim"],
         input_positions=input_positions,
         dtype=dtype,
         name=names[0],
     )
     blocks = [
         TransformerEncoderBlock(
-            intermediate_dim,
-            num_heads,
-            dropout=dropout,
-            attention_positions=attention_positions,
-            num_key_value_heads=num_key_value_heads,
-            chunk_size=chunk_size,
+            arguments["intermediate_dim"],
+            arguments["num_heads"],
+            **options,
             dtype=dtype,
             name=name,
         )
         for name in names[1:]
     ]
-    return embedding, Dropout(dropout, dtype=dtype), blocks
+    return embedding, Dropout(options["dropout"], dtype=dtype), blocks
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -491,26 +436,11 @@ class TransformerTextEncoder(PackedInputsMixin, ConfigMixin, keras.Model):
             input_positions=input_positions,
             attention_positions=attention_positions,
         )
-        encoder_options = _encoder_options(
-            hidden_dim,
-            num_heads,
-            dropout,
-            input_positions,
-            attention_positions,
-            num_key_value_heads,
-            chunk_size,
-        )
+        check_transformer_arguments(locals())
 
         # === Layers ===
         embedding, embedding_dropout, blocks = _encoder_layers(
-            vocabulary_size,
-            max_length,
-            hidden_dim,
-            num_heads,
-            num_layers,
-            intermediate_dim,
-            dtype,
-            **encoder_options,
+            locals(), positions=max_length
         )
 
         def forward(token_ids, segment_ids=None, training=None):

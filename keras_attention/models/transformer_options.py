@@ -5,6 +5,15 @@ from keras_attention._checks import check_positive_int, check_rate
 from keras_attention.layers.multi_head_attention import check_key_value_heads
 from keras_attention.layers.positions import ATTENTION_POSITIONS, INPUT_POSITIONS
 
+# The options besides the sizes, by their constructor and config names.
+TRANSFORMER_OPTIONS = (
+    "dropout",
+    "input_positions",
+    "attention_positions",
+    "num_key_value_heads",
+    "chunk_size",
+)
+
 
 def check_transformer_options(
     hidden_dim,
@@ -41,3 +50,21 @@ def check_transformer_options(
             f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
             f"({num_heads})."
         )
+
+
+def check_transformer_arguments(arguments):
+    """Checks the options of a Transformer model's constructor.
+
+    Args:
+        arguments: the constructor's `locals()`, its positions already read
+            by `positions_from_alias`: `hidden_dim`, `num_heads` and the
+            `TRANSFORMER_OPTIONS` (`chunk_size` may be absent, as in `GPT`).
+
+    Raises:
+        ValueError: naming the first option that is not valid.
+    """
+    check_transformer_options(
+        arguments["hidden_dim"],
+        arguments["num_heads"],
+        **{name: arguments.get(name) for name in TRANSFORMER_OPTIONS},
+    )
