@@ -78,18 +78,16 @@ class BiLSTMClassifier(TextClassifier):
             units=units,
         )
         check_rate("dropout", dropout)
-        embedding = keras.layers.Embedding(
-            vocabulary_size, embedding_dim, dtype=dtype, name="embedding"
-        )
         encoder = keras.layers.Bidirectional(
             keras.layers.LSTM(units, dtype=dtype), dtype=dtype, name="encoder"
         )
 
-        inputs = keras.Input((None,), dtype="int32", name="token_ids")
-        x = Dropout(dropout, dtype=dtype)(embedding(inputs))
-        x = encoder(x, mask=padding_mask(inputs))
-        x = Dropout(dropout, dtype=dtype)(x)
-        outputs = class_probabilities(num_classes)(x)
+        def encode(embedded, mask):
+            return encoder(Dropout(dropout, dtype=dtype)(embedded), mask=mask)
+
+        inputs, outputs = _classifier_graph(
+            vocabulary_size, num_classes, embedding_dim, dropout, dtype, encode
+        )
         super().__init__(inputs, outputs, **TextClassifier.arguments_from(locals()))
         self.keep_config(BiLSTMClassifier, locals())
 
@@ -145,18 +143,35 @@ class BagOfEmbeddingsClassifier(TextClassifier):
             vocabulary_size, num_classes, class_names, embedding_dim=embedding_dim
         )
         check_rate("dropout", dropout)
-        embedding = keras.layers.Embedding(
-            vocabulary_size, embedding_dim, dtype=dtype, name="embedding"
-        )
+        average = MaskedAverage(dtype=dtype, name="mean_pooling")
 
-        inputs = keras.Input((None,), dtype="int32", name="token_ids")
-        x = MaskedAverage(dtype=dtype, name="mean_pooling")(
-            embedding(inputs), mask=padding_mask(inputs)
+        def encode(embedded, mask):
+            return average(embedded, mask=mask)
+
+        inputs, outputs = _classifier_graph(
+            vocabulary_size, num_classes, embedding_dim, dropout, dtype, encode
         )
-        x = Dropout(dropout, dtype=dtype)(x)
-        outputs = class_probabilities(num_classes)(x)
         super().__init__(inputs, outputs, **TextClassifier.arguments_from(locals()))
         self.keep_config(BagOfEmbeddingsClassifier, locals())
+
+
+def _classifier_graph(
+    vocabulary_size, num_classes, embedding_dim, dropout, dtype, encode
+):
+    """The functional graph of a baseline classifier: token ids `(B, T)`,
+    their embeddings, `encode(embedded, mask)` (one vector per text), dropout
+    and the class probabilities.
+
+    Returns:
+        The inputs and the outputs.
+    """
+    embedding = keras.layers.Embedding(
+        vocabulary_size, embedding_dim, dtype=dtype, name="embedding"
+    )
+    inputs = keras.Input((None,), dtype="int32", name="token_ids")
+    x = encode(embedding(inputs), padding_mask(inputs))
+    x = Dropout(dropout, dtype=dtype)(x)
+    return inputs, class_probabilities(num_classes)(x)
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
