@@ -278,7 +278,17 @@ class Classification(runner.Task):
         return metrics, summary + f"; trained {history['train_seconds']:.0f} s"
 
 
-def run_classify(out_dir, data="reviews", model="transformer", **kwargs):
+def run_classify(
+    out_dir,
+    data="reviews",
+    model="transformer",
+    num_explanations=3,
+    encoder=None,
+    labelled=None,
+    learning_rate=None,
+    monitor="val_loss",
+    **kwargs,
+):
     """Trains `model` on `data`, evaluates it on the test split and writes
     `metrics.json` (accuracy, macro-F1, the per-class report and, for
     attention models, the deletion check), `confusion_matrix.png`,
@@ -307,8 +317,7 @@ def run_classify(out_dir, data="reviews", model="transformer", **kwargs):
         monitor: what early stopping and the kept weights follow, one of
             `MONITORS`: `"val_loss"`, or `"val_macro_f1"` (computed on the
             validation split after every epoch).
-        **kwargs: the task's arguments above (`Classification`'s), by name;
-            `options` (a `runner.TrainingOptions`) or its fields by name
+        **kwargs: `options` (a `runner.TrainingOptions`) or its fields by name
             (`epochs`, `batch_size`, `seed`, ...; default batch 32, at most
             `SETTINGS["epochs"]` epochs); the rest go to the model's
             constructor.
@@ -316,7 +325,18 @@ def run_classify(out_dir, data="reviews", model="transformer", **kwargs):
     Returns:
         The metrics dict.
     """
-    return runner.run_task(Classification, out_dir, data=data, model=model, **kwargs)
+    return runner.run_task(
+        Classification,
+        out_dir,
+        data=data,
+        model=model,
+        num_explanations=num_explanations,
+        encoder=encoder,
+        labelled=labelled,
+        learning_rate=learning_rate,
+        monitor=monitor,
+        **kwargs,
+    )
 
 
 def compare(out_dir, models, data="reviews", seeds=(0,), **kwargs):

@@ -565,7 +565,15 @@ class Pretraining(runner.Task):
         )
 
 
-def run_pretrain(out_dir, data="reviews", **kwargs):
+def run_pretrain(
+    out_dir,
+    data="reviews",
+    extra_texts=(),
+    learning_rate=1e-3,
+    pack=False,
+    continue_from=None,
+    **kwargs,
+):
     """Pretrains a `TransformerTextEncoder` with masked language modelling
     (`Pretraining`) and writes `metrics.json`, `loss.png`, `vocabulary.txt`,
     `model.keras` (the `MaskedLanguageModel`) and `encoder.keras` under
@@ -589,8 +597,7 @@ def run_pretrain(out_dir, data="reviews", **kwargs):
             texts and with its learning rate, from its weights, sizes,
             length and vocabulary (then give no encoder sizes). The run
             writes its own `model.keras` and `encoder.keras`.
-        **kwargs: the task's arguments above (`Pretraining`'s), by name;
-            `options` (a `runner.TrainingOptions`) or its fields by name
+        **kwargs: `options` (a `runner.TrainingOptions`) or its fields by name
             (`epochs`, `batch_size`, `seed`, ...; default batch 32, at most
             `SETTINGS["epochs"]` epochs; `seed` also draws the held-out
             masks); the rest are `TransformerTextEncoder` sizes (default:
@@ -599,4 +606,13 @@ def run_pretrain(out_dir, data="reviews", **kwargs):
     Returns:
         The metrics dict.
     """
-    return runner.run_task(Pretraining, out_dir, data=data, **kwargs)
+    return runner.run_task(
+        Pretraining,
+        out_dir,
+        data=data,
+        extra_texts=extra_texts,
+        learning_rate=learning_rate,
+        pack=pack,
+        continue_from=continue_from,
+        **kwargs,
+    )
