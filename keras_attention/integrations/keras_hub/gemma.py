@@ -38,7 +38,7 @@ from keras_attention.integrations.keras_hub.attention import (
     keras_hub_arguments,
 )
 from keras_attention.integrations.keras_hub.masks import DecoderMask
-from keras_attention.integrations.keras_hub.swap import Family
+from keras_attention.integrations.keras_hub.swap import block_family
 from keras_attention.ops import sliding_window_mask
 from keras_attention.utils.keras_internals import get_keras_mask
 
@@ -352,28 +352,16 @@ class Gemma3DecoderBlock(gemma3_decoder_block.Gemma3DecoderBlock):
 
 
 FAMILIES = (
-    Family(
-        name="Gemma",
-        backbones=("keras_hub.src.models.gemma.gemma_backbone:GemmaBackbone",),
-        replacements={
-            "keras_hub.src.models.gemma.gemma_decoder_block:CachedGemmaAttention": (
-                GemmaAttention
-            ),
-            "keras_hub.src.models.gemma.gemma_backbone:GemmaDecoderBlock": (
-                GemmaDecoderBlock
-            ),
-        },
+    block_family(
+        "Gemma",
+        "keras_hub.src.models.gemma.gemma_backbone:GemmaBackbone",
+        GemmaDecoderBlock,
+        {"CachedGemmaAttention": GemmaAttention},
     ),
-    Family(
-        name="Gemma 3",
-        backbones=("keras_hub.src.models.gemma3.gemma3_backbone:Gemma3Backbone",),
-        replacements={
-            "keras_hub.src.models.gemma3.gemma3_decoder_block:CachedGemma3Attention": (
-                Gemma3Attention
-            ),
-            "keras_hub.src.models.gemma3.gemma3_backbone:Gemma3DecoderBlock": (
-                Gemma3DecoderBlock
-            ),
-        },
+    block_family(
+        "Gemma 3",
+        "keras_hub.src.models.gemma3.gemma3_backbone:Gemma3Backbone",
+        Gemma3DecoderBlock,
+        {"CachedGemma3Attention": Gemma3Attention},
     ),
 )

@@ -56,7 +56,7 @@ from keras_attention.integrations.keras_hub.masks import (
     DecoderMask,
     attention_call_arguments,
 )
-from keras_attention.integrations.keras_hub.swap import Family
+from keras_attention.integrations.keras_hub.swap import block_family
 from keras_attention.utils.keras_internals import get_keras_mask
 
 
@@ -335,16 +335,10 @@ class Gemma4TextDecoderBlock(gemma4_decoder_block.Gemma4TextDecoderBlock):
 
 
 FAMILIES = (
-    Family(
-        name="Gemma 4",
-        backbones=("keras_hub.src.models.gemma4.gemma4_backbone:Gemma4Backbone",),
-        replacements={
-            "keras_hub.src.models.gemma4.gemma4_decoder_block:Gemma4TextAttention": (
-                Gemma4Attention
-            ),
-            "keras_hub.src.models.gemma4.gemma4_backbone:Gemma4TextDecoderBlock": (
-                Gemma4TextDecoderBlock
-            ),
-        },
+    block_family(
+        "Gemma 4",
+        "keras_hub.src.models.gemma4.gemma4_backbone:Gemma4Backbone",
+        Gemma4TextDecoderBlock,
+        {"Gemma4TextAttention": Gemma4Attention},
     ),
 )

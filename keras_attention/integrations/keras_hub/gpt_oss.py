@@ -25,7 +25,7 @@ from keras_attention.integrations.keras_hub.attention import (
     KerasHubRotaryAttention,
 )
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
-from keras_attention.integrations.keras_hub.swap import Family
+from keras_attention.integrations.keras_hub.swap import block_family
 
 # keras-hub's `w + 1` keys, or the model card's `w`.
 SLIDING_WINDOW_KEYS = ("keras_hub", "paper")
@@ -104,16 +104,10 @@ class GptOssTransformerDecoder(
 
 
 FAMILIES = (
-    Family(
-        name="GPT-OSS",
-        backbones=("keras_hub.src.models.gpt_oss.gpt_oss_backbone:GptOssBackbone",),
-        replacements={
-            "keras_hub.src.models.gpt_oss.gpt_oss_decoder:GptOssAttention": (
-                GptOssAttention
-            ),
-            "keras_hub.src.models.gpt_oss.gpt_oss_backbone:GptOssTransformerDecoder": (
-                GptOssTransformerDecoder
-            ),
-        },
+    block_family(
+        "GPT-OSS",
+        "keras_hub.src.models.gpt_oss.gpt_oss_backbone:GptOssBackbone",
+        GptOssTransformerDecoder,
+        {"GptOssAttention": GptOssAttention},
     ),
 )

@@ -11,7 +11,7 @@ from keras_hub.src.models.llama.llama_rotary_embedding import LlamaRotaryEmbeddi
 
 from keras_attention.integrations.keras_hub.attention import KerasHubRotaryAttention
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
-from keras_attention.integrations.keras_hub.swap import Family
+from keras_attention.integrations.keras_hub.swap import block_family
 
 
 class LlamaAttention(KerasHubRotaryAttention):
@@ -64,14 +64,10 @@ class LlamaTransformerDecoder(HandsMaskParts, llama_decoder.LlamaTransformerDeco
 
 
 FAMILIES = (
-    Family(
-        name="Llama",
-        backbones=("keras_hub.src.models.llama.llama_backbone:LlamaBackbone",),
-        replacements={
-            "keras_hub.src.models.llama.llama_decoder:LlamaAttention": LlamaAttention,
-            "keras_hub.src.models.llama.llama_backbone:LlamaTransformerDecoder": (
-                LlamaTransformerDecoder
-            ),
-        },
+    block_family(
+        "Llama",
+        "keras_hub.src.models.llama.llama_backbone:LlamaBackbone",
+        LlamaTransformerDecoder,
+        {"LlamaAttention": LlamaAttention},
     ),
 )

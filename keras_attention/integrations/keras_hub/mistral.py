@@ -16,7 +16,7 @@ from keras_hub.src.models.mistral import mistral_transformer_decoder
 
 from keras_attention.integrations.keras_hub.attention import KerasHubRotaryAttention
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
-from keras_attention.integrations.keras_hub.swap import Family
+from keras_attention.integrations.keras_hub.swap import block_family
 
 
 class MistralAttention(KerasHubRotaryAttention):
@@ -64,14 +64,10 @@ class MistralTransformerDecoder(
 
 
 FAMILIES = (
-    Family(
-        name="Mistral",
-        backbones=("keras_hub.src.models.mistral.mistral_backbone:MistralBackbone",),
-        replacements={
-            "keras_hub.src.models.mistral.mistral_transformer_decoder:"
-            "CachedMistralAttention": MistralAttention,
-            "keras_hub.src.models.mistral.mistral_backbone:"
-            "MistralTransformerDecoder": MistralTransformerDecoder,
-        },
+    block_family(
+        "Mistral",
+        "keras_hub.src.models.mistral.mistral_backbone:MistralBackbone",
+        MistralTransformerDecoder,
+        {"CachedMistralAttention": MistralAttention},
     ),
 )

@@ -13,7 +13,7 @@ from keras_hub.src.models.mixtral import mixtral_decoder
 
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.mistral import MistralAttention
-from keras_attention.integrations.keras_hub.swap import Family
+from keras_attention.integrations.keras_hub.swap import block_family
 
 
 class MixtralAttention(MistralAttention):
@@ -51,15 +51,10 @@ class MixtralTransformerDecoder(
 
 
 FAMILIES = (
-    Family(
-        name="Mixtral",
-        backbones=("keras_hub.src.models.mixtral.mixtral_backbone:MixtralBackbone",),
-        replacements={
-            "keras_hub.src.models.mixtral.mixtral_decoder:CachedMixtralAttention": (
-                MixtralAttention
-            ),
-            "keras_hub.src.models.mixtral.mixtral_backbone:"
-            "MixtralTransformerDecoder": MixtralTransformerDecoder,
-        },
+    block_family(
+        "Mixtral",
+        "keras_hub.src.models.mixtral.mixtral_backbone:MixtralBackbone",
+        MixtralTransformerDecoder,
+        {"CachedMixtralAttention": MixtralAttention},
     ),
 )

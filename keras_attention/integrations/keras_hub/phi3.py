@@ -22,7 +22,7 @@ from keras_hub.src.models.phi3.phi3_rotary_embedding import (
 
 from keras_attention.integrations.keras_hub.attention import KerasHubRotaryAttention
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
-from keras_attention.integrations.keras_hub.swap import Family
+from keras_attention.integrations.keras_hub.swap import block_family
 
 
 class Phi3Attention(KerasHubRotaryAttention):
@@ -96,12 +96,10 @@ class Phi3Decoder(HandsMaskParts, phi3_decoder.Phi3Decoder):
 
 
 FAMILIES = (
-    Family(
-        name="Phi-3",
-        backbones=("keras_hub.src.models.phi3.phi3_backbone:Phi3Backbone",),
-        replacements={
-            "keras_hub.src.models.phi3.phi3_decoder:Phi3Attention": Phi3Attention,
-            "keras_hub.src.models.phi3.phi3_backbone:Phi3Decoder": Phi3Decoder,
-        },
+    block_family(
+        "Phi-3",
+        "keras_hub.src.models.phi3.phi3_backbone:Phi3Backbone",
+        Phi3Decoder,
+        {"Phi3Attention": Phi3Attention},
     ),
 )

@@ -33,7 +33,7 @@ from keras_hub.src.models.qwen_moe import qwen_moe_decoder
 
 from keras_attention.integrations.keras_hub.attention import KerasHubRotaryAttention
 from keras_attention.integrations.keras_hub.masks import DecoderMask, HandsMaskParts
-from keras_attention.integrations.keras_hub.swap import Family
+from keras_attention.integrations.keras_hub.swap import block_family
 
 
 class QwenAttention(KerasHubRotaryAttention):
@@ -230,13 +230,11 @@ def _qwen_family(name, package, block, *layers):
     keras-hub classes they replace: `layers` (the attention, and the MoE
     models' experts) in the package's decoder module, `block` in its
     backbone module."""
-    module = f"keras_hub.src.models.{package}.{package}"
-    replacements = {f"{module}_decoder:{layer.__name__}": layer for layer in layers}
-    replacements[f"{module}_backbone:{block.__name__}"] = block
-    return Family(
-        name=name,
-        backbones=(f"{module}_backbone:{name}Backbone",),
-        replacements=replacements,
+    return block_family(
+        name,
+        f"keras_hub.src.models.{package}.{package}_backbone:{name}Backbone",
+        block,
+        {layer.__name__: layer for layer in layers},
     )
 
 

@@ -44,7 +44,10 @@ from keras_hub.src.models.qwen3_5_moe import qwen3_5_moe_decoder
 from keras_attention._checks import check_choice
 from keras_attention.integrations.keras_hub.attention import KerasHubRotaryAttention
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
-from keras_attention.integrations.keras_hub.swap import Family, registered_subclass
+from keras_attention.integrations.keras_hub.swap import (
+    block_family,
+    registered_subclass,
+)
 
 # keras-hub's unfused window (`sliding_window_size` keys), or every earlier
 # key (its fused path's and Hugging Face's).
@@ -379,14 +382,11 @@ def _family(name, backbone, package, block):
     """The family of keras-hub's `backbone` class in `keras_hub.src.models.
     {package}`: our attention in its decoder module, `block` in its
     backbone module, its causal LM with `AttentionOnlyCache`."""
-    module = f"keras_hub.src.models.{package}.{package}"
-    return Family(
-        name=name,
-        backbones=(f"{module}_backbone:{backbone}",),
-        replacements={
-            f"{module}_decoder:Qwen3_5Attention": Qwen3_5Attention,
-            f"{module}_backbone:{block.__name__}": block,
-        },
+    return block_family(
+        name,
+        f"keras_hub.src.models.{package}.{package}_backbone:{backbone}",
+        block,
+        {"Qwen3_5Attention": Qwen3_5Attention},
         task_class=attention_only_cache_class,
     )
 

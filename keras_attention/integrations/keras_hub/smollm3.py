@@ -26,7 +26,7 @@ from keras_attention.integrations.keras_hub.attention import (
     keras_hub_arguments,
 )
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
-from keras_attention.integrations.keras_hub.swap import Family
+from keras_attention.integrations.keras_hub.swap import block_family
 from keras_attention.layers._projections import projection_equation
 from keras_attention.utils import keras_internals
 
@@ -195,16 +195,10 @@ class SmolLM3DecoderLayer(HandsMaskParts, smollm3_layers.SmolLM3DecoderLayer):
 
 
 FAMILIES = (
-    Family(
-        name="SmolLM 3",
-        backbones=("keras_hub.src.models.smollm3.smollm3_backbone:SmolLM3Backbone",),
-        replacements={
-            "keras_hub.src.models.smollm3.smollm3_layers:SmolLM3Attention": (
-                SmolLM3Attention
-            ),
-            "keras_hub.src.models.smollm3.smollm3_backbone:SmolLM3DecoderLayer": (
-                SmolLM3DecoderLayer
-            ),
-        },
+    block_family(
+        "SmolLM 3",
+        "keras_hub.src.models.smollm3.smollm3_backbone:SmolLM3Backbone",
+        SmolLM3DecoderLayer,
+        {"SmolLM3Attention": SmolLM3Attention},
     ),
 )

@@ -74,6 +74,33 @@ class Family:
                     setattr(module, name, original)
 
 
+def block_family(name, backbone, block, layers, **kwargs):
+    """The `Family` of a keras-hub backbone whose module builds its blocks
+    from one class, whose own module builds the blocks' layers.
+
+    Args:
+        name: the family's name in messages.
+        backbone: keras-hub's backbone class, as `"module:ClassName"`.
+        block: our block class, whose last base is keras-hub's block
+            class: ours takes that class's name in the backbone's module.
+        layers: `{name: ours}`, the classes that keras-hub's block class
+            names in its module (its attention, an MoE model's experts),
+            replaced by ours.
+        **kwargs: `Family`'s other arguments (`task_class`).
+
+    Returns:
+        The `Family`.
+    """
+    keras_hub_block = block.__bases__[-1]
+    backbone_module = backbone.split(":")[0]
+    replacements = {
+        f"{keras_hub_block.__module__}:{layer_name}": layer
+        for layer_name, layer in layers.items()
+    }
+    replacements[f"{backbone_module}:{keras_hub_block.__name__}"] = block
+    return Family(name=name, backbones=(backbone,), replacements=replacements, **kwargs)
+
+
 def _module_and_name(path):
     module, name = path.split(":")
     return importlib.import_module(module), name
