@@ -37,10 +37,9 @@ from keras_attention.integrations.keras_hub.attention import (
     KerasHubAttention,
     keras_hub_arguments,
 )
-from keras_attention.integrations.keras_hub.masks import DecoderMask
+from keras_attention.integrations.keras_hub.masks import DecoderMask, decoder_mask
 from keras_attention.integrations.keras_hub.swap import block_family
 from keras_attention.ops import sliding_window_mask
-from keras_attention.utils.keras_internals import get_keras_mask
 
 
 class GemmaRotaryEmbedding(RotaryEmbedding):
@@ -329,9 +328,7 @@ class GemmaDecoderBlock(gemma_decoder_block.GemmaDecoderBlock):
     """keras-hub's Gemma block, handing its attention the mask's parts."""
 
     def _compute_attention_mask(self, x, padding_mask, cache, cache_update_index):
-        if padding_mask is None:
-            padding_mask = get_keras_mask(x)
-        return DecoderMask(padding_mask)
+        return decoder_mask(x, padding_mask)
 
 
 class Gemma3DecoderBlock(gemma3_decoder_block.Gemma3DecoderBlock):
@@ -346,9 +343,7 @@ class Gemma3DecoderBlock(gemma3_decoder_block.Gemma3DecoderBlock):
             return super()._compute_attention_mask(
                 x, padding_mask, vision_mask, cache, cache_update_index
             )
-        if padding_mask is None:
-            padding_mask = get_keras_mask(x)
-        return DecoderMask(padding_mask)
+        return decoder_mask(x, padding_mask)
 
 
 FAMILIES = (

@@ -41,12 +41,11 @@ from keras_attention.integrations.keras_hub.attention import (
     keras_hub_arguments,
 )
 from keras_attention.integrations.keras_hub.masks import (
-    DecoderMask,
     attention_call_arguments,
+    decoder_mask,
 )
 from keras_attention.integrations.keras_hub.swap import Family
 from keras_attention.layers.grouped_query_attention import GroupedQueryAttention
-from keras_attention.utils.keras_internals import get_keras_mask
 
 # Our projections' names -> keras-hub's.
 _NAMES = {
@@ -238,9 +237,7 @@ class Gemma3nDecoderBlock(gemma3n_text_decoder.Gemma3nTextDecoderBlock):
     (the padding; the attention adds the causal mask and its window)."""
 
     def _compute_attention_mask(self, x, padding_mask, cache, cache_update_index):
-        if padding_mask is None:
-            padding_mask = get_keras_mask(x)
-        return DecoderMask(padding_mask)
+        return decoder_mask(x, padding_mask)
 
 
 FAMILIES = (

@@ -55,9 +55,9 @@ from keras_attention.integrations.keras_hub.gemma4_cache import (
 from keras_attention.integrations.keras_hub.masks import (
     DecoderMask,
     attention_call_arguments,
+    decoder_mask,
 )
 from keras_attention.integrations.keras_hub.swap import block_family
-from keras_attention.utils.keras_internals import get_keras_mask
 
 
 class Gemma4RotaryEmbedding(RotaryEmbedding):
@@ -329,9 +329,9 @@ class Gemma4TextDecoderBlock(gemma4_decoder_block.Gemma4TextDecoderBlock):
             return super()._compute_attention_mask(
                 x, padding_mask, vision_mask, cache, cache_update_index
             )
-        if padding_mask is None:
-            padding_mask = get_keras_mask(x)
-        return DecoderMask(padding_mask, causal=not self.use_bidirectional_attention)
+        return decoder_mask(
+            x, padding_mask, causal=not self.use_bidirectional_attention
+        )
 
 
 FAMILIES = (

@@ -50,9 +50,17 @@ class HandsMaskParts:
         *cache_arguments,
         **cache_keyword_arguments,
     ):
-        if decoder_padding_mask is None:
-            decoder_padding_mask = get_keras_mask(decoder_sequence)
-        return DecoderMask(decoder_padding_mask, decoder_attention_mask)
+        return decoder_mask(
+            decoder_sequence, decoder_padding_mask, decoder_attention_mask
+        )
+
+
+def decoder_mask(inputs, padding_mask=None, attention_mask=None, causal=True):
+    """The `DecoderMask` of a block's `inputs` `(B, T, dim)`: `padding_mask`,
+    else the inputs' Keras mask, with a caller's `attention_mask`."""
+    if padding_mask is None:
+        padding_mask = get_keras_mask(inputs)
+    return DecoderMask(padding_mask, attention_mask, causal=causal)
 
 
 def attention_call_arguments(mask, query, cache, packed=False):

@@ -35,10 +35,10 @@ from keras_hub.src.layers.modeling import transformer_decoder, transformer_encod
 from keras_attention.integrations.keras_hub.masks import (
     DecoderMask,
     attention_call_arguments,
+    decoder_mask,
 )
 from keras_attention.integrations.keras_hub.swap import Family
 from keras_attention.layers.multi_head_attention import MultiHeadAttention
-from keras_attention.utils.keras_internals import get_keras_mask
 
 
 class CachedMultiHeadAttention(MultiHeadAttention):
@@ -133,13 +133,15 @@ class TransformerDecoder(transformer_decoder.TransformerDecoder):
         self_attention_cache,
         self_attention_cache_update_index,
     ):
-        if decoder_padding_mask is None:
-            decoder_padding_mask = get_keras_mask(decoder_sequence)
-        if not use_causal_mask and decoder_padding_mask is None:
-            return decoder_attention_mask
-        return DecoderMask(
-            decoder_padding_mask, decoder_attention_mask, causal=use_causal_mask
+        mask = decoder_mask(
+            decoder_sequence,
+            decoder_padding_mask,
+            decoder_attention_mask,
+            causal=use_causal_mask,
         )
+        if not use_causal_mask and mask.padding_mask is None:
+            return decoder_attention_mask
+        return mask
 
 
 class TransformerEncoder(transformer_encoder.TransformerEncoder):
