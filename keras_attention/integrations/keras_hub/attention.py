@@ -12,11 +12,30 @@ from keras_hub.src.layers.modeling.rotary_embedding import RotaryEmbedding
 from keras_attention.integrations.keras_hub.masks import attention_call_arguments
 from keras_attention.layers.grouped_query_attention import GroupedQueryAttention
 
+# Our projections' names -> keras-hub's in the layers it ports from Hugging
+# Face's (SmolLM 3, Gemma 3n, DINOv3).
+PROJ_NAMES = {
+    "query": "q_proj",
+    "key": "k_proj",
+    "value": "v_proj",
+    "attention_output": "o_proj",
+}
+
 
 def initializer_config(initializer):
     """An initializer argument as keras-hub's layers keep it in their config:
     serialized, whether it came as a name, a config or an object."""
     return keras.initializers.serialize(keras.initializers.get(initializer))
+
+
+def query_key_norms(norm_class, names=("query_norm", "key_norm"), **arguments):
+    """Our layer's `query_norm` and `key_norm` arguments: keras-hub's norm
+    layers `norm_class(**arguments)`, named `names`."""
+    query_name, key_name = names
+    return {
+        "query_norm": norm_class(name=query_name, **arguments),
+        "key_norm": norm_class(name=key_name, **arguments),
+    }
 
 
 def keras_hub_arguments(constructor, arguments):

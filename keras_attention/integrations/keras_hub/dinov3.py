@@ -23,17 +23,12 @@ from keras import ops
 # (`integrations.keras_hub.UNAVAILABLE`) instead of failing `family_of`.
 from keras_hub.src.models.dinov3 import dinov3_layers  # noqa: F401
 
-from keras_attention.integrations.keras_hub.attention import keras_hub_arguments
+from keras_attention.integrations.keras_hub.attention import (
+    PROJ_NAMES,
+    keras_hub_arguments,
+)
 from keras_attention.integrations.keras_hub.swap import Family
 from keras_attention.layers.multi_head_attention import MultiHeadAttention
-
-# Our projections' names -> keras-hub's.
-_NAMES = {
-    "query": "q_proj",
-    "key": "k_proj",
-    "value": "v_proj",
-    "attention_output": "o_proj",
-}
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -89,7 +84,7 @@ class DINOV3Attention(MultiHeadAttention):
 
     # `swap_attention`'s options (chunk_size, ...) reach it.
     takes_attention_options = True
-    _projection_names = _NAMES
+    _projection_names = PROJ_NAMES
 
     def __init__(
         self,

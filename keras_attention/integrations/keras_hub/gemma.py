@@ -36,6 +36,7 @@ from keras_hub.src.models.gemma3.gemma3_attention import RMSNormalization
 from keras_attention.integrations.keras_hub.attention import (
     KerasHubAttention,
     keras_hub_arguments,
+    query_key_norms,
 )
 from keras_attention.integrations.keras_hub.masks import DecoderMask, decoder_mask
 from keras_attention.integrations.keras_hub.swap import block_family
@@ -79,7 +80,8 @@ def _gemma_arguments(
     sliding_window,
     dropout,
 ):
-    """Our `GroupedQueryAttention`'s arguments for Gemma's attention."""
+    """Our `GroupedQueryAttention`'s arguments for the attention of
+    keras-hub's Gemma, Gemma 3 and Gemma 4."""
     return {
         "head_dim": head_dim,
         "num_query_heads": num_query_heads,
@@ -203,12 +205,9 @@ class Gemma3Attention(_KerasHubWindow, KerasHubAttention):
         dtype = kwargs.get("dtype")
         norms = {}
         if use_query_key_norm:
-            norms = {
-                f"{name}_norm": RMSNormalization(
-                    epsilon=layer_norm_epsilon, dtype=dtype, name=f"{name}_norm"
-                )
-                for name in ("query", "key")
-            }
+            norms = query_key_norms(
+                RMSNormalization, epsilon=layer_norm_epsilon, dtype=dtype
+            )
         # keras-hub's bidirectional window is not symmetric (`w // 2` keys
         # after the query, `w - w // 2 - 1` before): `call` adds it to the
         # mask, and our layer's own (symmetric) window stays off.

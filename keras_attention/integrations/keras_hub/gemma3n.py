@@ -37,6 +37,7 @@ from keras_hub.src.models.gemma3n import gemma3n_text_decoder
 from keras_hub.src.models.gemma3n.rms_normalization import Gemma3nRMSNorm
 
 from keras_attention.integrations.keras_hub.attention import (
+    PROJ_NAMES,
     KerasHubAttention,
     keras_hub_arguments,
 )
@@ -46,14 +47,6 @@ from keras_attention.integrations.keras_hub.masks import (
 )
 from keras_attention.integrations.keras_hub.swap import Family
 from keras_attention.layers.grouped_query_attention import GroupedQueryAttention
-
-# Our projections' names -> keras-hub's.
-_NAMES = {
-    "query": "q_proj",
-    "key": "k_proj",
-    "value": "v_proj",
-    "attention_output": "o_proj",
-}
 
 
 class Gemma3nAttention(KerasHubAttention):
@@ -75,7 +68,7 @@ class Gemma3nAttention(KerasHubAttention):
             `flash_attention`, ...) and the base layer's.
     """
 
-    _projection_names = _NAMES
+    _projection_names = PROJ_NAMES
     _norms_after_output = True
 
     def __init__(

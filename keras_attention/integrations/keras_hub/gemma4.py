@@ -44,6 +44,7 @@ from keras_attention.integrations.keras_hub.attention import (
     keras_hub_arguments,
 )
 from keras_attention.integrations.keras_hub.gemma import (
+    _gemma_arguments,
     _keep_unmasked_updates,
     _KerasHubWindow,
 )
@@ -166,16 +167,7 @@ class Gemma4Attention(_KerasHubWindow, KerasHubAttention):
         window = use_sliding_window_attention and not use_bidirectional_attention
         super().__init__(
             config,
-            head_dim=head_dim,
-            num_query_heads=num_query_heads,
-            num_key_value_heads=kv_heads,
-            use_bias=False,
-            kernel_layout="heads_first",
-            kernel_initializer=kernel_initializer,
             scale=1.0,
-            soft_cap=logit_soft_cap,
-            sliding_window=sliding_window_size if window else None,
-            dropout=dropout,
             values_from_keys=keys_as_values and not is_kv_shared_layer,
             shares_keys_values=is_kv_shared_layer,
             rotary_embedding=Gemma4RotaryEmbedding(
@@ -186,6 +178,15 @@ class Gemma4Attention(_KerasHubWindow, KerasHubAttention):
                 dtype=dtype,
             ),
             **norms,
+            **_gemma_arguments(
+                head_dim,
+                num_query_heads,
+                kv_heads,
+                kernel_initializer,
+                logit_soft_cap,
+                sliding_window_size if window else None,
+                dropout,
+            ),
             **kwargs,
         )
         # keras-hub's assistant sets it on its layers after building them.

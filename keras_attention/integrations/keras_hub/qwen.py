@@ -31,7 +31,10 @@ from keras_hub.src.models.qwen3_moe import qwen3_moe_decoder
 from keras_hub.src.models.qwen3_moe.qwen3_moe_layernorm import Qwen3MoeLayerNorm
 from keras_hub.src.models.qwen_moe import qwen_moe_decoder
 
-from keras_attention.integrations.keras_hub.attention import KerasHubRotaryAttention
+from keras_attention.integrations.keras_hub.attention import (
+    KerasHubRotaryAttention,
+    query_key_norms,
+)
 from keras_attention.integrations.keras_hub.masks import DecoderMask, HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import block_family
 
@@ -126,23 +129,19 @@ class Qwen3Attention(KerasHubRotaryAttention):
         sliding_window_size=None,
         **kwargs,
     ):
-        dtype = kwargs.get("dtype")
-
-        def norm(name):
-            return self.norm_class(
-                head_dim=head_dim or None,
-                epsilon=layer_norm_epsilon,
-                dtype=dtype,
-                name=name,
-            )
-
+        norms = query_key_norms(
+            self.norm_class,
+            ("query_dense_layernorm", "key_dense_layernorm"),
+            head_dim=head_dim or None,
+            epsilon=layer_norm_epsilon,
+            dtype=kwargs.get("dtype"),
+        )
         super().__init__(
             Qwen3Attention.__init__,
             locals(),
             head_dim=head_dim or None,
             sliding_window=sliding_window_size or None,
-            query_norm=norm("query_dense_layernorm"),
-            key_norm=norm("key_dense_layernorm"),
+            **norms,
             **kwargs,
         )
 

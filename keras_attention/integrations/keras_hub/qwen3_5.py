@@ -42,7 +42,10 @@ from keras_hub.src.models.qwen3_5.qwen3_5_layers import Qwen3_5LayerNorm
 from keras_hub.src.models.qwen3_5_moe import qwen3_5_moe_decoder
 
 from keras_attention._checks import check_choice
-from keras_attention.integrations.keras_hub.attention import KerasHubRotaryAttention
+from keras_attention.integrations.keras_hub.attention import (
+    KerasHubRotaryAttention,
+    query_key_norms,
+)
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import (
     block_family,
@@ -148,12 +151,9 @@ class Qwen3_5Attention(KerasHubRotaryAttention):
         check_choice("sliding_window_keys", keys, SLIDING_WINDOW_KEYS)
         dtype = kwargs.get("dtype")
         window = sliding_window_size if keys == "keras_hub" else None
-
-        def norm(name):
-            return Qwen3_5LayerNorm(
-                head_dim=head_dim, epsilon=layer_norm_epsilon, dtype=dtype, name=name
-            )
-
+        norms = query_key_norms(
+            Qwen3_5LayerNorm, head_dim=head_dim, epsilon=layer_norm_epsilon, dtype=dtype
+        )
         rotary = Qwen3_5RotaryEmbedding(
             rotary_dim=int(head_dim * partial_rotary_factor),
             mrope_section=mrope_section,
@@ -166,10 +166,9 @@ class Qwen3_5Attention(KerasHubRotaryAttention):
             locals(),
             rotary_embedding=rotary,
             head_dim=head_dim,
-            query_norm=norm("query_norm"),
-            key_norm=norm("key_norm"),
             packed_gate=True,
             sliding_window=window or None,
+            **norms,
             **kwargs,
         )
         if keys != "keras_hub":

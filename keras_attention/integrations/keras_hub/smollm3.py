@@ -22,6 +22,7 @@ from keras import ops
 from keras_hub.src.models.smollm3 import smollm3_layers, smollm3_utils
 
 from keras_attention.integrations.keras_hub.attention import (
+    PROJ_NAMES,
     KerasHubAttention,
     keras_hub_arguments,
 )
@@ -29,14 +30,6 @@ from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import block_family
 from keras_attention.layers._projections import projection_equation
 from keras_attention.utils import keras_internals
-
-# Our projections' names -> keras-hub's.
-_NAMES = {
-    "query": "q_proj",
-    "key": "k_proj",
-    "value": "v_proj",
-    "attention_output": "o_proj",
-}
 
 
 class SmolLM3RotaryEmbedding(smollm3_layers.SmolLM3RotaryEmbedding):
@@ -86,7 +79,7 @@ class SmolLM3Attention(KerasHubAttention):
             `flash_attention`, `cache_dtype`, ...) and the base layer's.
     """
 
-    _projection_names = _NAMES
+    _projection_names = PROJ_NAMES
 
     def __init__(
         self,

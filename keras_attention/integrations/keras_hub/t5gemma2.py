@@ -36,6 +36,7 @@ from keras_hub.src.models.t5gemma2 import t5gemma2_decoder, t5gemma2_encoder
 from keras_attention.integrations.keras_hub.attention import (
     KerasHubAttention,
     keras_hub_arguments,
+    query_key_norms,
 )
 from keras_attention.integrations.keras_hub.masks import DecoderMask
 from keras_attention.integrations.keras_hub.swap import Family
@@ -96,14 +97,9 @@ class _T5Gemma2Attention(CacheShapes, KerasHubAttention):
         dtype = kwargs.get("dtype")
         norms = {}
         if arguments["use_query_key_norm"]:
-            norms = {
-                f"{name}_norm": RMSNormalization(
-                    epsilon=arguments["rms_norm_eps"],
-                    dtype=dtype,
-                    name=f"{name}_norm",
-                )
-                for name in ("query", "key")
-            }
+            norms = query_key_norms(
+                RMSNormalization, epsilon=arguments["rms_norm_eps"], dtype=dtype
+            )
         super().__init__(
             keras_hub_arguments(constructor, arguments),
             **gemma_arguments(
@@ -135,10 +131,11 @@ class _T5Gemma2Attention(CacheShapes, KerasHubAttention):
             input_shape = input_shape[0]  # keras-hub's [decoder, encoder]
         super().build(input_shape, input_shape)
 
-    def _self_keys(self, hidden_states, cache, cache_update_index):
+    def _self_keys(self, hidden_states, padding_mask, cache, cache_update_index):
         """`(cache, keys, values)` of `hidden_states`, rotated from
         `cache_update_index`: written into `cache` there if given, else
-        stacked as keras-hub's cache."""
+        stacked as keras-hub's cache, the padding of `padding_mask` zeroed
+        first (`_hide_padding`)."""
         if cache is not None:
             if cache_update_index is None:
                 raise ValueError(
@@ -148,6 +145,7 @@ class _T5Gemma2Attention(CacheShapes, KerasHubAttention):
             return self._apply_cache(
                 cache, cache_update_index, hidden_states, hidden_states
             )
+        hidden_states = _hide_padding(hidden_states, padding_mask)
         keys = self._project_key(hidden_states)
         values = self._project_value(hidden_states)
         return ops.stack((keys, values), axis=1), keys, values
@@ -231,9 +229,9 @@ class T5Gemma2Attention(_T5Gemma2Attention):
         start = 0 if cache_update_index is None else cache_update_index
         query, _ = self._project_query(inputs, start)  # (no gate)
         padding_mask = None if attention_mask is None else attention_mask.padding_mask
-        if cache is None:
-            inputs = _hide_padding(inputs, padding_mask)
-        cache, keys, values = self._self_keys(inputs, cache, cache_update_index)
+        cache, keys, values = self._self_keys(
+            inputs, padding_mask, cache, cache_update_index
+        )
         padding = _padding(padding_mask, ops.shape(keys)[1])
         output, _ = self._attend_over(
             query,
@@ -314,9 +312,9 @@ class T5Gemma2MergedAttention(_T5Gemma2Attention):
         cached = self_cache is not None
         start = cache_update_index if cached else 0
         query, _ = self._project_query(inputs, start)  # (no gate)
-        if not cached:
-            inputs = _hide_padding(inputs, mask.padding_mask)
-        self_cache, keys, values = self._self_keys(inputs, self_cache, start)
+        self_cache, keys, values = self._self_keys(
+            inputs, mask.padding_mask, self_cache, start
+        )
         if cross_cache is None:
             encoder_hidden_states = _hide_padding(
                 encoder_hidden_states, mask.encoder_padding_mask
