@@ -2,7 +2,8 @@
 keras-hub's decoder attention layers, which the families' adapters subclass
 with each keras-hub layer's constructor, and `KerasHubRotaryAttention`, its
 subclass for the families whose attention differs in its rotary embedding
-and a few options only (Llama, Mistral, Mixtral, Phi-3, Qwen)."""
+and a few options only (Llama, Mistral, Mixtral, Phi-3, Qwen); and the
+helpers the adapters share."""
 
 import inspect
 
@@ -11,6 +12,7 @@ from keras_hub.src.layers.modeling.rotary_embedding import RotaryEmbedding
 
 from keras_attention.integrations.keras_hub.masks import attention_call_arguments
 from keras_attention.layers.grouped_query_attention import GroupedQueryAttention
+from keras_attention.layers.multi_head_attention import MultiHeadAttention
 
 # Our projections' names -> keras-hub's in the layers it ports from Hugging
 # Face's (SmolLM 3, Gemma 3n, DINOv3).
@@ -20,6 +22,16 @@ PROJ_NAMES = {
     "value": "v_proj",
     "attention_output": "o_proj",
 }
+
+
+def our_attention(keras_layer, options, attention_class=MultiHeadAttention):
+    """Our attention (`attention_class`, a `MultiHeadAttention`) of the
+    config (name and dtype policy included) of an unbuilt
+    `keras.layers.MultiHeadAttention`, with `options` (`swap_attention`'s)
+    added."""
+    config = keras_layer.get_config()
+    config["dtype"] = keras_layer.dtype_policy  # the policy, not its config
+    return attention_class(**{**config, **options})
 
 
 def initializer_config(initializer):

@@ -41,6 +41,7 @@ from keras_attention.integrations.keras_hub.attention import (
     KerasHubAttention,
     keras_hub_arguments,
 )
+from keras_attention.integrations.keras_hub.gemma import _keep_slice
 from keras_attention.integrations.keras_hub.masks import (
     attention_call_arguments,
     decoder_mask,
@@ -217,12 +218,7 @@ def _keep_unmasked_updates(old, new, start, length, update_mask):
     False taken back from `old` (keras-hub's `generate` keeps the prompt's
     entries in the rows still reading their prompt)."""
     keep = ops.cast(update_mask, "bool")[:, None, None, :, None]
-    shape = ops.shape(new)
-    corner = (0, 0, 0, start, 0)
-    size = (shape[0], shape[1], shape[2], length, shape[4])
-    before, after = ops.slice(old, corner, size), ops.slice(new, corner, size)
-    updated = ops.where(keep, after, before)
-    return ops.slice_update(new, corner, updated)
+    return _keep_slice(old, new, start, length, keep, axis=3)
 
 
 class Gemma3nDecoderBlock(gemma3n_text_decoder.Gemma3nTextDecoderBlock):

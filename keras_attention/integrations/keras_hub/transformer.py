@@ -32,6 +32,7 @@ import keras
 from keras import ops
 from keras_hub.src.layers.modeling import transformer_decoder, transformer_encoder
 
+from keras_attention.integrations.keras_hub.attention import our_attention
 from keras_attention.integrations.keras_hub.masks import (
     DecoderMask,
     attention_call_arguments,
@@ -170,9 +171,9 @@ class TransformerEncoder(transformer_encoder.TransformerEncoder):
         if name == "_self_attention_layer" and type(value) is (
             keras.layers.MultiHeadAttention
         ):
-            config = value.get_config()
-            config["dtype"] = value.dtype_policy  # the policy, not its config
-            value = CachedMultiHeadAttention(**{**config, **self.attention_options})
+            value = our_attention(
+                value, self.attention_options, CachedMultiHeadAttention
+            )
         super().__setattr__(name, value)
 
 

@@ -37,17 +37,8 @@ from keras_hub.src.models.dinov2 import dinov2_layers
 from keras_hub.src.models.siglip import siglip_layers
 from keras_hub.src.models.vit import vit_layers
 
+from keras_attention.integrations.keras_hub.attention import our_attention
 from keras_attention.integrations.keras_hub.swap import Family
-from keras_attention.layers.multi_head_attention import MultiHeadAttention
-
-
-def our_attention(keras_layer, options):
-    """Our `MultiHeadAttention` of the config (name and dtype policy
-    included) of an unbuilt `keras.layers.MultiHeadAttention`, with
-    `options` (`swap_attention`'s) added."""
-    config = keras_layer.get_config()
-    config["dtype"] = keras_layer.dtype_policy  # the policy, not its config
-    return MultiHeadAttention(**{**config, **options})
 
 
 class _OurAttention:
