@@ -642,8 +642,8 @@ def test_gpu_paths_part_runs_each_workload_alone_after_a_dead_process():
     )
     assert calls == ["paths"]  # not again for time
     calls.clear()
-    full = {**QUICK, "one_process": False}  # as on a GPU: each alone at once
-    paths_part(lambda key, case: calls.append(key) or {}, full, False)
+    # As on a GPU (not the dry run): each alone at once.
+    paths_part(lambda key, case: calls.append(key) or {}, QUICK, False)
     assert calls == [f"paths/{w}" for w in QUICK["workloads"]]
 
 

@@ -89,13 +89,11 @@ FULL = {
     },
     "parallel_compile": True,
     "repeats": 5,
-    "one_process": False,
 }
 # Every workload in float32 at T = 512 (the causal ones take the chunked
 # path on a CPU, so the check compares two paths there).
 QUICK = {**FULL, "dtypes": ("float32",), "tokens": 512, "length": 512, "sizes": {}}
 QUICK.update(heads=2, head_dim=16, key_value_heads=1, documents=4, repeats=2)
-QUICK["one_process"] = True
 
 
 def sizes(config, workload):
@@ -380,8 +378,8 @@ def case_paths(case):
 
 
 def paths_part(measure, config, quick):
-    """Every workload in one process where `config["one_process"]` (the dry
-    run: one start-up), else each in a process of its own (a GPU: a workload
+    """Every workload in one process where `quick` (the dry run: one
+    start-up), else each in a process of its own (a GPU: a workload
     that dies or runs past the part's share loses its own rows alone, as
     one H100 run lost them all). Where the one process dies (not for time),
     each workload runs once more in a process of its own."""
@@ -389,7 +387,7 @@ def paths_part(measure, config, quick):
 
     phase("paths: the path table's training workloads, ours against the peers")
     case = {"kind": "paths", "quick": quick, **config}
-    if config["one_process"]:
+    if quick:
         result = measure("paths", case)
         if not result.get("skipped", "").startswith("exit"):
             return

@@ -15,56 +15,31 @@ TRANSFORMER_OPTIONS = (
 )
 
 
-def check_transformer_options(
-    hidden_dim,
-    num_heads,
-    dropout,
-    input_positions,
-    attention_positions,
-    num_key_value_heads=None,
-    chunk_size=None,
-):
+def check_transformer_arguments(arguments):
     """Checks a Transformer model's options (its sizes are checked positive
     before, its positions read from the deprecated `position_encoding` by
     `positions_from_alias`).
 
     Args:
-        hidden_dim: the model width, which `num_heads` must divide.
-        num_heads: attention heads per block.
-        dropout: the dropout rate.
-        input_positions: a name of `INPUT_POSITIONS`, or None.
-        attention_positions: a name of `ATTENTION_POSITIONS`, or None.
-        num_key_value_heads: None, or a divisor of `num_heads`.
-        chunk_size: None, or the positive tile size of the chunked path.
+        arguments: the constructor's `locals()`: `hidden_dim` (which
+            `num_heads` must divide), `num_heads`, and the
+            `TRANSFORMER_OPTIONS`: `dropout` a rate, `input_positions` and
+            `attention_positions` names of `INPUT_POSITIONS` and
+            `ATTENTION_POSITIONS` or None, `num_key_value_heads` None or a
+            divisor of `num_heads`, `chunk_size` None or a positive tile
+            size (absent, as in `GPT`, it is None).
 
     Raises:
         ValueError: naming the first option that is not valid.
     """
-    check_rate("dropout", dropout)
-    check_positive_int("chunk_size", chunk_size, allow_none=True)
-    check_key_value_heads(num_heads, num_key_value_heads)
-    INPUT_POSITIONS.check(input_positions)
-    ATTENTION_POSITIONS.check(attention_positions)
+    hidden_dim, num_heads = arguments["hidden_dim"], arguments["num_heads"]
+    check_rate("dropout", arguments["dropout"])
+    check_positive_int("chunk_size", arguments.get("chunk_size"), allow_none=True)
+    check_key_value_heads(num_heads, arguments["num_key_value_heads"])
+    INPUT_POSITIONS.check(arguments["input_positions"])
+    ATTENTION_POSITIONS.check(arguments["attention_positions"])
     if hidden_dim % num_heads:
         raise ValueError(
             f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
             f"({num_heads})."
         )
-
-
-def check_transformer_arguments(arguments):
-    """Checks the options of a Transformer model's constructor.
-
-    Args:
-        arguments: the constructor's `locals()`, its positions already read
-            by `positions_from_alias`: `hidden_dim`, `num_heads` and the
-            `TRANSFORMER_OPTIONS` (`chunk_size` may be absent, as in `GPT`).
-
-    Raises:
-        ValueError: naming the first option that is not valid.
-    """
-    check_transformer_options(
-        arguments["hidden_dim"],
-        arguments["num_heads"],
-        **{name: arguments.get(name) for name in TRANSFORMER_OPTIONS},
-    )

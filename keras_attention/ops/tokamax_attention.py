@@ -27,8 +27,6 @@ ranges need its `Mask`, which its public `dot_product_attention` does not
 take; both come from tokamax's `_src`, hence the extra's exact pin.
 """
 
-from types import SimpleNamespace
-
 # tokamax's name of its Mosaic GPU attention (`tokamax._src.ops.attention.
 # api.IMPLEMENTATIONS`), read at each call: the tests set `"xla"`, tokamax's
 # reference, to check the arguments on a CPU.
@@ -82,7 +80,7 @@ def tokamax_attention(query, key, value, spec, fallback=None):
     def call():
         if not ranges:
             mask = mask_class(is_causal=spec.is_causal)
-            return _attend(attention, query, key, value, spec, mask, soft_cap)
+            return _attend(attention, query, key, value, spec.scale, mask, soft_cap)
         causal_end = jnp.minimum(end, rows + 1) if spec.is_causal else end
         sees = causal_end > start
         padding = -query_length % QUERY_TILE
@@ -98,7 +96,7 @@ def tokamax_attention(query, key, value, spec, fallback=None):
             k_end=k_end[:, None, :],
             is_causal=spec.is_causal,
         )
-        output = _attend(attention, padded, key, value, spec, mask, soft_cap)
+        output = _attend(attention, padded, key, value, spec.scale, mask, soft_cap)
         output = output[:, :query_length]
         return jnp.where(sees[:, :, None, None], output, jnp.zeros((), output.dtype))
 
@@ -110,13 +108,13 @@ def tokamax_attention(query, key, value, spec, fallback=None):
     return jax.lax.cond(served, call, fallback)
 
 
-def _attend(attention, query, key, value, spec, mask, soft_cap):
+def _attend(attention, query, key, value, scale, mask, soft_cap):
     return attention(
         query,
         key,
         value,
         mask=mask,
-        logits_scale=float(spec.scale),
+        logits_scale=float(scale),
         logits_soft_cap=soft_cap,
     )
 
@@ -155,8 +153,7 @@ def tokamax_traces():
     def call(query, key, value, start, end):
         attention, mask_class = _tokamax(IMPLEMENTATION)
         mask = mask_class(k_start=start, k_end=end, is_causal=True)
-        spec = SimpleNamespace(scale=0.125)
-        return _attend(attention, query, key, value, spec, mask, 50.0)
+        return _attend(attention, query, key, value, 0.125, mask, 50.0)
 
     tiles = jax.ShapeDtypeStruct((1, QUERY_TILE, 1, 64), "bfloat16")
     ranges = jax.ShapeDtypeStruct((1, 1, QUERY_TILE), "int32")
