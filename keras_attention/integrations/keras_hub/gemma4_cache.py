@@ -79,19 +79,11 @@ def quantized_cache_task(task_class):
     """The registered subclass of keras-hub's `Gemma4CausalLM` (`task_class`)
     whose `generate` decodes over the packed int8 cache."""
 
-    def build_cache(
-        self,
-        token_ids,
-        img_embeddings=None,
-        vision_mask=None,
-        padding_mask=None,
-        vision_indices=None,
-        audio_embeddings=None,
-        audio_indices=None,
-        audio_mask=None,
-    ):
+    def build_cache(self, token_ids, *inputs, **keyword_inputs):
         # keras-hub's `_build_cache` with the packed cache, sized as its own
         # float one: the backbone's key/value heads, the largest head size.
+        # Its inputs after `token_ids` are `call_with_cache`'s after the
+        # cache and its index, in the same order: they pass on as given.
         backbone = self.backbone
         shape = ops.shape(token_ids)
         cache = empty_packed_cache(
@@ -102,17 +94,7 @@ def quantized_cache_task(task_class):
             max(backbone.head_dim, backbone.global_head_dim or 0),
         )
         _, hidden_states, cache = self.call_with_cache(
-            token_ids=token_ids,
-            img_embeddings=img_embeddings,
-            vision_mask=vision_mask,
-            cache=cache,
-            cache_update_index=0,
-            padding_mask=padding_mask,
-            vision_indices=vision_indices,
-            audio_embeddings=audio_embeddings,
-            audio_indices=audio_indices,
-            audio_mask=audio_mask,
-            cache_update_mask=None,
+            token_ids, cache, 0, *inputs, **keyword_inputs
         )
         return hidden_states, cache
 
