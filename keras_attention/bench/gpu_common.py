@@ -1,6 +1,6 @@
 """What the parts of the `gpu` suite share: the attention FLOPs, the case's
-time budget and device, compiling and timing a case's variants, and the cells
-and bars of the report.
+time budget and device, the models of the `seq2seq` and `decode` parts,
+compiling and timing a case's variants, and the cells and bars of the report.
 
 Each part (`gpu_paths`, `gpu_attention`, `gpu_seq2seq`, `gpu_decode`,
 `gpu_flex`) imports this module and none of the others; `gpu` runs them.
@@ -8,9 +8,10 @@ Each part (`gpu_paths`, `gpu_attention`, `gpu_seq2seq`, `gpu_decode`,
 
 import os
 
+import keras
 import numpy as np
 
-from keras_attention.bench.common import leave_empty, time_alternating
+from keras_attention.bench.common import accelerator, leave_empty, time_alternating
 
 FLOPS_FORMULA = (
     "forward 4·B·H·T·S·D (the two matmuls), backward 2.5x the forward, so "
@@ -25,6 +26,25 @@ CUSTOM_CALLS = (
     ("__gpu$xla.gpu.triton", "triton"),
     ("mosaic_gpu", "mosaic_gpu"),
 )
+
+# The models the `seq2seq` and `decode` parts time, and how: `rnn_units` gives
+# the RNN + Bahdanau the Transformer's parameter count at that width and
+# vocabulary (`seq2seq.matched_units`, which builds five models: 18 s on a
+# CPU, so solved once here; the `seq2seq` part's JSON records both counts).
+SEQ2SEQ_FULL = {
+    "width": 512,
+    "vocabulary_size": 1000,
+    "rnn_units": 736,
+    "policy": "mixed_bfloat16",
+    "repeats": 5,
+}
+SEQ2SEQ_QUICK = {
+    "width": 32,
+    "vocabulary_size": 50,
+    "rnn_units": 48,
+    "policy": "mixed_bfloat16",
+    "repeats": 2,
+}
 
 
 def attention_flops(batch, heads, length, head_dim, causal, key_length=None):
@@ -80,6 +100,25 @@ def memory_limit_bytes():
     if stats.get("bytes_limit"):
         return int(stats["bytes_limit"])
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def set_case_policy(case):
+    """Sets the dtype policy of a `seq2seq` or `decode` case (float32 without
+    an accelerator) and returns it."""
+    policy = case["policy"] if accelerator() is not None else "float32"
+    keras.config.set_dtype_policy(policy)
+    return policy
+
+
+def build_seq2seq(name, case, length, **kwargs):
+    """`seq2seq.build_model` of `name` at the case's width and vocabulary,
+    the RNN with the case's `rnn_units`."""
+    from keras_attention.bench.seq2seq import build_model
+
+    units = case["rnn_units"] if name != "transformer" else None
+    return build_model(
+        name, case["width"], length, case["vocabulary_size"], units, **kwargs
+    )
 
 
 def compile_steps(lowered, parallel):

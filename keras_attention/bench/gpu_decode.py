@@ -8,35 +8,29 @@ beam / greedy.
 import numpy as np
 
 from keras_attention.bench.gpu_common import (
+    SEQ2SEQ_FULL,
+    SEQ2SEQ_QUICK,
     bars,
+    build_seq2seq,
     describe_error,
     device_info,
     section_lines,
+    set_case_policy,
     table_cell,
     time_in_turn,
 )
 
-# `rnn_units`: the `seq2seq` part's (`gpu_seq2seq.FULL`), the RNN matched to
-# the Transformer's parameter count.
 FULL = {
-    "width": 512,
     "batch_size": 32,
     "source_length": 64,
     "max_length": 256,
-    "vocabulary_size": 1000,
-    "rnn_units": 736,
-    "policy": "mixed_bfloat16",
-    "repeats": 5,
+    **SEQ2SEQ_FULL,
 }
 QUICK = {
-    "width": 32,
     "batch_size": 2,
     "source_length": 8,
     "max_length": 6,
-    "vocabulary_size": 50,
-    "rnn_units": 48,
-    "policy": "mixed_bfloat16",
-    "repeats": 2,
+    **SEQ2SEQ_QUICK,
 }
 # (model, search, cached): greedy with and without the Transformer's cache,
 # and beam search of width `BEAM_WIDTH` (the ancestry search for the
@@ -58,19 +52,13 @@ def decode_label(name, search, cached):
 
 def case_decode(case):
     """Greedy and beam generation, each search compiled whole, timed in turn."""
-    import keras
-
-    from keras_attention.bench.common import accelerator, block
+    from keras_attention.bench.common import block
     from keras_attention.bench.decode import generate_function
-    from keras_attention.bench.seq2seq import build_model
 
-    policy = case["policy"] if accelerator() is not None else "float32"
-    keras.config.set_dtype_policy(policy)
-    width, vocabulary_size = case["width"], case["vocabulary_size"]
+    policy = set_case_policy(case)
     max_length, batch_size = case["max_length"], case["batch_size"]
-    units = case["rnn_units"]
     source = np.random.default_rng(0).integers(
-        4, vocabulary_size, (batch_size, case["source_length"])
+        4, case["vocabulary_size"], (batch_size, case["source_length"])
     )
     source = source.astype("int32")
     rows, calls, models = {}, {}, {}
@@ -78,13 +66,8 @@ def case_decode(case):
         label = decode_label(name, search, cached)
         try:
             if name not in models:
-                models[name] = build_model(
-                    name,
-                    width,
-                    case["source_length"],
-                    vocabulary_size,
-                    units if name != "transformer" else None,
-                    target_length=max_length,
+                models[name] = build_seq2seq(
+                    name, case, case["source_length"], target_length=max_length
                 )
             beam_width = BEAM_WIDTH if search == "beam" else 1
             generate = generate_function(
@@ -105,7 +88,7 @@ def case_decode(case):
     return {
         "device": device_info(),
         "policy": policy,
-        "rnn_units": units,
+        "rnn_units": case["rnn_units"],
         "runs": {decode_label(*run): rows[decode_label(*run)] for run in DECODE_RUNS},
     }
 

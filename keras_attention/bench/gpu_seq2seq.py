@@ -7,61 +7,42 @@ n = 128 and 512, 16,384 target tokens per batch, timed in turn.
 import time
 
 from keras_attention.bench.gpu_common import (
+    SEQ2SEQ_FULL,
+    SEQ2SEQ_QUICK,
     bars,
+    build_seq2seq,
     case_seconds,
     describe_error,
     device_info,
     section_lines,
+    set_case_policy,
     table_cell,
     time_in_turn,
 )
 
-# `rnn_units`: the units that give the RNN + Bahdanau the Transformer's
-# parameter count at that width and vocabulary (`seq2seq.matched_units`, which
-# builds five models: 18 s on a CPU, so solved once here; the JSON records
-# both counts).
 FULL = {
     "lengths": (128, 512),
-    "width": 512,
     "tokens_per_batch": 16384,
-    "vocabulary_size": 1000,
-    "rnn_units": 736,
-    "policy": "mixed_bfloat16",
-    "repeats": 5,
+    **SEQ2SEQ_FULL,
 }
 QUICK = {
     # One n: each compiles both models' train steps (most of the part).
     "lengths": (8,),
-    "width": 32,
     "tokens_per_batch": 64,
-    "vocabulary_size": 50,
-    "rnn_units": 48,
-    "policy": "mixed_bfloat16",
-    "repeats": 2,
+    **SEQ2SEQ_QUICK,
 }
 
 
 def case_seq2seq(case):
     """Transformer against RNN + Bahdanau, training steps timed in turn."""
-    import keras
-
-    from keras_attention.bench.common import accelerator
-    from keras_attention.bench.seq2seq import (
-        build_model,
-        compile_for_training,
-        training_batch,
-    )
+    from keras_attention.bench.seq2seq import compile_for_training, training_batch
 
     start, seconds = time.monotonic(), case_seconds()
-    policy = case["policy"] if accelerator() is not None else "float32"
-    keras.config.set_dtype_policy(policy)
-    width, vocabulary_size = case["width"], case["vocabulary_size"]
-    units = case["rnn_units"]
     result = {
         "device": device_info(),
-        "policy": policy,
+        "policy": set_case_policy(case),
         "parameters": {},
-        "rnn_units": units,
+        "rnn_units": case["rnn_units"],
         "lengths": {},
     }
     for length in case["lengths"]:
@@ -71,17 +52,11 @@ def case_seq2seq(case):
             }
             continue
         batch_size = max(1, case["tokens_per_batch"] // length)
-        inputs, labels = training_batch(batch_size, length, vocabulary_size)
+        inputs, labels = training_batch(batch_size, length, case["vocabulary_size"])
         rows, calls = {}, {}
         for name in ("transformer", "rnn-bahdanau"):
             try:
-                model = build_model(
-                    name,
-                    width,
-                    length,
-                    vocabulary_size,
-                    units if name != "transformer" else None,
-                )
+                model = build_seq2seq(name, case, length)
                 compile_for_training(model, jit_compile=True)
                 model.train_on_batch(inputs, labels)  # compiles; the warm-up
             except Exception as error:

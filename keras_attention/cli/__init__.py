@@ -1,6 +1,7 @@
 """The `keras-attention` command: a thin shell over the package's public API.
 
-One module per subcommand (its arguments, its own checks, its run);
+One module per subcommand (its arguments, its own checks, its run and,
+where it takes `--load`, its `use` of the loaded model);
 `arguments` holds what they share (argument types, the training options),
 `checks` the checks made before any work starts, and `keras_attention.names`
 the names the subcommands and the tasks both accept.
@@ -22,7 +23,12 @@ import signal
 import sys
 import traceback
 
-from keras_attention.cli.arguments import HelpFormatter, Parser, read_inputs
+from keras_attention.cli.arguments import (
+    HelpFormatter,
+    Parser,
+    load_model,
+    read_inputs,
+)
 from keras_attention.cli.checks import (
     CommandError,
     check_arguments,
@@ -187,7 +193,7 @@ def main(argv=None):
         check_arguments(args, command)
         fresh_out = not os.path.exists(args.out)
         with _quiet_start(args.verbose):
-            command.run(args)
+            _run(command, args)
     except KeyboardInterrupt as interruption:
         # A training stopped by a signal says where it saved; else, a
         # training resumes from its last checkpoint.
@@ -205,6 +211,16 @@ def main(argv=None):
         print(f"{prog}: error: {_one_line(error)}", file=sys.stderr)
         raise SystemExit(getattr(error, "exit_status", 1)) from None
     return 0
+
+
+def _run(command, args):
+    """`command.use(model, args)` with the model `--load` names, else
+    `command.run(args)`."""
+    load = getattr(args, "load", None)
+    if load:
+        command.use(load_model(load), args)
+    else:
+        command.run(args)
 
 
 def _one_line(error):

@@ -359,6 +359,10 @@ def read_inputs(given, what):
 
 
 def load_model(path):
+    """The model saved at `path`, with the package imported first: its layers
+    and models register themselves there, so that `.keras` files load."""
     import keras
+
+    import keras_attention  # noqa: F401
 
     return keras.saving.load_model(path)

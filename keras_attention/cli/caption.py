@@ -8,7 +8,6 @@ from keras_attention.cli.arguments import (
     add_data_option,
     add_model_option,
     add_training_options,
-    load_model,
     non_negative_float,
     positive_int,
     print_confidence_lines,
@@ -70,18 +69,20 @@ def check(args):
         raise CommandError("caption --load needs the image files to caption", 2)
 
 
+def use(model, args):
+    from keras_attention.tasks import caption
+
+    results = caption.caption_files_with_confidence(
+        model, args.images, args.out, args.beam
+    )
+    print_confidence_lines(args.images, results, args.min_confidence)
+    if model.attention:
+        print(f"attention overlays written to {args.out}", file=sys.stderr)
+
+
 def run(args):
     from keras_attention.tasks import caption
 
-    if args.load:
-        model = load_model(args.load)
-        results = caption.caption_files_with_confidence(
-            model, args.images, args.out, args.beam
-        )
-        print_confidence_lines(args.images, results, args.min_confidence)
-        if model.attention:
-            print(f"attention overlays written to {args.out}", file=sys.stderr)
-        return
     task_arguments = {
         "data": args.data,
         "beam_width": args.beam,

@@ -5,7 +5,6 @@ from keras_attention.cli.arguments import (
     add_model_option,
     add_training_options,
     add_transformer_size_options,
-    load_model,
     positive_float,
     positive_int,
     read_inputs,
@@ -129,20 +128,22 @@ def check(args):
     check_encoder(args.encoder, args.command)
 
 
-def run(args):
-    from keras_attention.tasks import classify, classify_models
+def use(model, args):
+    from keras_attention.tasks import classify_models
 
-    if args.load:
-        model = load_model(args.load)
-        for texts in read_inputs(args.texts, "texts to classify"):
-            results = classify_models.classify_texts(model, texts)
-            for text, result in zip(texts, results, strict=True):
-                line = f"{result['label']}\t{result['probability']:.3f}"
-                if "top_words" in result:
-                    words = ", ".join(f"{w} ({p:.2f})" for w, p in result["top_words"])
-                    line += f"\ttop attended words: {words}"
-                print(f"{line}\t{text[:60]!r}")
-        return
+    for texts in read_inputs(args.texts, "texts to classify"):
+        results = classify_models.classify_texts(model, texts)
+        for text, result in zip(texts, results, strict=True):
+            line = f"{result['label']}\t{result['probability']:.3f}"
+            if "top_words" in result:
+                words = ", ".join(f"{w} ({p:.2f})" for w, p in result["top_words"])
+                line += f"\ttop attended words: {words}"
+            print(f"{line}\t{text[:60]!r}")
+
+
+def run(args):
+    from keras_attention.tasks import classify
+
     options = training_options(args)
     task_arguments = {
         "data": args.data,

@@ -7,7 +7,6 @@ from keras_attention.cli.arguments import (
     add_data_option,
     add_training_options,
     at_least,
-    load_model,
     open_fraction,
     positive_int,
     training_options,
@@ -137,14 +136,16 @@ def check(args):
         )
 
 
+def use(model, args):
+    from keras_attention.tasks import gan
+
+    for path in gan.sample_files(model, args.out, args.samples, args.seed):
+        print(path)
+
+
 def run(args):
     from keras_attention.tasks import gan
 
-    if args.load:
-        model = load_model(args.load)
-        for path in gan.sample_files(model, args.out, args.samples, args.seed):
-            print(path)
-        return
     task_arguments = {
         "data": args.data,
         "conditional": args.conditional,

@@ -148,29 +148,33 @@ def check(args):
         check_draft(args.draft, args.command, LM_VOCABULARY_SIZE, args.load)
 
 
-def run(args):
-    from keras_attention.tasks import lm, lm_generation
+def sampler_settings(args):
+    """The sampler's settings, for `use` and the training's samples."""
+    return {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
 
-    sampling = {
-        "temperature": args.temperature,
-        "top_k": args.top_k,
-        "top_p": args.top_p,
-    }
-    if args.load:
-        model = load_model(args.load)
-        sampler = lm_generation.make_sampler(args.sampler, seed=args.seed, **sampling)
-        draft = load_model(args.draft) if args.draft else None
-        first = True
-        for prompts in read_inputs(args.prompts, "prompts"):
-            texts = lm_generation.continue_texts(
-                model, prompts, args.length, sampler, draft, args.draft_tokens
-            )
-            for text in texts:
-                print(text if first else f"%\n{text}", flush=True)
-                first = False
-        return
+
+def use(model, args):
+    from keras_attention.tasks import lm_generation
+
+    sampler = lm_generation.make_sampler(
+        args.sampler, seed=args.seed, **sampler_settings(args)
+    )
+    draft = load_model(args.draft) if args.draft else None
+    first = True
+    for prompts in read_inputs(args.prompts, "prompts"):
+        texts = lm_generation.continue_texts(
+            model, prompts, args.length, sampler, draft, args.draft_tokens
+        )
+        for text in texts:
+            print(text if first else f"%\n{text}", flush=True)
+            first = False
+
+
+def run(args):
+    from keras_attention.tasks import lm
+
     task_arguments = {
-        **sampling,
+        **sampler_settings(args),
         "data": args.data,
         "sampler": args.sampler,
         "steps_per_epoch": args.steps_per_epoch,

@@ -5,7 +5,6 @@ from keras_attention.cli.arguments import (
     add_data_option,
     add_model_option,
     add_training_options,
-    load_model,
     positive_int,
     print_confidence_lines,
     read_inputs,
@@ -44,17 +43,19 @@ def add_arguments(parser):
     parser.set_defaults(inputs="sentences")
 
 
+def use(model, args):
+    from keras_attention.tasks import translate
+
+    for texts in read_inputs(args.sentences, "sentences to translate"):
+        results = translate.translate_with_confidence(
+            model, texts, beam_width=args.beam
+        )
+        print_confidence_lines(texts, results, args.min_confidence)
+
+
 def run(args):
     from keras_attention.tasks import translate
 
-    if args.load:
-        model = load_model(args.load)
-        for texts in read_inputs(args.sentences, "sentences to translate"):
-            results = translate.translate_with_confidence(
-                model, texts, beam_width=args.beam
-            )
-            print_confidence_lines(texts, results, args.min_confidence)
-        return
     run_or_compare(
         args,
         translate.run_translate,

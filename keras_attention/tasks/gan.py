@@ -186,8 +186,9 @@ class ImageGeneration(runner.Task):
     batch_size = SETTINGS["batch_size"]
     epochs = SETTINGS["epochs"]
     # The whole GAN (both networks and optimizers); the sampler, which is
-    # what a user generates with, goes to model.keras (`export`).
+    # what a user generates with, goes to model.keras.
     model_file = "gan.keras"
+    exports = {"model.keras": "sampler"}
 
     @property
     def title(self):
@@ -300,9 +301,6 @@ class ImageGeneration(runner.Task):
             f"{gan.discriminator.count_params():,} parameters, up to "
             f"{context.options.epochs} epochs"
         )
-
-    def export(self, context, gan):
-        runner.save_model(gan.sampler, os.path.join(context.out_dir, "model.keras"))
 
     def report(self, context, gan, history):
         options, images, name = context.options, self.images.images, self.title

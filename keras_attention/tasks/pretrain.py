@@ -342,6 +342,7 @@ class Pretraining(runner.Task):
     command = "pretrain"
     model = "mlm"
     title = "masked language model"
+    exports = {"encoder.keras": "encoder"}
     epochs = SETTINGS["epochs"]
 
     def __init__(
@@ -505,9 +506,6 @@ class Pretraining(runner.Task):
             f"{context.options.epochs} epochs, "
             f"{SETTINGS['mask_selection_rate']:.0%} of the tokens masked"
         )
-
-    def export(self, context, net):
-        runner.save_model(net.encoder, os.path.join(context.out_dir, "encoder.keras"))
 
     def report(self, context, net, history):
         data, extra_texts, out_dir = self.data, self.extra_texts, context.out_dir

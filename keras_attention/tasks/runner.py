@@ -98,6 +98,9 @@ class Task:
     batch_size = 32
     epochs = 10
     model_file = "model.keras"
+    # The parts of the trained model saved beside `model_file`: {file name:
+    # the model's attribute that holds the part}.
+    exports = {}
 
     def load(self, context):
         raise NotImplementedError
@@ -123,7 +126,9 @@ class Task:
         epochs."""
 
     def export(self, context, model):
-        """Saves what the run leaves besides `model_file` (nothing here)."""
+        """Saves what the run leaves besides `model_file`: the `exports`."""
+        for name, part in self.exports.items():
+            save_model(getattr(model, part), os.path.join(context.out_dir, name))
 
 
 @dataclasses.dataclass(frozen=True)
