@@ -31,8 +31,20 @@ def positions_from_segments(segment_ids, positions, start_index, length=None):
     return segment_positions(check_segment_ids(segment_ids, length))
 
 
+class InputAlignedLayer(keras.layers.Layer):
+    """The base of the position layers: their output has the shape of their
+    input, position for position, so a padding mask passes through."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+
 @keras.saving.register_keras_serializable(package="keras_attention")
-class SinusoidalPositionEncoding(keras.layers.Layer):
+class SinusoidalPositionEncoding(InputAlignedLayer):
     """The fixed sinusoidal position encoding of the Transformer.
 
     `PE[t, 2k] = sin(t * w_k)`, `PE[t, 2k + 1] = cos(t * w_k)`, with
@@ -73,8 +85,6 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     def __init__(self, max_wavelength=10000, **kwargs):
         super().__init__(**kwargs)
-        # The positions of a padded sequence keep its mask.
-        self.supports_masking = True
         if not isinstance(max_wavelength, (int, float)) or max_wavelength <= 1:
             raise ValueError(
                 f"`max_wavelength` must be a number > 1; received {max_wavelength!r}."
@@ -96,9 +106,6 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         encoding = sinusoidal_encoding(positions, depth, self.max_wavelength)
         return ops.broadcast_to(ops.cast(encoding, self.compute_dtype), shape)
 
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape)
-
     def get_config(self):
         config = super().get_config()
         config["max_wavelength"] = self.max_wavelength
@@ -118,7 +125,7 @@ def sinusoidal_encoding(positions, depth, max_wavelength=10000):
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class PositionEmbedding(keras.layers.Layer):
+class PositionEmbedding(InputAlignedLayer):
     """A learned position embedding: one trainable vector per position.
 
     As in BERT and GPT: a `(sequence_length, depth)` table whose first `T` rows
@@ -157,8 +164,6 @@ class PositionEmbedding(keras.layers.Layer):
 
     def __init__(self, sequence_length, initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
-        # The positions of a padded sequence keep its mask.
-        self.supports_masking = True
         check_positive_int("sequence_length", sequence_length)
         self.sequence_length = sequence_length
         self.initializer = keras.initializers.get(initializer)
@@ -206,9 +211,6 @@ class PositionEmbedding(keras.layers.Layer):
         else:
             rows = ops.take(table, ops.cast(positions, "int32"), axis=0)
         return ops.broadcast_to(ops.cast(rows, self.compute_dtype), shape)
-
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape)
 
     def get_config(self):
         config = super().get_config()

@@ -8,7 +8,10 @@ import numpy as np
 from keras import ops
 
 from keras_attention._checks import check_choice, check_rank, static_shape
-from keras_attention.layers.position_encoding import positions_from_segments
+from keras_attention.layers.position_encoding import (
+    InputAlignedLayer,
+    positions_from_segments,
+)
 
 ROPE_TYPES = ("linear", "dynamic", "yarn")
 _MAX_RANK = 8
@@ -49,7 +52,7 @@ def _normalized_axes(sequence_axis, feature_axis, rank):
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class RotaryEmbedding(keras.layers.Layer):
+class RotaryEmbedding(InputAlignedLayer):
     """Rotary position embedding (RoPE) of RoFormer.
 
     The feature axis of size `d` is cut into two halves; feature `i` of the
@@ -176,8 +179,6 @@ class RotaryEmbedding(keras.layers.Layer):
         self.sequence_axis = sequence_axis
         self.feature_axis = feature_axis
         self.denominator_dim = denominator_dim
-        # The output is aligned with the input: a mask passes through.
-        self.supports_masking = True
 
     def _axes(self, shape):
         """Checks an input shape; returns (sequence axis, feature axis, d)."""
@@ -294,9 +295,6 @@ class RotaryEmbedding(keras.layers.Layer):
             [first * cos - second * sin, second * cos + first * sin],
             axis=feature_axis,
         )
-
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape)
 
     def get_config(self):
         config = super().get_config()
