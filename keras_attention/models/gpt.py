@@ -3,7 +3,7 @@ from keras import ops
 
 from keras_attention.layers.dropout import Dropout
 from keras_attention.layers.key_value_cache import check_cache_dtype
-from keras_attention.layers.positions import INPUT_POSITIONS, positions_from_alias
+from keras_attention.layers.positions import INPUT_POSITIONS
 from keras_attention.layers.transformer_decoder import TransformerDecoderBlock
 from keras_attention.models.language_model import (
     LanguageModel,
@@ -11,7 +11,7 @@ from keras_attention.models.language_model import (
     check_language_model_args,
     tied_embedding,
 )
-from keras_attention.models.transformer_options import check_transformer_arguments
+from keras_attention.models.transformer_options import check_transformer_options
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
@@ -162,14 +162,9 @@ class GPT(PackedInputsMixin, LanguageModel):
             num_layers=num_layers,
             intermediate_dim=intermediate_dim,
         )
-        input_positions, attention_positions = positions_from_alias(
-            kwargs,
-            GPT.__init__,
-            type(self).__name__,
-            input_positions=input_positions,
-            attention_positions=attention_positions,
+        input_positions, attention_positions = check_transformer_options(
+            locals(), GPT.__init__, type(self).__name__
         )
-        check_transformer_arguments(locals())
         check_cache_dtype(cache_dtype)
 
         # === Layers ===

@@ -4,7 +4,6 @@ from keras import ops
 from keras_attention._checks import check_choice
 from keras_attention.decoding import ancestry_attention_mask
 from keras_attention.layers.dropout import Dropout
-from keras_attention.layers.positions import positions_from_alias
 from keras_attention.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
@@ -17,7 +16,7 @@ from keras_attention.models.seq2seq import (
 )
 from keras_attention.models.transformer_options import (
     TRANSFORMER_OPTIONS,
-    check_transformer_arguments,
+    check_transformer_options,
 )
 from keras_attention.ops import padding_mask
 
@@ -162,13 +161,6 @@ class Transformer(Seq2Seq):
     ):
         if "norm_first" in kwargs:
             normalize_first = kwargs.pop("norm_first")
-        input_positions, attention_positions = positions_from_alias(
-            kwargs,
-            Transformer.__init__,
-            type(self).__name__,
-            input_positions=input_positions,
-            attention_positions=attention_positions,
-        )
         check_seq2seq_args(
             source_vocabulary_size,
             target_vocabulary_size,
@@ -180,7 +172,9 @@ class Transformer(Seq2Seq):
             num_decoder_layers=num_decoder_layers,
             intermediate_dim=intermediate_dim,
         )
-        check_transformer_arguments(locals())
+        input_positions, attention_positions = check_transformer_options(
+            locals(), Transformer.__init__, type(self).__name__
+        )
         if share_embeddings and source_vocabulary_size != target_vocabulary_size:
             raise ValueError(
                 "`share_embeddings=True` needs one joint vocabulary; received "

@@ -3,7 +3,6 @@ from keras import ops
 
 from keras_attention._checks import check_choice, check_positive_int
 from keras_attention.layers.dropout import Dropout
-from keras_attention.layers.positions import positions_from_alias
 from keras_attention.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
@@ -19,7 +18,7 @@ from keras_attention.models.text_classifier import (
 )
 from keras_attention.models.transformer_options import (
     TRANSFORMER_OPTIONS,
-    check_transformer_arguments,
+    check_transformer_options,
 )
 from keras_attention.ops import padding_mask
 
@@ -152,14 +151,9 @@ class TransformerClassifier(TextClassifier):
             intermediate_dim=intermediate_dim,
         )
         check_choice("pooling", pooling, ("mean", "cls"))
-        input_positions, attention_positions = positions_from_alias(
-            kwargs,
-            TransformerClassifier.__init__,
-            type(self).__name__,
-            input_positions=input_positions,
-            attention_positions=attention_positions,
+        input_positions, attention_positions = check_transformer_options(
+            locals(), TransformerClassifier.__init__, type(self).__name__
         )
-        check_transformer_arguments(locals())
 
         # === Layers ===
         prepend_cls = PrependToken(CLS_TOKEN_ID, name="prepend_cls")
@@ -429,14 +423,9 @@ class TransformerTextEncoder(PackedInputsMixin, ConfigMixin, keras.Model):
             ("intermediate_dim", intermediate_dim),
         ):
             check_positive_int(name, value)
-        input_positions, attention_positions = positions_from_alias(
-            kwargs,
-            TransformerTextEncoder.__init__,
-            type(self).__name__,
-            input_positions=input_positions,
-            attention_positions=attention_positions,
+        input_positions, attention_positions = check_transformer_options(
+            locals(), TransformerTextEncoder.__init__, type(self).__name__
         )
-        check_transformer_arguments(locals())
 
         # === Layers ===
         embedding, embedding_dropout, blocks = _encoder_layers(

@@ -8,11 +8,12 @@ from keras_attention.models.sagan.common import check_image_shape
 from keras_attention.models.sagan.discriminator import sagan_discriminator
 from keras_attention.models.sagan.generator import sagan_generator
 from keras_attention.models.sagan.sampling import generator_inputs, sample_images
+from keras_attention.models.saving import ConfigMixin
 from keras_attention.utils import keras_internals
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class SAGAN(keras.Model):
+class SAGAN(ConfigMixin, keras.Model):
     """Self-Attention GAN: the generator and discriminator trained together
     with the hinge loss and the two time-scale update rule.
 
@@ -95,6 +96,19 @@ class SAGAN(keras.Model):
           (the hinge loss)
     """
 
+    config_names = (
+        "image_shape",
+        "latent_dim",
+        "generator_width",
+        "discriminator_width",
+        "num_classes",
+        "attention",
+        "attention_resolution",
+        "ema_decay",
+        "seed",
+        "synchronized_batch_norm",
+    )
+
     def __init__(
         self,
         image_shape=(32, 32, 1),
@@ -114,18 +128,11 @@ class SAGAN(keras.Model):
             raise ValueError(
                 f"`ema_decay` must be in (0, 1) or None; received {ema_decay!r}."
             )
-        self.image_shape = check_image_shape(image_shape)
-        self.latent_dim = latent_dim
-        self.generator_width = generator_width
-        self.discriminator_width = discriminator_width
-        self.num_classes = num_classes
-        self.attention = bool(attention)
-        self.attention_resolution = attention_resolution
-        self.ema_decay = ema_decay
-        self.seed = seed
-        self.synchronized_batch_norm = synchronized_batch_norm
+        image_shape = check_image_shape(image_shape)
+        attention = bool(attention)
+        self.keep_config(SAGAN, locals())
         generator_args = {
-            "image_shape": self.image_shape,
+            "image_shape": image_shape,
             "latent_dim": latent_dim,
             "width": generator_width,
             "num_classes": num_classes,
@@ -135,7 +142,7 @@ class SAGAN(keras.Model):
         }
         self.generator = sagan_generator(**generator_args)
         self.discriminator = sagan_discriminator(
-            image_shape=self.image_shape,
+            image_shape=image_shape,
             width=discriminator_width,
             num_classes=num_classes,
             attention=attention,
@@ -448,19 +455,4 @@ class SAGAN(keras.Model):
         return None
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "image_shape": list(self.image_shape),
-                "latent_dim": self.latent_dim,
-                "generator_width": self.generator_width,
-                "discriminator_width": self.discriminator_width,
-                "num_classes": self.num_classes,
-                "attention": self.attention,
-                "attention_resolution": self.attention_resolution,
-                "ema_decay": self.ema_decay,
-                "seed": self.seed,
-                "synchronized_batch_norm": self.synchronized_batch_norm,
-            }
-        )
-        return config
+        return {**super().get_config(), "image_shape": list(self.image_shape)}
