@@ -474,35 +474,6 @@ def test_demo_learns_reversal_and_writes_outputs(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_training_logged_to_a_file_prints_one_line_per_epoch(tmp_path):
-    """`keras-attention translate --out runs/translate > log` leaves a log a
-    person can read: Keras' bar, redrawn into the file, made it hundreds of
-    kilobytes. (At a terminal the bar stays: tests/tasks/test_resumable.py.)"""
-    log = tmp_path / "log"
-    command = [
-        *("translate", "--num-train", "600", "--epochs", "2", "--beam", "1"),
-        *("--no-xla", "--out", str(tmp_path / "run")),
-    ]
-    with open(log, "w") as stdout:
-        result = subprocess.run(
-            [sys.executable, "-m", "keras_attention.cli", *command],
-            stdout=stdout,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=600,
-        )
-    assert result.returncode == 0, result.stderr[-2000:]
-    text = log.read_text()
-    assert "\r" not in text and "\b" not in text and "\x1b" not in text
-    epochs = [line for line in text.splitlines() if "] epoch " in line]
-    assert [line.split(":")[0] for line in epochs] == [
-        "[keras-attention] epoch 1/2",
-        "[keras-attention] epoch 2/2",
-    ]
-    assert all(line.startswith("[keras-attention] ") for line in text.splitlines())
-
-
-@pytest.mark.slow
 @pytest.mark.xdist_group("saved_transformer")
 def test_a_run_starts_quietly_and_fails_in_one_line(saved_transformer, tmp_path):
     # TensorFlow loads (the model is read) without its start-up logs, and the

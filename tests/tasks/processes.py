@@ -67,6 +67,23 @@ def run_cli(args, env=None, timeout=900):
     return text
 
 
+def run_cli_to_file(args, log, timeout=900):
+    """Runs the command as a shell's `keras-attention ARGS > LOG` does, its
+    standard output a file; returns its standard error, failing on an error."""
+    command = [sys.executable, "-m", "keras_attention.cli", *map(str, args)]
+    with open(log, "w") as stdout:
+        result = subprocess.run(
+            command,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+            timeout=timeout,
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stderr
+
+
 def kill_during_epoch(args, epoch, fraction=0.4, timeout=900, signal_number=None):
     """Starts the command at a terminal and, when the Keras progress bar of
     epoch `epoch` (0-based) has passed `fraction` of its steps and has not
