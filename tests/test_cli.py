@@ -52,6 +52,13 @@ def test_every_option_has_help_and_its_default(command):
             assert "(default" in action.help or f"(default:{action.default})" in text
 
 
+def test_a_subcommand_that_takes_load_uses_the_loaded_model():
+    # `main` loads the `--load` model and hands it to the subcommand's `use`.
+    for name, parser in _subcommand_parsers().items():
+        takes_load = "--load" in parser._option_string_actions
+        assert takes_load == hasattr(cli.COMMANDS[name], "use"), name
+
+
 def test_help_and_argument_errors_load_no_framework(tmp_path):
     # The entry point the console script runs: `--help` and a refused
     # argument answer without importing Keras or TensorFlow.
