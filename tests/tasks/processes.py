@@ -16,6 +16,18 @@ PROGRESS = re.compile(r"(\d+)/(\d+) ")
 COLOR = re.compile(r"\x1b\[[0-9;]*m")
 
 
+def _command(args, env=None):
+    """The command line of `python -m keras_attention.cli ARGS` and its
+    environment: unbuffered, TensorFlow's C++ logs off, `env` added."""
+    environment = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        **(env or {}),
+    }
+    return [sys.executable, "-m", "keras_attention.cli", *map(str, args)], environment
+
+
 def cli_process(args, env=None, terminal=False):
     """`python -m keras_attention.cli ARGS` with its output piped, unbuffered.
 
@@ -29,13 +41,7 @@ def cli_process(args, env=None, terminal=False):
     Returns:
         The `subprocess.Popen`.
     """
-    environment = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "3",
-        **(env or {}),
-    }
-    command = [sys.executable, "-m", "keras_attention.cli", *map(str, args)]
+    command, environment = _command(args, env)
     if not terminal:
         return subprocess.Popen(
             command,
@@ -70,14 +76,14 @@ def run_cli(args, env=None, timeout=900):
 def run_cli_to_file(args, log, timeout=900):
     """Runs the command as a shell's `keras-attention ARGS > LOG` does, its
     standard output a file; returns its standard error, failing on an error."""
-    command = [sys.executable, "-m", "keras_attention.cli", *map(str, args)]
+    command, environment = _command(args)
     with open(log, "w") as stdout:
         result = subprocess.run(
             command,
             stdout=stdout,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+            env=environment,
             timeout=timeout,
         )
     assert result.returncode == 0, result.stderr[-3000:]
