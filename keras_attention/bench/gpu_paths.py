@@ -56,7 +56,8 @@ from keras_attention.bench.gpu_common import (
 # standard one's largest magnitude (float32: room for TF32 matmuls).
 TOLERANCES = {"bfloat16": 5e-2, "float32": 5e-3}
 QUICK_XLA_FLAGS = (
-    "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+    "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true "
+    "--xla_cpu_use_fusion_emitters=false"
 )
 SIDES = ("ours", "standard", "keras", "jax_cudnn", "tokamax")
 PEERS = ("standard", "keras", "jax_cudnn", "tokamax")
