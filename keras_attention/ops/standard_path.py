@@ -6,15 +6,12 @@ scores and weighted sums of grouped heads without copying the keys, a single
 query by multiply-and-sum, the full dense mask with the keys no query sees
 zeroed, the log-sum-exp of the rows."""
 
-import math
-
 from keras import backend, ops
 
-from keras_attention.ops.attention_checks import _check_inputs, _check_slopes
+from keras_attention.ops.attention_checks import _check_inputs, _spec
 from keras_attention.ops.masks import attended_keys, zero_unattended
 from keras_attention.ops.sinks import check_sinks, kept_share
 from keras_attention.ops.softmax import MASKED_SCORE, masked_softmax
-from keras_attention.ops.spec import build_spec
 
 
 def _standard(query, key, value, spec, return_weights=False, return_lse=False):
@@ -287,16 +284,15 @@ def attention_weights(
     if mask is not None:
         mask = ops.convert_to_tensor(mask)
     q_shape, k_shape = _check_inputs(query, key, key, mask)
-    if scale is None:
-        scale = 1.0 / math.sqrt(q_shape[-1])
-    if alibi_slopes is not None:
-        alibi_slopes = _check_slopes(alibi_slopes, q_shape[2])
-    spec = build_spec(
+    spec = _spec(
+        q_shape,
+        k_shape,
         scale=scale,
+        alibi_slopes=alibi_slopes,
+        segment_ids=None,
         mask=mask,
         bias=bias,
         is_causal=is_causal,
-        alibi_slopes=alibi_slopes,
         soft_cap=attn_logits_soft_cap,
     )
     sinks = check_sinks(sinks, q_shape[2])
