@@ -149,7 +149,10 @@ class KerasHubRotaryAttention(KerasHubAttention):
     them `num_query_heads`, `num_key_value_heads`, `kernel_initializer` and
     `dropout`) and hands them on as its `locals()`, which this keeps as
     `keras_hub_config` (`keras_hub_arguments`) and reads our layer's
-    arguments from.
+    arguments from. The subclass's `**kwargs` are our options, as
+    `swap_attention` gives them: `GroupedQueryAttention`'s other arguments
+    (`chunk_size`, `flash_attention`, `cache_dtype`, ...) and the base
+    layer's.
 
     Args:
         constructor: the subclass's `__init__`, whose named parameters are

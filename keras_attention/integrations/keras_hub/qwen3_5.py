@@ -128,8 +128,7 @@ class Qwen3_5Attention(KerasHubRotaryAttention):
             keras-hub's unfused path, TensorFlow's, the last
             `sliding_window_size` keys) or `"paper"` (every earlier key:
             keras-hub's fused path on JAX and PyTorch, and Hugging Face's);
-            `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+            our other options (see `KerasHubRotaryAttention`).
     """
 
     def __init__(
