@@ -24,6 +24,19 @@ PROJ_NAMES = {
 }
 
 
+def ported_arguments(num_attention_heads, num_key_value_heads, attention_bias):
+    """Our `GroupedQueryAttention`'s arguments for keras-hub's attention
+    layers ported from Hugging Face's (SmolLM 3, Gemma 3n): the heads and the
+    bias flag under Hugging Face's names, `Dense` projections
+    (`kernel_layout="flat"`)."""
+    return {
+        "num_query_heads": num_attention_heads,
+        "num_key_value_heads": num_key_value_heads,
+        "use_bias": attention_bias,
+        "kernel_layout": "flat",
+    }
+
+
 def our_attention(keras_layer, options, attention_class=MultiHeadAttention):
     """Our attention (`attention_class`, a `MultiHeadAttention`) of the
     config (name and dtype policy included) of an unbuilt
