@@ -100,7 +100,11 @@ class KerasHubAttention(GroupedQueryAttention):
     layer's (`MultiHeadAttention`'s call argument; Qwen 3.5's `(B, 4, T)`).
     Subclasses take a keras-hub layer's constructor
     arguments, keep them in `keras_hub_config` (the config, with the options
-    of ours given through `swap_attention`) and pass ours on.
+    of ours given through `swap_attention`) and pass ours on. Their
+    `**kwargs` are our options, as `swap_attention` gives them:
+    `GroupedQueryAttention`'s other arguments (`chunk_size`,
+    `flash_attention`, `cache_dtype` where the family's task decodes with
+    our int8 cache, ...) and the base layer's.
 
     Args:
         keras_hub_config: the keras-hub layer's constructor arguments.
@@ -162,10 +166,7 @@ class KerasHubRotaryAttention(KerasHubAttention):
     them `num_query_heads`, `num_key_value_heads`, `kernel_initializer` and
     `dropout`) and hands them on as its `locals()`, which this keeps as
     `keras_hub_config` (`keras_hub_arguments`) and reads our layer's
-    arguments from. The subclass's `**kwargs` are our options, as
-    `swap_attention` gives them: `GroupedQueryAttention`'s other arguments
-    (`chunk_size`, `flash_attention`, `cache_dtype`, ...) and the base
-    layer's.
+    arguments from.
 
     Args:
         constructor: the subclass's `__init__`, whose named parameters are

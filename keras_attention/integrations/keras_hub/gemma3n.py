@@ -66,8 +66,7 @@ class Gemma3nAttention(KerasHubAttention):
         attention_dropout, attention_bias, rms_norm_eps,
         rope_max_wavelength, rope_scaling_factor, sliding_window,
         is_kv_shared_layer: keras-hub's `Gemma3nTextAttention`'s.
-        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, ...) and the base layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     _projection_names = PROJ_NAMES

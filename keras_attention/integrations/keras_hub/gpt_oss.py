@@ -45,7 +45,7 @@ class GptOssAttention(KerasHubRotaryAttention):
         **kwargs: `sliding_window_keys`: `"keras_hub"` (keras-hub's `w + 1`
             keys, the default, so outputs match keras-hub's model) or
             `"paper"` (the model card's `w`); our other options (see
-            `KerasHubRotaryAttention`).
+            `KerasHubAttention`).
     """
 
     def __init__(

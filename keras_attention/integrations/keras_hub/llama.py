@@ -25,7 +25,7 @@ class LlamaAttention(KerasHubRotaryAttention):
         rope_low_freq_factor, rope_high_freq_factor,
         rope_pretraining_sequence_length, kernel_initializer, dropout:
             keras-hub's `LlamaAttention`'s.
-        **kwargs: our options (see `KerasHubRotaryAttention`).
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     def __init__(

@@ -31,7 +31,7 @@ class MistralAttention(KerasHubRotaryAttention):
         head_dim: keras-hub's `CachedMistralAttention`'s; `sliding_window`
             (None: no window) keeps a query to the `sliding_window` most
             recent keys, itself included.
-        **kwargs: our options (see `KerasHubRotaryAttention`).
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     def __init__(

@@ -28,7 +28,7 @@ class MixtralAttention(MistralAttention):
             keras-hub's `CachedMixtralAttention`'s; `sliding_window` (None:
             no window) keeps a query to the `sliding_window` most recent
             keys, itself included.
-        **kwargs: our options (see `KerasHubRotaryAttention`).
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     def __init__(self, *args, **kwargs):

@@ -128,7 +128,7 @@ class Qwen3_5Attention(KerasHubRotaryAttention):
             keras-hub's unfused path, TensorFlow's, the last
             `sliding_window_size` keys) or `"paper"` (every earlier key:
             keras-hub's fused path on JAX and PyTorch, and Hugging Face's);
-            our other options (see `KerasHubRotaryAttention`).
+            our other options (see `KerasHubAttention`).
     """
 
     def __init__(

@@ -76,8 +76,7 @@ class SmolLM3Attention(KerasHubAttention):
         layer_types, layer_idx, max_position_embeddings, rope_theta,
         partial_rotary_factor: keras-hub's `SmolLM3Attention`'s
             (`attention_dropout` unused, as in keras-hub).
-        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     _projection_names = PROJ_NAMES
