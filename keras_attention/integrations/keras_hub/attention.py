@@ -24,6 +24,19 @@ PROJ_NAMES = {
 }
 
 
+def ported_arguments(num_attention_heads, num_key_value_heads, attention_bias):
+    """Our `GroupedQueryAttention`'s arguments for keras-hub's attention
+    layers ported from Hugging Face's (SmolLM 3, Gemma 3n): the heads and the
+    bias flag under Hugging Face's names, `Dense` projections
+    (`kernel_layout="flat"`)."""
+    return {
+        "num_query_heads": num_attention_heads,
+        "num_key_value_heads": num_key_value_heads,
+        "use_bias": attention_bias,
+        "kernel_layout": "flat",
+    }
+
+
 def our_attention(keras_layer, options, attention_class=MultiHeadAttention):
     """Our attention (`attention_class`, a `MultiHeadAttention`) of the
     config (name and dtype policy included) of an unbuilt
@@ -87,7 +100,11 @@ class KerasHubAttention(GroupedQueryAttention):
     layer's (`MultiHeadAttention`'s call argument; Qwen 3.5's `(B, 4, T)`).
     Subclasses take a keras-hub layer's constructor
     arguments, keep them in `keras_hub_config` (the config, with the options
-    of ours given through `swap_attention`) and pass ours on.
+    of ours given through `swap_attention`) and pass ours on. Their
+    `**kwargs` are our options, as `swap_attention` gives them:
+    `GroupedQueryAttention`'s other arguments (`chunk_size`,
+    `flash_attention`, `cache_dtype` where the family's task decodes with
+    our int8 cache, ...) and the base layer's.
 
     Args:
         keras_hub_config: the keras-hub layer's constructor arguments.

@@ -125,8 +125,7 @@ class GemmaAttention(_KerasHubWindow, KerasHubAttention):
         query_head_dim_normalize, dropout: keras-hub's `CachedGemmaAttention`'s
             (`query_head_dim_normalize` must be True, as keras-hub's block
             always gives it).
-        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     def __init__(
@@ -177,8 +176,7 @@ class Gemma3Attention(_KerasHubWindow, KerasHubAttention):
         dropout: keras-hub's `CachedGemma3Attention`'s
             (`query_head_dim_normalize` must be True, as keras-hub's block
             always gives it).
-        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     _norms_after_value = True

@@ -40,6 +40,7 @@ from keras_attention.integrations.keras_hub.attention import (
     PROJ_NAMES,
     KerasHubAttention,
     keras_hub_arguments,
+    ported_arguments,
 )
 from keras_attention.integrations.keras_hub.gemma import _keep_slice
 from keras_attention.integrations.keras_hub.masks import (
@@ -65,8 +66,7 @@ class Gemma3nAttention(KerasHubAttention):
         attention_dropout, attention_bias, rms_norm_eps,
         rope_max_wavelength, rope_scaling_factor, sliding_window,
         is_kv_shared_layer: keras-hub's `Gemma3nTextAttention`'s.
-        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, ...) and the base layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     _projection_names = PROJ_NAMES
@@ -101,14 +101,13 @@ class Gemma3nAttention(KerasHubAttention):
         }
         super().__init__(
             config,
+            **ported_arguments(
+                num_attention_heads, num_key_value_heads, attention_bias
+            ),
             head_dim=head_dim,
-            num_query_heads=num_attention_heads,
-            num_key_value_heads=num_key_value_heads,
-            use_bias=attention_bias,
             dropout=attention_dropout,
             sliding_window=sliding_window,
             scale=1.0,
-            kernel_layout="flat",
             cache_layout="heads_first",
             rotary_embedding=RotaryEmbedding(
                 max_wavelength=rope_max_wavelength,

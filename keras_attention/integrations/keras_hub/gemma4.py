@@ -114,8 +114,7 @@ class Gemma4Attention(_KerasHubWindow, KerasHubAttention):
         is_global_attention, is_kv_shared_layer, attention_k_eq_v,
         num_global_key_value_heads, dropout: keras-hub's
             `Gemma4TextAttention`'s.
-        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, ...) and the base layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     # keras-hub builds the key norm, the value norm, then the query norm.

@@ -44,9 +44,8 @@ class GptOssAttention(KerasHubRotaryAttention):
             0 is no window.
         **kwargs: `sliding_window_keys`: `"keras_hub"` (keras-hub's `w + 1`
             keys, the default, so outputs match keras-hub's model) or
-            `"paper"` (the model card's `w`); `GroupedQueryAttention`'s
-            other arguments (`chunk_size`, `flash_attention`,
-            `cache_dtype`, ...) and the base layer's.
+            `"paper"` (the model card's `w`); our other options (see
+            `KerasHubAttention`).
     """
 
     def __init__(

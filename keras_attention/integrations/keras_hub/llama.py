@@ -25,8 +25,7 @@ class LlamaAttention(KerasHubRotaryAttention):
         rope_low_freq_factor, rope_high_freq_factor,
         rope_pretraining_sequence_length, kernel_initializer, dropout:
             keras-hub's `LlamaAttention`'s.
-        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     def __init__(

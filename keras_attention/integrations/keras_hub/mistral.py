@@ -31,8 +31,7 @@ class MistralAttention(KerasHubRotaryAttention):
         head_dim: keras-hub's `CachedMistralAttention`'s; `sliding_window`
             (None: no window) keeps a query to the `sliding_window` most
             recent keys, itself included.
-        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     def __init__(

@@ -28,8 +28,7 @@ class MixtralAttention(MistralAttention):
             keras-hub's `CachedMixtralAttention`'s; `sliding_window` (None:
             no window) keeps a query to the `sliding_window` most recent
             keys, itself included.
-        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     def __init__(self, *args, **kwargs):

@@ -37,8 +37,7 @@ class Phi3Attention(KerasHubRotaryAttention):
         rope_max_wavelength, rope_scaling_type, rope_scaling_short_factor,
         rope_scaling_long_factor: keras-hub's `Phi3Attention`'s; the scaling
             factors are lists of `head_dim / 2` floats.
-        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     def __init__(

@@ -51,8 +51,7 @@ class QwenAttention(KerasHubRotaryAttention):
         rope_scaling_factor, kernel_initializer, bias_initializer, dropout,
         use_sliding_window_attention, sliding_window_size: keras-hub's
             `QwenAttention`'s.
-        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     def __init__(
@@ -90,8 +89,7 @@ class QwenMoeAttention(QwenAttention):
         rope_scaling_factor, kernel_initializer, bias_initializer, dropout,
         use_sliding_window_attention, sliding_window_size: keras-hub's
             `QwenMoeAttention`'s.
-        **kwargs: `GroupedQueryAttention`'s other arguments and the base
-            layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
 
@@ -109,8 +107,7 @@ class Qwen3Attention(KerasHubRotaryAttention):
         num_query_heads, num_key_value_heads, head_dim, rope_max_wavelength,
         rope_scaling_factor, kernel_initializer, dropout, layer_norm_epsilon,
         sliding_window_size: keras-hub's `Qwen3Attention`'s.
-        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     # keras-hub's norm class of the family (`Qwen3MoeLayerNorm` for the MoE).
@@ -154,8 +151,7 @@ class Qwen3MoeAttention(Qwen3Attention):
         num_query_heads, num_key_value_heads, head_dim, rope_max_wavelength,
         rope_scaling_factor, kernel_initializer, dropout, layer_norm_epsilon,
         sliding_window_size: keras-hub's `Qwen3MoeAttention`'s.
-        **kwargs: `GroupedQueryAttention`'s other arguments and the base
-            layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     norm_class = Qwen3MoeLayerNorm

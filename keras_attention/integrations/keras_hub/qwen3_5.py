@@ -128,8 +128,7 @@ class Qwen3_5Attention(KerasHubRotaryAttention):
             keras-hub's unfused path, TensorFlow's, the last
             `sliding_window_size` keys) or `"paper"` (every earlier key:
             keras-hub's fused path on JAX and PyTorch, and Hugging Face's);
-            `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+            our other options (see `KerasHubAttention`).
     """
 
     def __init__(
@@ -174,23 +173,12 @@ class Qwen3_5Attention(KerasHubRotaryAttention):
         if keys != "keras_hub":
             self.keras_hub_config["sliding_window_keys"] = keys
 
-    def call(
-        self,
-        hidden_states,
-        attention_mask=None,
-        cache=None,
-        cache_update_index=None,
-        position_ids=None,
-        training=None,
-    ):
-        return super().call(
-            hidden_states,
-            attention_mask=attention_mask,
-            cache=cache,
-            cache_update_index=cache_update_index,
-            training=training,
-            positions=position_ids,
-        )
+    def __call__(self, *args, position_ids=None, **kwargs):
+        # keras-hub's block names the rotary positions `position_ids`; our
+        # call (`KerasHubAttention`'s) takes them as `positions`.
+        if position_ids is not None:
+            kwargs["positions"] = position_ids
+        return super().__call__(*args, **kwargs)
 
 
 class Qwen3_5TransformerDecoder(

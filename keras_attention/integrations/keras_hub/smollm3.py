@@ -25,6 +25,7 @@ from keras_attention.integrations.keras_hub.attention import (
     PROJ_NAMES,
     KerasHubAttention,
     keras_hub_arguments,
+    ported_arguments,
 )
 from keras_attention.integrations.keras_hub.masks import HandsMaskParts
 from keras_attention.integrations.keras_hub.swap import block_family
@@ -75,8 +76,7 @@ class SmolLM3Attention(KerasHubAttention):
         layer_types, layer_idx, max_position_embeddings, rope_theta,
         partial_rotary_factor: keras-hub's `SmolLM3Attention`'s
             (`attention_dropout` unused, as in keras-hub).
-        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, `cache_dtype`, ...) and the base layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     _projection_names = PROJ_NAMES
@@ -115,12 +115,11 @@ class SmolLM3Attention(KerasHubAttention):
         )
         super().__init__(
             config,
+            **ported_arguments(
+                num_attention_heads, num_key_value_heads, attention_bias
+            ),
             head_dim=hidden_size // num_attention_heads,
-            num_query_heads=num_attention_heads,
-            num_key_value_heads=num_key_value_heads,
-            use_bias=attention_bias,
             use_output_bias=False,
-            kernel_layout="flat",
             rotary_embedding=rotary if use_rope else None,
             **kwargs,
         )

@@ -107,9 +107,8 @@ class T5GemmaAttention(CacheShapes, KerasHubAttention):
         attn_logit_softcapping, rope_max_wavelength: keras-hub's
             `T5GemmaAttention`'s.
         **kwargs: `sliding_window_keys`: `"keras_hub"` (the default) or
-            `"paper"`, the window convention (see the module);
-            `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, ...) and the base layer's.
+            `"paper"`, the window convention (see the module); our other
+            options (see `KerasHubAttention`).
     """
 
     def __init__(

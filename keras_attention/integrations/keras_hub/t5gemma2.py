@@ -195,8 +195,7 @@ class T5Gemma2Attention(_T5Gemma2Attention):
         attention_dropout, attn_logit_softcapping, rope_max_wavelength,
         rope_scaling_factor, use_query_key_norm, rms_norm_eps: keras-hub's
             `T5Gemma2Attention`'s.
-        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, ...) and the base layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     def __init__(
@@ -274,8 +273,7 @@ class T5Gemma2MergedAttention(_T5Gemma2Attention):
         attn_logit_softcapping, rope_max_wavelength, rope_scaling_factor,
         use_query_key_norm, rms_norm_eps: keras-hub's
             `T5Gemma2MergedAttention`'s.
-        **kwargs: `GroupedQueryAttention`'s other arguments (`chunk_size`,
-            `flash_attention`, ...) and the base layer's.
+        **kwargs: our options (see `KerasHubAttention`).
     """
 
     def __init__(
