@@ -215,23 +215,73 @@ def dot_product_attention(
     _check_mods(score_mod, score_mod_inputs, mask_mod)
     sinks = check_sinks(sinks, q_shape[2])
     words = attention_dropout_words(dropout_rate, seed, query)
-    spec, path = _plan(
-        locals(), scale=scale, score_mod_inputs=score_mod_inputs, dropout_words=words
+    spec = _spec(
+        q_shape,
+        k_shape,
+        scale=scale,
+        dropout_rate=dropout_rate,
+        dropout_words=words,
+        query_offset=query_offset,
+        mask=mask,
+        bias=bias,
+        is_causal=is_causal,
+        sliding_window=sliding_window,
+        segment_ids=segment_ids,
+        mask_mod=mask_mod,
+        alibi_slopes=alibi_slopes,
+        score_mod=score_mod,
+        score_mod_inputs=score_mod_inputs,
+        soft_cap=attn_logits_soft_cap,
     )
-    results = _run(path, spec, locals())
+    # Sinks are applied from the log-sum-exp: only paths that return it.
+    needs_lse = return_lse or sinks is not None
+    path = plan_kernel(
+        spec,
+        query,
+        value,
+        flash_attention=flash_attention,
+        chunk_size=chunk_size,
+        return_weights=return_weights,
+        return_lse=needs_lse,
+    )
+    results = _run(
+        path,
+        query,
+        key,
+        value,
+        spec,
+        chunk_size,
+        return_weights,
+        needs_lse,
+        flash_attention=flash_attention,
+        mask=mask,
+        is_causal=is_causal,
+        sliding_window=sliding_window,
+        query_offset=query_offset,
+    )
     if sinks is None:
         return results
     return apply_sinks(results, sinks, return_weights, return_lse)
 
 
-def _run(path, spec, arguments):
+def _run(
+    path,
+    query,
+    key,
+    value,
+    spec,
+    chunk_size,
+    return_weights,
+    return_lse,
+    *,
+    flash_attention,
+    mask,
+    is_causal,
+    sliding_window,
+    query_offset,
+):
     """The call on `path`, falling back to a `keras.ops` path where a
-    kernel turns out unable to trace it; `arguments` are
-    `dot_product_attention`'s checked `locals()`. The mask, the causal mask,
-    the window and the query offset are the spec's."""
-    query, key, value = arguments["query"], arguments["key"], arguments["value"]
-    chunk_size, return_weights = arguments["chunk_size"], arguments["return_weights"]
-    return_lse = _returns_lse(arguments)
+    kernel turns out unable to trace it."""
     # Keys and values no query may see are never read: the standard path
     # zeroes them from the full dense mask it builds, the chunked path and
     # the Pallas kernel in each partial tile, SDPA from its dense mask; the
@@ -239,17 +289,17 @@ def _run(path, spec, arguments):
     if path in KERNELS:
         query_length, key_length = _length(query, 1), _length(key, 1)
         reach = None
-        if spec.window is not None:
+        if sliding_window is not None:
             reach = _window_reach(
-                query_length, key_length, spec.window, spec.query_offset
+                query_length, key_length, sliding_window, query_offset
             )
         attended = _attended_keys(
-            merge_masks(spec.mask, reach),
-            spec.is_causal,
+            merge_masks(mask, reach),
+            is_causal,
             query_length,
             key_length,
             key.shape[2],
-            spec.query_offset,
+            query_offset,
         )
         kinds = spec.mask_kinds()
         # (Padding over the keys beside the causal mask or a window is
@@ -281,7 +331,7 @@ def _run(path, spec, arguments):
                 f"{error} The call takes the `keras.ops` path instead.",
                 stacklevel=3,
             )
-            path = keras_ops_path(spec, query, value, arguments["flash_attention"])
+            path = keras_ops_path(spec, query, value, flash_attention)
     if path == "chunked":
         return _chunked(query, key, value, spec, chunk_size, return_lse)
     return _standard(query, key, value, spec, return_weights, return_lse)
@@ -373,58 +423,33 @@ def attention_path(
     if mask is not None:
         mask = ops.convert_to_tensor(mask)
     check_dropout_rate(dropout_rate)
-    # The values stand in for the keys: the spec reads only their batch and
-    # length.
-    q_shape, k_shape = static_shape(query), static_shape(value)
-    _, path = _plan(locals(), scale=None)
-    return path
-
-
-# The arguments of `dot_product_attention` and `attention_path` (the same
-# names in both) that `_plan` passes to the spec as they are.
-_SPEC_ARGUMENTS = (
-    "query_offset",
-    "mask",
-    "bias",
-    "is_causal",
-    "sliding_window",
-    "segment_ids",
-    "mask_mod",
-    "alibi_slopes",
-    "score_mod",
-    "dropout_rate",
-)
-
-
-def _plan(arguments, **spec_arguments):
-    """The call's `AttentionSpec` and the path `plan_kernel` picks for it,
-    out of `arguments`, the checked `locals()` of `dot_product_attention` or
-    `attention_path` (with the static shapes `q_shape` and `k_shape`);
-    `spec_arguments` are the spec's arguments that differ between the two."""
-    query, value = arguments["query"], arguments["value"]
+    q_shape, v_shape = static_shape(query), static_shape(value)
     spec = _spec(
-        arguments["q_shape"],
-        arguments["k_shape"],
-        **{name: arguments[name] for name in _SPEC_ARGUMENTS},
-        soft_cap=arguments["attn_logits_soft_cap"],
-        **spec_arguments,
+        q_shape,
+        v_shape,
+        scale=None,
+        query_offset=query_offset,
+        mask=mask,
+        bias=bias,
+        is_causal=is_causal,
+        sliding_window=sliding_window,
+        segment_ids=segment_ids,
+        mask_mod=mask_mod,
+        alibi_slopes=alibi_slopes,
+        score_mod=score_mod,
+        score_mod_inputs=(),
+        soft_cap=attn_logits_soft_cap,
+        dropout_rate=dropout_rate,
     )
-    path = plan_kernel(
+    return plan_kernel(
         spec,
         query,
         value,
-        flash_attention=arguments["flash_attention"],
-        chunk_size=arguments["chunk_size"],
-        return_weights=arguments["return_weights"],
-        return_lse=_returns_lse(arguments),
+        flash_attention=flash_attention,
+        chunk_size=chunk_size,
+        return_weights=return_weights,
+        return_lse=return_lse or sinks is not None,
     )
-    return spec, path
-
-
-def _returns_lse(arguments):
-    """Whether the path returns the log-sum-exp: asked for, or for the
-    sinks, which are applied from it."""
-    return arguments["return_lse"] or arguments["sinks"] is not None
 
 
 def _window_reach(query_length, key_length, window, query_offset=0):
