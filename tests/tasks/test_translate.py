@@ -56,13 +56,14 @@ def resumed_run(tmp_path_factory):
     # The run that finishes writes its output to a file, as `> log` does.
     log = out.parent / "finished.log"
     errors = run_cli_to_file(args, log)
+    text = log.read_text()
     return {
         "out": out,
         "stopped": stopped,
         "epochs_after_stop": epochs_after_stop,
         "model_after_stop": model_after_stop,
-        "finished": log.read_text() + errors,
-        "log": log.read_text(),
+        "finished": text + errors,
+        "log": text,
     }
 
 
