@@ -358,7 +358,7 @@ def quantize_rows(x):
     max|x| / 127` per row (`QUANTIZED_CACHE_SCALE_DTYPE`; a row of zeros
     gets the code of scale 0)."""
     x = ops.cast(x, "float32")
-    scale = ops.max(ops.abs(x), axis=-1) / _INT8_MAX
+    scale = ops.amax(ops.abs(x), axis=-1) / _INT8_MAX
     nonzero = scale > 0
     log_scale = ops.log2(ops.where(nonzero, scale, ops.ones_like(scale)))
     codes = ops.clip(

@@ -26,7 +26,11 @@ from keras import backend, ops
 
 from keras_attention.ops.mods import evaluate_mask_mod, evaluate_score_mod, index_grids
 from keras_attention.ops.spec import FULL, PARTIAL, BlockGrid
-from keras_attention.utils.backend import hoist_closure, vector_jacobian_product
+from keras_attention.utils.backend import (
+    hoist_closure,
+    is_traced,
+    vector_jacobian_product,
+)
 
 # A finite stand-in for -inf, safe in float32 (the compute dtype here).
 _NEG = -1e30
@@ -79,12 +83,36 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
     # Partial tiles are masked inside; full ones, where every query sees every
     # key, skip the mask (most of them under a causal mask at long lengths);
     # empty ones are never visited. `masked` keys the lists.
-    block_map = spec.block_map(grid, tile_mask)
-    kinds = {True: ops.equal(block_map, PARTIAL), False: ops.equal(block_map, FULL)}
-    key_visits = {masked: _visit_lists(kind) for masked, kind in kinds.items()}
-    query_visits = {
-        masked: _visit_lists(ops.transpose(kind)) for masked, kind in kinds.items()
-    }
+    # torch.compile traces loops in Python: a trip count read from a tensor
+    # breaks its graph (3 x 3 causal tiles: 49 graphs, now 9 on Keras 3.15).
+    # There every tile is visited, masked, in loops of fixed length.
+    every_tile = backend.backend() == "torch" and is_traced(query)
+    key_visits = query_visits = {}
+    if not every_tile:
+        block_map = spec.block_map(grid, tile_mask)
+        kinds = {
+            True: ops.equal(block_map, PARTIAL),
+            False: ops.equal(block_map, FULL),
+        }
+        key_visits = {masked: _visit_lists(kind) for masked, kind in kinds.items()}
+        query_visits = {
+            masked: _visit_lists(ops.transpose(kind)) for masked, kind in kinds.items()
+        }
+
+    def loops(visits, row, num_blocks):
+        """`(masked, block of step n, steps)` of each loop over the tiles of
+        block `row`: first the partial tiles, then the full ones."""
+        if every_tile:
+            return [(True, lambda n: n, num_blocks)]
+        return [
+            (
+                masked,
+                lambda n, order=order: ops.take(order, row * num_blocks + n),
+                ops.take(counts, row),
+            )
+            for masked, (order, counts) in visits.items()
+        ]
+
     mask_mod, score_mod = spec.mask_mod, spec.score_mod
 
     def transform(raw, grids, inputs):
@@ -156,17 +184,19 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
         def query_step(i, carry):
             output, log_sum_exp = carry
 
-            def key_step(masked, order):
+            def key_step(masked, block_of):
                 def step(n, state):
                     acc, running_max, normalizer = state
-                    j = ops.take(order, i * num_key_blocks + n)
+                    j = block_of(n)
                     _, raw, valid, grids, _, v_tile = tile(
                         q_scaled, k, v, inputs, i, j, masked
                     )
                     scores = transform(raw, grids, inputs)
                     if masked:
                         scores = ops.where(valid, scores, _NEG)
-                    new_max = ops.maximum(running_max, ops.max(scores, axis=-1))
+                    # `amax`: Keras' `max` on PyTorch breaks torch.compile's
+                    # graph (it reads the result's `.values`).
+                    new_max = ops.maximum(running_max, ops.amax(scores, axis=-1))
                     weights = ops.exp(scores - new_max[..., None])
                     if masked:
                         weights = ops.where(valid, weights, 0.0)
@@ -186,10 +216,8 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
                 ops.full((batch, heads, chunk_size), _NEG, compute_dtype),
                 ops.zeros((batch, heads, chunk_size), compute_dtype),
             )
-            for masked, (order, counts) in key_visits.items():
-                state = ops.fori_loop(
-                    0, ops.take(counts, i), key_step(masked, order), state
-                )
+            for masked, block_of, steps in loops(key_visits, i, num_key_blocks):
+                state = ops.fori_loop(0, steps, key_step(masked, block_of), state)
             acc, running_max, normalizer = state
             has_keys = ops.greater(normalizer, 0.0)
             safe = ops.where(has_keys, normalizer, 1.0)
@@ -218,10 +246,10 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
         def key_step(j, carry):
             grad_q, grad_k, grad_v, grad_inputs = carry
 
-            def query_step(masked, order):
+            def query_step(masked, block_of):
                 def step(n, state):
                     grad_q, grad_k_tile, grad_v_tile, grad_inputs = state
-                    i = ops.take(order, j * num_query_blocks + n)
+                    i = block_of(n)
                     q_tile, raw, valid, grids, k_tile, v_tile = tile(
                         q_scaled, k, v, inputs, i, j, masked
                     )
@@ -280,10 +308,8 @@ def chunked_attention(query, key, value, spec, *, chunk_size, return_lse=False):
                 ops.zeros((batch, heads, chunk_size, value_depth), compute_dtype),
                 grad_inputs,
             )
-            for masked, (order, counts) in query_visits.items():
-                state = ops.fori_loop(
-                    0, ops.take(counts, j), query_step(masked, order), state
-                )
+            for masked, block_of, steps in loops(query_visits, j, num_query_blocks):
+                state = ops.fori_loop(0, steps, query_step(masked, block_of), state)
             grad_q, grad_k_tile, grad_v_tile, grad_inputs = state
             start = (0, 0, j * chunk_size, 0)
             grad_k = ops.slice_update(grad_k, start, grad_k_tile)

@@ -276,7 +276,7 @@ def _reached_by_queries(query_mask, key_length, is_causal):
             (ops.shape(query_mask)[0], key_length),
         )
     positions = ops.arange(ops.shape(query_mask)[1], dtype="int32")
-    last = ops.max(ops.where(query_mask, positions[None, :], -1), axis=1)
+    last = ops.amax(ops.where(query_mask, positions[None, :], -1), axis=1)
     keys = ops.arange(key_length, dtype="int32")
     return ops.less_equal(keys[None, :], last[:, None])
 

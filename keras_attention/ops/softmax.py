@@ -54,5 +54,5 @@ def _softmax(logits, axis):
     takes one axis of a tensor of at most 5 dimensions)."""
     if isinstance(axis, int) or len(axis) == 1:
         return ops.softmax(logits, axis=axis if isinstance(axis, int) else axis[0])
-    exps = ops.exp(logits - ops.max(logits, axis=axis, keepdims=True))
+    exps = ops.exp(logits - ops.amax(logits, axis=axis, keepdims=True))
     return exps / ops.sum(exps, axis=axis, keepdims=True)

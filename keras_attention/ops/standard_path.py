@@ -51,7 +51,7 @@ def _attend_normalizing_last(query, key, value, spec, return_lse=False):
     if mask is not None:
         scores = ops.where(mask, scores, ops.cast(MASKED_SCORE, compute_dtype))
     # The maximum only keeps `exp` in range: the result does not depend on it.
-    peak = ops.stop_gradient(ops.max(scores, axis=-1, keepdims=True))
+    peak = ops.stop_gradient(ops.amax(scores, axis=-1, keepdims=True))
     # Masked scores underflow to exactly 0 once exponentiated, unless the
     # whole row is masked (its maximum is MASKED_SCORE itself): that row is
     # zeroed at the end, on (T, head_dim) outputs rather than (T, S) weights.
@@ -259,7 +259,9 @@ def _weights(query, key, spec, return_lse=False, value=None):
     attends = None
     if mask is not None:
         scores = ops.where(mask, scores, MASKED_SCORE)
-        attends = ops.greater(ops.max(scores, axis=-1, keepdims=True), MASKED_SCORE / 2)
+        attends = ops.greater(
+            ops.amax(scores, axis=-1, keepdims=True), MASKED_SCORE / 2
+        )
     lse = ops.logsumexp(scores, axis=-1, keepdims=True)
     return weights, _finite_rows_lse(lse, attends), value
 
