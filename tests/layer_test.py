@@ -39,6 +39,23 @@ def _is_array(x):
     return isinstance(x, np.ndarray)
 
 
+def decode_token_by_token(layer, x, cache):
+    """Causal self-attention of `layer` over `x` one token at a time through
+    `cache`, as generation calls it: the step outputs joined along time (as
+    `as_numpy` gives them), and the cache after the last step."""
+    steps = []
+    for t in range(x.shape[1]):
+        out, cache = layer(
+            x[:, t : t + 1],
+            x[:, t : t + 1],
+            use_causal_mask=True,
+            cache=cache,
+            cache_update_index=t,
+        )
+        steps.append(as_numpy(out))
+    return np.concatenate(steps, axis=1), cache
+
+
 def _call(layer, inputs, kwargs):
     """Calls `layer` as the harness's callers describe it: a dict of inputs
     gives keyword arguments, anything else the first positional one."""

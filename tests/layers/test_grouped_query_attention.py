@@ -6,7 +6,7 @@ from keras import ops
 from keras_attention.layers import GroupedQueryAttention, MultiHeadAttention
 from tests import numpy_reference as ref
 from tests.keras_versions import skip_unless_keras_accepts
-from tests.layer_test import run_layer_test
+from tests.layer_test import decode_token_by_token, run_layer_test
 
 rng = np.random.default_rng(0)
 B, T, S, D = 2, 6, 9, 16
@@ -130,17 +130,8 @@ def test_cache_holds_only_the_key_value_heads_and_decodes_like_one_pass():
     full = np_(layer(x, x, use_causal_mask=True))
     cache = layer.initial_cache(B, T)
     assert tuple(cache.shape) == (B, 2, T, 2, 4)  # half a multi-head cache
-    steps = []
-    for t in range(T):
-        out, cache = layer(
-            x[:, t : t + 1],
-            x[:, t : t + 1],
-            use_causal_mask=True,
-            cache=cache,
-            cache_update_index=t,
-        )
-        steps.append(np_(out))
-    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+    decoded, cache = decode_token_by_token(layer, x, cache)
+    np.testing.assert_allclose(decoded, full, atol=1e-5)
 
 
 def test_a_cache_with_every_head_is_refused():

@@ -11,7 +11,11 @@ from keras_attention.layers import (
     TokenAndPositionEmbedding,
 )
 from tests.keras_versions import requires_keras_3_15_files, skip_unless_keras_accepts
-from tests.layer_test import assert_saved_model_matches, run_layer_test
+from tests.layer_test import (
+    assert_saved_model_matches,
+    decode_token_by_token,
+    run_layer_test,
+)
 
 rng = np.random.default_rng(0)
 B, T, S, D = 2, 5, 7, 16
@@ -153,17 +157,8 @@ def test_incremental_decoding_with_cache_matches_one_causal_pass():
     x = rng.normal(size=(B, T, D)).astype("float32")
     full = np_(layer(x, x, use_causal_mask=True))
     cache = layer.initial_cache(B, T)
-    steps = []
-    for t in range(T):
-        out, cache = layer(
-            x[:, t : t + 1],
-            x[:, t : t + 1],
-            use_causal_mask=True,
-            cache=cache,
-            cache_update_index=t,
-        )
-        steps.append(np_(out))
-    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+    decoded, cache = decode_token_by_token(layer, x, cache)
+    np.testing.assert_allclose(decoded, full, atol=1e-5)
     assert tuple(cache.shape) == (B, 2, T, 2, 8)
 
 

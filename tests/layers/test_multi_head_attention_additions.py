@@ -15,7 +15,7 @@ from keras_attention.layers import (
 )
 from keras_attention.ops import alibi_slopes
 from tests import numpy_reference as ref
-from tests.layer_test import run_layer_test
+from tests.layer_test import decode_token_by_token, run_layer_test
 
 rng = np.random.default_rng(0)
 B, T, S, D = 2, 5, 7, 16
@@ -101,17 +101,8 @@ def test_positions_decode_with_the_cache_like_one_causal_pass(
     x = rng.normal(size=(B, 9, D)).astype("float32")
     full = np_(layer(x, x, use_causal_mask=True))
     cache = layer.initial_cache(B, 9)
-    steps = []
-    for t in range(9):
-        out, cache = layer(
-            x[:, t : t + 1],
-            x[:, t : t + 1],
-            use_causal_mask=True,
-            cache=cache,
-            cache_update_index=t,
-        )
-        steps.append(np_(out))
-    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+    decoded, cache = decode_token_by_token(layer, x, cache)
+    np.testing.assert_allclose(decoded, full, atol=1e-5)
 
 
 @pytest.mark.parametrize("attention_positions", ["rotary", "alibi"])
@@ -395,18 +386,9 @@ def test_an_int8_cache_decodes_close_to_the_float_cache(make):
     assert ops.convert_to_numpy(scales).dtype == np.int16
     assert tuple(values.shape) == (B, 2, T, 2, 16)
     assert tuple(scales.shape) == (B, 2, T, 2)  # one scale per row of key_dim
-    steps = []
-    for t in range(T):
-        out, cache = layer(
-            x[:, t : t + 1],
-            x[:, t : t + 1],
-            use_causal_mask=True,
-            cache=cache,
-            cache_update_index=t,
-        )
-        steps.append(np_(out))
+    decoded, cache = decode_token_by_token(layer, x, cache)
     # Each key and value is within half a step (max|row| / 254) of its own.
-    np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=3e-2)
+    np.testing.assert_allclose(decoded, full, atol=3e-2)
     # 2 * 2 heads * (16 + 2) bytes, against 2 * 2 * 16 * 4 in float32.
     float_cache = make().initial_cache(B, T)
     assert cache_bytes_per_token(cache) == 2 * 2 * (16 + 2)

@@ -14,6 +14,7 @@ from keras_attention.layers import (
     RotaryEmbedding,
 )
 from keras_attention.ops.attention import dot_product_attention
+from tests.layer_test import decode_token_by_token
 from tests.layers.test_attention_options import close, layer, numpy, x
 
 
@@ -100,17 +101,8 @@ def test_packed_gate_decodes_step_by_step_as_in_one_call():
     expected = attention(inputs, inputs, use_causal_mask=True)
     for dtype in (None, "int8"):
         cache = attention.initial_cache(2, 5, dtype=dtype)
-        steps = []
-        for t in range(5):
-            step, cache = attention(
-                inputs[:, t : t + 1],
-                inputs[:, t : t + 1],
-                cache=cache,
-                cache_update_index=t,
-                use_causal_mask=True,
-            )
-            steps.append(numpy(step))
-        close(np.concatenate(steps, axis=1), expected, 1e-5 if dtype is None else 0.1)
+        decoded, _ = decode_token_by_token(attention, inputs, cache)
+        close(decoded, expected, 1e-5 if dtype is None else 0.1)
 
 
 def test_packed_gate_config_round_trip(tmp_path):
