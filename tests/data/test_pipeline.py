@@ -68,6 +68,40 @@ def test_encode_texts_start_end_and_truncation(tokenizers):
         encode_texts([text], tokenizer, 1, add_start=True, add_end=True)
 
 
+def test_encode_texts_takes_any_keras_hub_tokenizer(tokenizers, pairs):
+    """Byte-pair merges (their loops written as TensorFlow ops) and a
+    tokenizer that pads to its `sequence_length` give each text's own tokens;
+    the cached graph keeps no tokenizer alive."""
+    import gc
+    import weakref
+
+    import keras_hub
+
+    from keras_attention.data import pipeline
+
+    vocabulary = {"[PAD]": 0, "a": 1, "b": 2, "ab": 3, "Ġ": 4, "Ġa": 5, "Ġab": 6}
+    byte_pair = keras_hub.tokenizers.BytePairTokenizer(
+        vocabulary, ["a b", "Ġ a", "Ġa b"]
+    )
+    texts = ["ab a", "b ab ab", "a"]
+    ids = encode_texts(texts, byte_pair, 6)
+    for row, text in zip(ids, texts, strict=True):
+        expected = list(byte_pair.tokenize(text))
+        assert row.tolist() == expected + [PAD_ID] * (6 - len(expected))
+    word_piece = train_word_piece([s for s, _ in pairs], 200)
+    word_piece.sequence_length = 8
+    texts = [s for s, _ in pairs[:5]]
+    ids = encode_texts(texts, word_piece, 12)
+    for row, text in zip(ids, texts, strict=True):
+        expected = [int(i) for i in word_piece.tokenize(text) if i != PAD_ID]
+        assert row.tolist() == expected + [PAD_ID] * (12 - len(expected))
+    cached = len(pipeline._TOKENIZE_GRAPHS)
+    reference = weakref.ref(word_piece)
+    del word_piece
+    gc.collect()
+    assert reference() is None and len(pipeline._TOKENIZE_GRAPHS) == cached - 1
+
+
 def test_translation_dataset(tokenizers, pairs, lengths):
     source_tokenizer, target_tokenizer = tokenizers
     max_source_length = lengths[0].max()
