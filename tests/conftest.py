@@ -18,11 +18,11 @@ os.environ.setdefault(
     "--xla_cpu_use_fusion_emitters=false",
 )
 
-import keras  # noqa: E402
 import pytest  # noqa: E402
 
-from keras_attention.data.packages import installed  # noqa: E402
-from keras_attention.utils.backend import variable_gradients  # noqa: E402
+# Keras and the package are imported where they are used: pytest-xdist's
+# controlling process loads this file too, and runs no test; importing Keras
+# there (TensorFlow, 6 s of CPU) slowed the workers' start beside it.
 
 # Tests that share a fixture which trains a model are marked
 # `xdist_group(<fixture name>)`: CI's slow tier (`--dist loadgroup`) runs each
@@ -37,6 +37,8 @@ def pytest_collection_modifyitems(items):
     Debian packages, and skips, naming them, where one is missing or hidden
     by KERAS_ATTENTION_HIDE_PACKAGES (a skip mark is read before any fixture
     is set up, so a module fixture that loads the data is not reached)."""
+    from keras_attention.data.packages import installed
+
     for item in items:
         for marker in item.iter_markers("needs_package"):
             missing = [name for name in marker.args if not installed(name)]
@@ -47,6 +49,8 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(autouse=True)
 def _seed():
+    import keras
+
     keras.utils.set_random_seed(1234)
     yield
     keras.config.set_dtype_policy("float32")
@@ -55,6 +59,8 @@ def _seed():
 @pytest.fixture(params=["bfloat16", "float16"])
 def floatx(request):
     """A 16-bit `keras.config.floatx()` for one test, as a user sets it."""
+    import keras
+
     before = keras.config.floatx()
     keras.config.set_floatx(request.param)
     # What set_floatx alone gives a user: the default policy follows floatx
@@ -67,6 +73,10 @@ def floatx(request):
 def trainable_gradients(variables, loss_fn):
     """Gradients of `loss_fn()` with respect to `variables` on any backend, as
     NumPy arrays."""
+    import keras
+
+    from keras_attention.utils.backend import variable_gradients
+
     grads = variable_gradients(variables, loss_fn)
     return [keras.ops.convert_to_numpy(g) for g in grads]
 
