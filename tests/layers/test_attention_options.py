@@ -15,6 +15,7 @@ from keras_attention.layers import (
     RotaryEmbedding,
 )
 from keras_attention.ops.attention import dot_product_attention
+from tests.layer_test import decode_token_by_token
 
 
 def numpy(t):
@@ -125,18 +126,10 @@ def test_value_norm_applies_before_the_values_are_cached():
     attention = layer(value_norm=keras.layers.RMSNormalization())
     inputs = x(length=5)
     expected = attention(inputs, inputs, use_causal_mask=True)
-    cache = ops.zeros((2, 2, 5, 2, 4))
-    outputs = []
-    for t in range(5):
-        step, cache = attention(
-            inputs[:, t : t + 1],
-            inputs[:, t : t + 1],
-            cache=cache,
-            cache_update_index=t,
-            use_causal_mask=True,
-        )
-        outputs.append(numpy(step))
-    close(np.concatenate(outputs, axis=1), expected, 1e-5)
+    outputs, cache = decode_token_by_token(
+        attention, inputs, ops.zeros((2, 2, 5, 2, 4))
+    )
+    close(outputs, expected, 1e-5)
     values = attention.value_norm(attention._value_dense(inputs))
     close(cache[:, 1], values, 1e-6)
 
