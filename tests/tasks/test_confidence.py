@@ -28,24 +28,30 @@ TEXTS = ["3 march 2021", "tue 04/05/99", "garbage text !!", "zzzz qqqq"]
 LENGTHS = {"max_source_length": 8, "max_target_length": 6}
 
 
-def stepwise_mean_log_prob(model, encoder_inputs, tokens):
-    """The mean of log_softmax(logits)[token] over `tokens` up to the first
-    [END], fed one at a time through the decoder's own step (the path of
-    `generate`), for one row."""
-    inputs = model.generation_inputs(np.asarray(encoder_inputs)[None])
-    cache = model.initial_cache(inputs, len(tokens))
-    previous = model.start_token_id
-    log_probs = []
-    for index, token in enumerate(int(t) for t in tokens):
+def stepwise_mean_log_probs(model, encoder_inputs, tokens):
+    """For each row, the mean of log_softmax(logits)[token] over its `tokens`
+    up to the first [END], fed one at a time through the decoder's own step
+    (the path of `generate`). The rows go through together, as in
+    `generate`; each is scored on its own tokens."""
+    tokens = np.asarray(tokens, "int32")
+    rows, length = tokens.shape
+    inputs = model.generation_inputs(np.asarray(encoder_inputs))
+    cache = model.initial_cache(inputs, length)
+    previous = np.full((rows,), model.start_token_id, "int32")
+    log_probs = np.zeros((rows, length), "float32")
+    for index in range(length):
         logits, cache = model.decode_step(
-            ops.convert_to_tensor([previous], "int32"), cache, index
+            ops.convert_to_tensor(previous, "int32"), cache, index
         )
-        step = np.asarray(ops.log_softmax(ops.cast(logits, "float32")))[0]
-        log_probs.append(step[token])
-        if token == END_ID:
-            break
-        previous = token
-    return float(np.mean(log_probs))
+        step = np.asarray(ops.log_softmax(ops.cast(logits, "float32")))
+        log_probs[:, index] = step[np.arange(rows), tokens[:, index]]
+        previous = tokens[:, index]
+    means = []
+    for row, row_log_probs in zip(tokens, log_probs, strict=True):
+        ends = np.flatnonzero(row == END_ID)
+        scored = ends[0] + 1 if len(ends) else length
+        means.append(float(np.mean(row_log_probs[:scored])))
+    return means
 
 
 def generated(model, source_ids, beam_width=1):
@@ -101,11 +107,11 @@ def test_translation_score_is_the_mean_log_prob_of_the_generated_tokens(
     )
     source_ids = encode_texts(TEXTS, model.source_tokenizer, model.max_source_length)
     tokens = generated(model, source_ids, beam_width)
-    for (_, score), source, row in zip(results, source_ids, tokens, strict=True):
+    expected = stepwise_mean_log_probs(model, source_ids, tokens)
+    for (_, score), want in zip(results, expected, strict=True):
         assert isinstance(score, float)
         assert score <= 0
-        expected = stepwise_mean_log_prob(model, source, row)
-        assert score == pytest.approx(expected, abs=1e-4)
+        assert score == pytest.approx(want, abs=1e-4)
 
 
 def test_only_the_tokens_up_to_end_are_scored(translator):
@@ -124,9 +130,8 @@ def test_only_the_tokens_up_to_end_are_scored(translator):
     scores = mean_log_probs(model, {"encoder_token_ids": sources}, tokens)
     assert scores.shape == (4,) and np.all(scores <= 0)
     assert scores[0] == pytest.approx(scores[1], abs=1e-6)
-    for score, row in zip(scores, tokens, strict=True):
-        expected = stepwise_mean_log_prob(model, source[0], row)
-        assert score == pytest.approx(expected, abs=1e-4)
+    expected = stepwise_mean_log_probs(model, sources, tokens)
+    np.testing.assert_allclose(scores, expected, atol=1e-4)
 
 
 def test_scores_do_not_depend_on_the_batch_size(translator):
@@ -165,10 +170,10 @@ def test_caption_score_is_the_mean_log_prob_of_the_generated_tokens(captioner):
         results = caption_with_confidence(captioner, images, beam_width=beam_width)
         captions, tokens = caption_images(captioner, images, beam_width=beam_width)
         assert [caption for caption, _ in results] == captions
-        for (_, score), image, row in zip(results, images, tokens, strict=True):
+        expected = stepwise_mean_log_probs(captioner, images, tokens)
+        for (_, score), want in zip(results, expected, strict=True):
             assert isinstance(score, float) and score <= 0
-            expected = stepwise_mean_log_prob(captioner, image, row)
-            assert score == pytest.approx(expected, abs=1e-4)
+            assert score == pytest.approx(want, abs=1e-4)
 
 
 def test_caption_files_with_confidence(captioner, tmp_path):
