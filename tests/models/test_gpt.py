@@ -21,21 +21,29 @@ def token_ids(rows=3, length=10, seed=0):
 numpy = keras.ops.convert_to_numpy
 
 
-def greedy_by_full_forward(model, prompt, max_length):
-    """Greedy continuation of one prompt with a full forward pass per token
-    (no cache): what `generate` must reproduce. Each pass reads the tokens
-    so far padded to `max_length`: the model is causal (tested below), so the
-    padding after the last token does not change its logits, and every pass
-    has one shape (on JAX each new shape compiles every op again)."""
-    tokens = list(prompt)
-    while len(tokens) < max_length:
-        padded = np.zeros((1, max_length), "int32")
-        padded[0, : len(tokens)] = tokens
-        logits = numpy(model(padded))[0, len(tokens) - 1]
-        tokens.append(int(np.argmax(logits)))
-        if tokens[-1] == model.end_token_id:
-            break
-    return tokens + [0] * (max_length - len(tokens))
+def greedy_by_full_forward(model, prompts, max_length):
+    """Greedy continuations of `prompts` (lists of token ids) with a full
+    forward pass per token (no cache): what `generate` must reproduce. Each
+    pass reads every row's tokens so far padded to `max_length`: the model is
+    causal (tested below), so the padding after a row's last token does not
+    change its logits, and every pass has one shape (on JAX each new shape
+    compiles every op again). A row ends at `max_length` or at a generated
+    end token; the rows share the passes, each read at its own last token."""
+    rows = [list(prompt) for prompt in prompts]
+
+    def running(tokens, prompt):
+        ended = len(tokens) > len(prompt) and tokens[-1] == model.end_token_id
+        return len(tokens) < max_length and not ended
+
+    while any(running(t, p) for t, p in zip(rows, prompts, strict=True)):
+        padded = np.zeros((len(rows), max_length), "int32")
+        for i, tokens in enumerate(rows):
+            padded[i, : len(tokens)] = tokens
+        logits = numpy(model(padded))
+        for i, (tokens, prompt) in enumerate(zip(rows, prompts, strict=True)):
+            if running(tokens, prompt):
+                tokens.append(int(np.argmax(logits[i, len(tokens) - 1])))
+    return [tokens + [0] * (max_length - len(tokens)) for tokens in rows]
 
 
 def test_logits_shape_and_causality():
@@ -96,9 +104,8 @@ def test_greedy_generation_continues_prompts_of_any_length(build):
     prompts[2, 1:] = 0
     tokens = numpy(model.generate(prompts, max_length=12))
     assert tokens.shape == (3, 12)
-    for row, prompt in zip(tokens, prompts, strict=True):
-        given = [int(t) for t in prompt if t]
-        assert row.tolist() == greedy_by_full_forward(model, given, 12)
+    given = [[int(t) for t in prompt if t] for prompt in prompts]
+    assert tokens.tolist() == greedy_by_full_forward(model, given, 12)
     np.testing.assert_array_equal(
         numpy(model.generate(prompts, max_length=12, jit_compile=False)), tokens
     )
@@ -112,7 +119,7 @@ def test_an_end_token_in_the_prompt_does_not_end_generation():
     generated = tokens[3:].tolist()
     if END in generated:  # padding after the first generated end token
         assert not any(generated[generated.index(END) + 1 :])
-    assert tokens.tolist() == greedy_by_full_forward(model, [END, 7, 8], 10)
+    assert [tokens.tolist()] == greedy_by_full_forward(model, [[END, 7, 8]], 10)
 
 
 @pytest.mark.parametrize(
@@ -300,9 +307,8 @@ def test_generation_goes_past_max_length_with_positions_computed_at_any_index():
     prompts[1] = token_ids(1, 20, seed=2)[0]
     tokens = numpy(model.generate(prompts, max_length=32))
     assert tokens.shape == (2, 32)
-    for row, prompt in zip(tokens, prompts, strict=True):
-        given = [int(t) for t in prompt if t]
-        assert row.tolist() == greedy_by_full_forward(model, given, 32)
+    given = [[int(t) for t in prompt if t] for prompt in prompts]
+    assert tokens.tolist() == greedy_by_full_forward(model, given, 32)
     assert model.initial_cache(2, 32)[0].shape[2] == 32  # sized for the request
 
 
