@@ -56,6 +56,30 @@ def decode_token_by_token(layer, x, cache):
     return np.concatenate(steps, axis=1), cache
 
 
+def each_document_alone(call, x, ids):
+    """What a packed call must give: `call` on each document of `x` by
+    itself (the positions where its row of `ids` holds one id), as
+    `as_numpy` gives it, put back at the document's positions. `x` may be a
+    tuple of arrays, cut alike and passed as `call`'s arguments. Documents of
+    one length, from any rows, go through `call` together, as a batch."""
+    ids = np.asarray(ids)
+    arrays = x if isinstance(x, tuple) else (x,)
+    documents = {}  # length -> [(row, positions)]
+    for b, row in enumerate(ids):
+        for document in np.unique(row):
+            where = row == document
+            documents.setdefault(int(where.sum()), []).append((b, where))
+    outputs = None
+    for group in documents.values():
+        batch = [np.stack([a[b, where] for b, where in group]) for a in arrays]
+        alone = as_numpy(call(*batch))
+        if outputs is None:
+            outputs = np.zeros(ids.shape + alone.shape[2:], alone.dtype)
+        for (b, where), document_output in zip(group, alone, strict=True):
+            outputs[b, where] = document_output
+    return outputs
+
+
 def _call(layer, inputs, kwargs):
     """Calls `layer` as the harness's callers describe it: a dict of inputs
     gives keyword arguments, anything else the first positional one."""

@@ -6,7 +6,11 @@ from keras import ops
 from keras_attention.layers import GroupedQueryAttention, MultiHeadAttention
 from tests import numpy_reference as ref
 from tests.keras_versions import skip_unless_keras_accepts
-from tests.layer_test import decode_token_by_token, run_layer_test
+from tests.layer_test import (
+    decode_token_by_token,
+    each_document_alone,
+    run_layer_test,
+)
 
 rng = np.random.default_rng(0)
 B, T, S, D = 2, 6, 9, 16
@@ -217,10 +221,5 @@ def test_packed_rows_match_each_document_alone(chunk_size, causal):
         head_dim=4, num_query_heads=4, num_key_value_heads=2, chunk_size=chunk_size
     )
     packed = np_(layer(x, x, use_causal_mask=causal, segment_ids=ids))
-    for b, row in enumerate(ids):
-        for document in np.unique(row):
-            where = row == document
-            alone = layer(
-                x[b : b + 1, where], x[b : b + 1, where], use_causal_mask=causal
-            )
-            np.testing.assert_allclose(packed[b, where], np_(alone)[0], atol=2e-6)
+    alone = each_document_alone(lambda d: layer(d, d, use_causal_mask=causal), x, ids)
+    np.testing.assert_allclose(packed, alone, atol=2e-6)

@@ -15,7 +15,7 @@ from keras_attention.layers import (
 )
 from keras_attention.ops import alibi_slopes
 from tests import numpy_reference as ref
-from tests.layer_test import decode_token_by_token, run_layer_test
+from tests.layer_test import decode_token_by_token, each_document_alone, run_layer_test
 
 rng = np.random.default_rng(0)
 B, T, S, D = 2, 5, 7, 16
@@ -197,17 +197,6 @@ def test_a_user_layer_wrapping_it_builds_on_a_variable_length_input():
 
 PACKED = rng.normal(size=(2, 9, D)).astype("float32")
 SEGMENTS = np.array([[1, 1, 1, 1, 2, 2, 2, 3, 3], [4, 4, 4, 4, 4, 4, 5, 5, 5]])
-
-
-def each_document_alone(call, x, ids):
-    """The outputs of `call(x_d)` for each document `d` of each row, put back
-    at the document's positions."""
-    outputs = np.zeros(x.shape[:2] + (call(x[:1, :1]).shape[-1],), "float32")
-    for b, row in enumerate(ids):
-        for document in np.unique(row):
-            where = row == document
-            outputs[b, where] = np_(call(x[b : b + 1, where]))[0]
-    return outputs
 
 
 @pytest.mark.parametrize("chunk_size", [None, 2])

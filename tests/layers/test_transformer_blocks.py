@@ -11,7 +11,7 @@ from keras_attention.layers import (
     TransformerEncoderBlock,
 )
 from tests.keras_versions import requires_keras_3_15_files
-from tests.layer_test import run_layer_test
+from tests.layer_test import each_document_alone, run_layer_test
 
 rng = np.random.default_rng(0)
 B, T, S, D = 2, 6, 5, 16
@@ -683,13 +683,9 @@ def test_decoder_query_with_no_key_gets_zeros_as_keras_hub_with_dropout():
 PACKED_IDS = np.array([[1, 1, 1, 2, 2, 2], [5, 5, 5, 5, 6, 6]])
 
 
-def assert_each_document_alone(call, packed, x=X, ids=PACKED_IDS):
-    packed = np_(packed)
-    for b, row in enumerate(ids):
-        for document in np.unique(row):
-            where = row == document
-            alone = np_(call(x[b : b + 1, where]))[0]
-            np.testing.assert_allclose(packed[b, where], alone, atol=2e-5)
+def assert_each_document_alone(call, packed):
+    alone = each_document_alone(call, X, PACKED_IDS)
+    np.testing.assert_allclose(np_(packed), alone, atol=2e-5)
 
 
 @pytest.mark.parametrize("chunk_size", [None, 2])

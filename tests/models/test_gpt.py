@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from keras_attention.models import GPT, LSTMLanguageModel
-from tests.layer_test import assert_saved_model_matches
+from tests.layer_test import assert_saved_model_matches, each_document_alone
 from tests.models.model_cases import LM_VOCABULARY, tiny_gpt, tiny_lstm_lm
 
 END = 3  # the models' end token in these tests
@@ -334,13 +334,9 @@ PACKED_TOKENS = np.array([[5, 6, 7, 8, 9, 10, 11, 12], [13, 14, 15, 16, 17, 18, 
 PACKED_IDS = np.array([[1, 1, 1, 2, 2, 2, 2, 2], [1, 1, 2, 2, 2, 2, 3, 3]])
 
 
-def assert_each_document_alone(model, packed, tokens=PACKED_TOKENS, ids=PACKED_IDS):
-    packed = numpy(packed)
-    for b, row in enumerate(ids):
-        for document in np.unique(row):
-            where = row == document
-            alone = numpy(model(tokens[b : b + 1, where]))[0]
-            np.testing.assert_allclose(packed[b, where], alone, atol=2e-5)
+def assert_each_document_alone(model, packed):
+    alone = each_document_alone(model, PACKED_TOKENS, PACKED_IDS)
+    np.testing.assert_allclose(numpy(packed), alone, atol=2e-5)
 
 
 @pytest.mark.parametrize("path", ["standard", "chunked"])

@@ -15,6 +15,7 @@ from keras_attention.ops import (
 )
 from keras_attention.utils.backend import compile_function, value_and_grad
 from tests.conftest import trainable_gradients
+from tests.layer_test import each_document_alone
 
 rng = np.random.default_rng(3)
 B, T, N, N_KV, H = 2, 21, 4, 2, 8  # 21: the last tile of 4 or 8 is padded
@@ -79,16 +80,12 @@ def test_packed_rows_equal_each_document_alone(path):
     got = np_(
         dot_product_attention(Q, K, V, is_causal=True, segment_ids=SEGMENTS, **path)
     )
-    for row in range(B):
-        for document in np.unique(SEGMENTS[row]):
-            where = np.flatnonzero(SEGMENTS[row] == document)
-            alone = dot_product_attention(
-                Q[row : row + 1, where],
-                K[row : row + 1, where],
-                V[row : row + 1, where],
-                is_causal=True,
-            )
-            close(got[row : row + 1, where], alone)
+    alone = each_document_alone(
+        lambda q, k, v: dot_product_attention(q, k, v, is_causal=True),
+        (Q, K, V),
+        SEGMENTS,
+    )
+    close(got, alone)
 
 
 @pytest.mark.parametrize("path", PATHS)
