@@ -412,7 +412,7 @@ def test_loads_pre_norm_blocks_saved_by_0_1_0():
     source = inputs.normal(size=(2, 5, 8)).astype("float32")
     target = inputs.normal(size=(2, 4, 8)).astype("float32")
     want = np.load(data / "blocks_saved_by_0_1_0_output.npy")
-    got = model.predict([source, target], verbose=0)
+    got = np_(model([source, target]))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -504,8 +504,7 @@ def test_gpt_example_with_three_heads_on_width_256_matches_keras_hub():
     # keras-hub's head size: the width floored by the heads.
     assert our_model.layers[2].self_attention.key_dim == GPT_WIDTH // 3 == 85
     copy_gpt_weights(hub_model, our_model)
-    want = hub_model.predict(GPT_IDS, verbose=0)
-    got = our_model.predict(GPT_IDS, verbose=0)
+    want, got = (np_(model(GPT_IDS)) for model in (hub_model, our_model))
     # Every position, the padded ones included (the loss reads them all).
     np.testing.assert_allclose(got, want, atol=2e-4)
     labels = np.roll(GPT_IDS, -1, axis=1)
