@@ -12,7 +12,11 @@ from keras_attention.layers import DotProductAttention, TokenAndPositionEmbeddin
 from keras_attention.layers.tied_embedding import TiedEmbedding
 from tests import numpy_reference as ref
 from tests.keras_versions import requires_keras_3_15_files
-from tests.layer_test import assert_saved_model_matches, run_layer_test
+from tests.layer_test import (
+    assert_saved_model_matches,
+    each_document_alone,
+    run_layer_test,
+)
 
 
 def np_(x):
@@ -208,11 +212,8 @@ def test_segment_ids_restart_the_positions_at_each_document(input_positions):
     tokens = np.array([[3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
     ids = np.array([[1, 1, 1, 2, 2, 2], [4, 4, 4, 4, 4, 5]])
     packed = np_(layer(tokens, segment_ids=ids))
-    for b, row in enumerate(ids):
-        for document in np.unique(row):
-            where = row == document
-            alone = np_(layer(tokens[b : b + 1, where]))[0]
-            np.testing.assert_allclose(packed[b, where], alone, atol=1e-6)
+    alone = each_document_alone(layer, tokens, ids)
+    np.testing.assert_allclose(packed, alone, atol=1e-6)
     with pytest.raises(ValueError, match="either `positions` or `segment_ids`"):
         layer(tokens, segment_ids=ids, positions=np.arange(6))
     with pytest.raises(ValueError, match="start_index=2"):
