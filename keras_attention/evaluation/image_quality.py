@@ -17,6 +17,7 @@ import keras
 import numpy as np
 
 from keras_attention.layers.dropout import Dropout
+from keras_attention.utils import keras_internals
 from keras_attention.utils.files import write_text, written_whole
 from keras_attention.utils.progress import phase
 
@@ -77,6 +78,7 @@ def train_feature_classifier(
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )
+    keras_internals.build_training_state(classifier, (pixels[train], labels[train]))
     classifier.fit(
         pixels[train], labels[train], batch_size=batch_size, epochs=epochs, verbose=2
     )

@@ -50,6 +50,7 @@ from keras_attention.tasks.epoch_callbacks import (
     numbers,
     progress,
 )
+from keras_attention.utils import keras_internals
 from keras_attention.utils.files import (
     check_free_space,
     format_bytes,
@@ -508,6 +509,7 @@ def fit_resumable(
     budget = TimeBudget(time_budget_minutes * 60) if time_budget_minutes else None
     initial_epoch = restored_epochs = resume.epochs if resume else 0
     verbose, progress_lines = progress(verbose, epochs)
+    keras_internals.build_training_state(model, train_data)
     with _StopRequests() as requests:
 
         def train(first, last, restore, best, arguments):

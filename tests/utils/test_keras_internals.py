@@ -184,6 +184,55 @@ def test_the_model_strategy_attribute_exists_in_this_keras():
     assert keras_internals.model_strategy(model) is None
 
 
+def test_the_symbolic_build_method_exists_in_this_keras():
+    assert callable(getattr(keras.Model, keras_internals.SYMBOLIC_BUILD_METHOD))
+
+
+class CountsTraces(keras.Sequential):
+    """Counts the calls of its `train_step`: on TensorFlow, one per trace."""
+
+    traces = 0
+
+    def train_step(self, data):
+        self.traces += 1
+        return super().train_step(data)
+
+
+def _compiled_counting_model():
+    model = CountsTraces([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss="mse", metrics=["mae"], jit_compile=False)
+    return model
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="only Keras' TensorFlow trainer builds inside the first step's trace",
+)
+@pytest.mark.parametrize("dataset", [True, False], ids=["dataset", "arrays"])
+def test_the_training_state_built_before_fit_traces_its_step_once(dataset):
+    import tensorflow as tf
+
+    x, y = np.ones((8, 3), "float32"), np.ones((8, 2), "float32")
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(4) if dataset else (x, y)
+    model = _compiled_counting_model()
+    keras_internals.build_training_state(model, data)
+    assert model.optimizer.built and model.optimizer.variables
+    assert model.metrics_variables  # the loss tracker and the metric's
+    model.fit(*((data,) if dataset else data), epochs=2, verbose=0)
+    assert model.traces == 1
+    # Left to Keras, the trainer creates them in the first trace, and
+    # `tf.function` traces a step that created variables again.
+    model = _compiled_counting_model()
+    model.fit(*((data,) if dataset else data), epochs=2, verbose=0)
+    assert model.traces == 2
+
+
+def test_the_training_state_is_left_to_fit_for_data_of_unknown_shapes():
+    model = _compiled_counting_model()
+    keras_internals.build_training_state(model, iter([]))
+    assert not model.optimizer.built
+
+
 def test_an_assignment_in_a_straight_through_scope_passes_the_gradient_on():
     # SAGAN's JAX step relies on `Variable.assign` reaching the scope's
     # `add_update`: the assigned value is read on, and the gradient with
