@@ -78,9 +78,10 @@ def train_feature_classifier(
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )
-    keras_internals.build_training_state(classifier, (pixels[train], labels[train]))
+    train_pixels, train_labels = pixels[train], labels[train]
+    keras_internals.build_training_state(classifier, (train_pixels, train_labels))
     classifier.fit(
-        pixels[train], labels[train], batch_size=batch_size, epochs=epochs, verbose=2
+        train_pixels, train_labels, batch_size=batch_size, epochs=epochs, verbose=2
     )
     _, accuracy = classifier.evaluate(
         pixels[held_out], labels[held_out], batch_size=256, verbose=0
