@@ -6,9 +6,12 @@ from keras_attention._checks import check_positive_int, static_shape
 from keras_attention.decoding import LanguageModelGenerationMixin
 from keras_attention.layers.tied_embedding import TiedEmbedding, tied_embedding_class
 from keras_attention.models.saving import ConfigMixin
+from keras_attention.utils.keras_internals import BuildsTrainingStateFirst
 
 
-class LanguageModel(ConfigMixin, LanguageModelGenerationMixin, keras.Model):
+class LanguageModel(
+    BuildsTrainingStateFirst, ConfigMixin, LanguageModelGenerationMixin, keras.Model
+):
     """Base of `GPT` and `LSTMLanguageModel`: next-token logits through
     `call`, and prompts continued by a keras-hub sampler through `generate`
     (`LanguageModelGenerationMixin`).

@@ -6,9 +6,10 @@ from keras import ops
 from keras_attention._checks import check_positive_int
 from keras_attention.decoding import GenerationMixin
 from keras_attention.models.saving import ConfigMixin
+from keras_attention.utils.keras_internals import BuildsTrainingStateFirst
 
 
-class Seq2Seq(ConfigMixin, GenerationMixin, keras.Model):
+class Seq2Seq(BuildsTrainingStateFirst, ConfigMixin, GenerationMixin, keras.Model):
     """Base of `RNNSeq2Seq` and `Transformer`: teacher-forced training through
     `call`, and compiled greedy or beam-search generation through `generate`
     (`GenerationMixin`, which reads `max_target_length` as the default

@@ -9,10 +9,13 @@ from keras_attention.layers.additive_attention import AdditiveAttention
 from keras_attention.layers.attention_rnn_cell import AttentionRNNCell
 from keras_attention.layers.dropout import Dropout
 from keras_attention.models.saving import ConfigMixin
+from keras_attention.utils.keras_internals import BuildsTrainingStateFirst
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class ShowAttendTell(ConfigMixin, GenerationMixin, keras.Model):
+class ShowAttendTell(
+    BuildsTrainingStateFirst, ConfigMixin, GenerationMixin, keras.Model
+):
     """Image captioning with soft visual attention (Show, Attend and Tell).
 
     A convolutional encoder turns the image into a grid of annotation vectors

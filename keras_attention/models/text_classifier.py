@@ -7,9 +7,10 @@ from keras import ops
 
 from keras_attention._checks import check_positive_int
 from keras_attention.models.saving import ConfigMixin
+from keras_attention.utils.keras_internals import BuildsTrainingStateFirst
 
 
-class TextClassifier(ConfigMixin, keras.Model):
+class TextClassifier(BuildsTrainingStateFirst, ConfigMixin, keras.Model):
     """Base of the text classifiers: token ids in, class probabilities out.
 
     Subclasses build a functional graph from int token ids (0 is padding) to

@@ -21,6 +21,7 @@ from keras_attention.models.transformer_options import (
     check_transformer_options,
 )
 from keras_attention.ops import padding_mask
+from keras_attention.utils.keras_internals import BuildsTrainingStateFirst
 
 # The id of the [CLS] token prepended with `pooling="cls"`: `[START]` in the
 # vocabularies of `keras_attention.data.train_word_piece`, a token that never
@@ -332,7 +333,9 @@ def _encoder_layers(arguments, positions):
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class TransformerTextEncoder(PackedInputsMixin, ConfigMixin, keras.Model):
+class TransformerTextEncoder(
+    BuildsTrainingStateFirst, PackedInputsMixin, ConfigMixin, keras.Model
+):
     """The embedding and encoder blocks of a `TransformerClassifier`, without
     its pooling and output layer: token ids in, one vector per token out.
 

@@ -38,6 +38,7 @@ from keras_attention.tasks.common import (
     phase,
 )
 from keras_attention.utils.files import write_text
+from keras_attention.utils.keras_internals import BuildsTrainingStateFirst
 from keras_attention.viz import plot_curves
 
 MASK_TOKEN = "[MASK]"
@@ -95,7 +96,7 @@ class ReversibleTokenEmbedding(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_attention")
-class MaskedLanguageModel(keras.Model):
+class MaskedLanguageModel(BuildsTrainingStateFirst, keras.Model):
     """A `TransformerTextEncoder` with keras-hub's `MaskedLMHead` on top, its
     output projection tied to the encoder's token embedding.
 

@@ -189,6 +189,38 @@ def build_training_state(model, data):
     build(data_batch=spec)
 
 
+# The private hook Keras' TensorFlow trainer calls in `fit`, `evaluate`,
+# `train_on_batch` and `test_on_batch` before it traces a step (it builds
+# only under a strategy), and the dataset its epoch iterator made of the
+# data; keras 3.11-3.15.
+MAYBE_BUILD_METHOD = "_maybe_symbolic_build"
+EPOCH_DATASET_ATTRIBUTE = "_distributed_dataset"
+
+
+class BuildsTrainingStateFirst:
+    """Mixin for a `keras.Model`: `fit`, `evaluate`, `train_on_batch` and
+    `test_on_batch` build the optimizer, compiled loss and metrics before
+    TensorFlow traces the first step (`build_training_state`), from the
+    element spec of the data `fit` batched, whatever its form (arrays,
+    `tf.data`, a generator, a `PyDataset`). The step is then traced once,
+    not twice, for users who call `fit` themselves. Measured on a 2-core
+    CPU: the translation Transformer's first epoch of `fit` on arrays (XLA,
+    640 pairs) took 22.6 s without it, 17.5 and 19.5 s with it."""
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        spec = data_batch
+        if spec is None and iterator is not None:
+            dataset = getattr(iterator, EPOCH_DATASET_ATTRIBUTE, None)
+            spec = getattr(dataset, "element_spec", None)
+        if spec is not None:
+            # As Keras unpacks a batch: a list is (x, y, ...), anything else
+            # not a tuple is x alone.
+            if not isinstance(spec, (tuple, list)):
+                spec = (spec,)
+            build_training_state(self, tuple(spec))
+        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
+
 def forget_model_strategy(model):
     """Makes `fit` take the strategy in scope instead of the one `model` was
     built under."""

@@ -17,6 +17,7 @@ from keras_attention.tasks.pretrain import (
     run_pretrain,
 )
 from keras_attention.tasks.runner import compile_with_adam
+from keras_attention.utils.keras_internals import BuildsTrainingStateFirst
 from tests import test_cli
 from tests.tasks.outputs import assert_keras_archive, assert_picture
 from tests.tasks.test_classify import keyword_reviews, write_csv
@@ -323,3 +324,9 @@ def test_built_in_extra_texts_are_passages_of_at_most_120_words(name):
             for word in english.split()
         ]
         assert " ".join(texts).split() == words
+
+
+def test_the_pretraining_model_builds_its_training_state_first():
+    # On TensorFlow its first training step is traced once, not twice
+    # (tests/utils/test_keras_internals.py).
+    assert issubclass(MaskedLanguageModel, BuildsTrainingStateFirst)

@@ -227,6 +227,90 @@ def test_the_training_state_built_before_fit_traces_its_step_once(dataset):
     assert model.traces == 2
 
 
+class BuildsFirstAndCountsTraces(keras_internals.BuildsTrainingStateFirst, keras.Model):
+    """A functional model with the mixin that counts the traces of its steps."""
+
+    train_traces = test_traces = 0
+
+    def train_step(self, data):
+        self.train_traces += 1
+        return super().train_step(data)
+
+    def test_step(self, data):
+        self.test_traces += 1
+        return super().test_step(data)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, *args, **kwargs):
+        if y is None:  # data of inputs alone: a loss of the outputs
+            return keras.ops.mean(y_pred**2)
+        return super().compute_loss(x, y, y_pred, *args, **kwargs)
+
+
+def forever(batch):
+    while True:
+        yield batch
+
+
+class Batches(keras.utils.PyDataset):
+    def __init__(self, x, y):
+        super().__init__()
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, index):
+        return self.x[index * 4 : index * 4 + 4], self.y[index * 4 : index * 4 + 4]
+
+
+def _tf_trainer_builds_in_the_trace():
+    return pytest.mark.skipif(
+        keras.backend.backend() != "tensorflow",
+        reason="only Keras' TensorFlow trainer builds inside the first step's trace",
+    )
+
+
+def test_the_hook_the_mixin_overrides_exists_in_this_keras():
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("Keras' TensorFlow trainer calls the hook")
+    assert callable(getattr(keras.Model, keras_internals.MAYBE_BUILD_METHOD))
+
+
+@_tf_trainer_builds_in_the_trace()
+@pytest.mark.parametrize(
+    "form", ["arrays", "dataset", "generator", "py_dataset", "x_only", "on_batch"]
+)
+def test_a_model_with_the_mixin_traces_its_steps_once(form):
+    """Whatever form `fit` is given its data in, the mixin builds the
+    training state first: each step is traced once (twice without it)."""
+    import tensorflow as tf
+
+    x, y = np.ones((8, 3), "float32"), np.ones((8, 2), "float32")
+    inputs = keras.Input((3,))
+    hidden = keras.layers.Dense(2)(inputs)
+    model = BuildsFirstAndCountsTraces(inputs, hidden)
+    if form == "x_only":
+        model.compile(optimizer="adam", jit_compile=False)
+    else:
+        model.compile(optimizer="adam", loss="mse", metrics=["mae"], jit_compile=False)
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+    data = {
+        "arrays": (x, y),
+        "dataset": (batches,),
+        "generator": (forever((x[:4], y[:4])),),
+        "py_dataset": (Batches(x, y),),
+        "x_only": (x,),
+    }.get(form)
+    if form == "on_batch":
+        model.train_on_batch(x, y)
+        model.train_on_batch(x, y)
+        model.test_on_batch(x, y)
+    else:
+        model.fit(*data, epochs=2, verbose=0, steps_per_epoch=2)
+        model.evaluate(*data, verbose=0, steps=2)
+    assert (model.train_traces, model.test_traces) == (1, 1)
+
+
 def test_the_training_state_is_left_to_fit_for_data_of_unknown_shapes():
     model = _compiled_counting_model()
     keras_internals.build_training_state(model, iter([]))
