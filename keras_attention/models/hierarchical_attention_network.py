@@ -121,13 +121,22 @@ class HierarchicalAttentionNetwork(TextClassifier):
         )
         embedding_dropout = Dropout(dropout, dtype=dtype)
 
+        # The GRUs that `Bidirectional` copies (through their configs) stay
+        # alive until both levels are made. While a model loads, Keras tells
+        # the objects it serializes apart by `id()`: a first GRU collected
+        # before the second was made could lend it its id, and the second
+        # level then got a layer of the first ("Forward layer and backward
+        # layer should have different `go_backwards` value", once in CI).
+        copied_grus = []
+
         def encoder_and_attention(units, level):
             """One level of the hierarchy: a bidirectional GRU over the
             level's vectors, pooled by attention with a context vector."""
+            copied_grus.append(
+                keras.layers.GRU(units, return_sequences=True, dtype=dtype)
+            )
             encoder = keras.layers.Bidirectional(
-                keras.layers.GRU(units, return_sequences=True, dtype=dtype),
-                dtype=dtype,
-                name=f"{level}_encoder",
+                copied_grus[-1], dtype=dtype, name=f"{level}_encoder"
             )
             attention = AttentionPooling(
                 attention_units, dtype=dtype, name=f"{level}_attention"

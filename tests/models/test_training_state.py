@@ -11,7 +11,7 @@ import pytest
 from keras_attention import models
 from keras_attention.utils.keras_internals import BuildsTrainingStateFirst
 
-# SAGAN trains with two optimizers of its own in its own `train_step`.
+# SAGAN builds its two optimizers in its own `compile`.
 OWN_TRAINING = {"SAGAN"}
 MODELS = sorted(
     (name, cls)
