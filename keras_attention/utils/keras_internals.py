@@ -175,13 +175,18 @@ def build_training_state(model, data):
         model: a compiled model.
         data: what `fit` will train on: a `tf.data.Dataset` (its
             `element_spec` gives the shapes and dtypes) or a batch
-            `(x, y[, sample_weight])` of arrays. Other data is left to `fit`.
+            `(x, y[, sample_weight])` of arrays. Other data is left to `fit`,
+            as is data without a shape (the per-replica specs of a dataset
+            distributed by a strategy).
     """
     build = getattr(model, SYMBOLIC_BUILD_METHOD, None)
     spec = getattr(data, "element_spec", data if isinstance(data, tuple) else None)
     if (
         build is None  # a later Keras: fit builds as it sees fit
         or spec is None
+        or not all(
+            leaf is None or hasattr(leaf, "shape") for leaf in keras.tree.flatten(spec)
+        )
         or keras.backend.backend() != "tensorflow"
         or model_strategy(model) is not None
     ):

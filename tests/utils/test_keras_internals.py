@@ -317,6 +317,17 @@ def test_the_training_state_is_left_to_fit_for_data_of_unknown_shapes():
     assert not model.optimizer.built
 
 
+def test_the_training_state_is_left_to_fit_for_specs_without_a_shape():
+    # As the per-replica specs of a dataset that a strategy distributed.
+    class PerReplicaLike:
+        pass
+
+    model = _compiled_counting_model()
+    x = np.ones((8, 3), "float32")
+    keras_internals.build_training_state(model, (PerReplicaLike(), x))
+    assert not model.optimizer.built
+
+
 def test_an_assignment_in_a_straight_through_scope_passes_the_gradient_on():
     # SAGAN's JAX step relies on `Variable.assign` reaching the scope's
     # `add_update`: the assigned value is read on, and the gradient with
