@@ -184,11 +184,12 @@ def build_training_state(model, data):
     if (
         build is None  # a later Keras: fit builds as it sees fit
         or spec is None
+        or keras.backend.backend() != "tensorflow"
+        or model_strategy(model) is not None
+        # Last: the mixin calls this at every `fit`, on every backend.
         or not all(
             leaf is None or hasattr(leaf, "shape") for leaf in keras.tree.flatten(spec)
         )
-        or keras.backend.backend() != "tensorflow"
-        or model_strategy(model) is not None
     ):
         return
     build(data_batch=spec)
