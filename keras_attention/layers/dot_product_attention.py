@@ -16,7 +16,9 @@ class DotProductAttention(ScoreAttention):
             `sqrt(d_k)`; or a positive float used as the multiplier.
         dropout: dropout rate on the attention weights.
         seed: dropout seed.
-        **kwargs: base layer arguments.
+        **kwargs: base layer arguments. `keras.layers.Attention`'s
+            `score_mode="dot"` and `use_scale=False` are taken too (they are
+            this layer), so its code and its configs load unchanged.
 
     Call arguments:
         See `ScoreAttention`: `inputs=[query, value(, key)]` with a query and
@@ -46,6 +48,7 @@ class DotProductAttention(ScoreAttention):
     )
 
     def __init__(self, scale=False, dropout=0.0, seed=None, **kwargs):
+        _take_keras_attention_arguments(kwargs)
         super().__init__(dropout=dropout, seed=seed, **kwargs)
         if not isinstance(scale, (bool, int, float)) or (
             not isinstance(scale, bool) and not scale > 0
@@ -66,3 +69,23 @@ class DotProductAttention(ScoreAttention):
         config = super().get_config()
         config["scale"] = self.scale
         return config
+
+
+def _take_keras_attention_arguments(kwargs):
+    """Removes `keras.layers.Attention`'s `score_mode` and `use_scale` from
+    `kwargs` where they name this layer's function; any other value has no
+    counterpart here and is an error that names the one to use."""
+    score_mode = kwargs.pop("score_mode", "dot")
+    if score_mode != "dot":
+        raise ValueError(
+            "DotProductAttention is keras.layers.Attention's "
+            f"score_mode='dot'; received score_mode={score_mode!r}. The concat "
+            "score is keras_attention.layers.AdditiveAttention."
+        )
+    use_scale = kwargs.pop("use_scale", False)
+    if use_scale:
+        raise ValueError(
+            "DotProductAttention has no trainable scalar (keras.layers.Attention's "
+            f"use_scale=True); received use_scale={use_scale!r}. Pass scale=<float> "
+            "(a trained layer's value) or scale=True for 1 / sqrt(d_k)."
+        )

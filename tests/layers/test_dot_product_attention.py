@@ -48,3 +48,36 @@ def test_invalid_scale(scale):
 @pytest.mark.parametrize("scale", [False, True])
 def test_keeps_the_layer_contract(scale):
     run_score_layer_test(DotProductAttention, scale=scale)
+
+
+def test_keras_attention_arguments_and_config_load_unchanged():
+    """Code written for `keras.layers.Attention` with its defaults changes the
+    class name only, and its saved config loads (it always holds `score_mode`
+    and `use_scale`)."""
+    import keras
+
+    theirs = keras.layers.Attention(dropout=0.0)
+    ours = DotProductAttention.from_config(theirs.get_config())
+    assert ours.scale is False and ours.name == theirs.name
+    named = DotProductAttention(score_mode="dot", use_scale=False)
+    for layer in (ours, named):
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(layer([Q, V])),
+            ops.convert_to_numpy(theirs([Q, V])),
+            atol=1e-5,
+        )
+    assert "score_mode" not in ours.get_config()
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"score_mode": "concat"}, r"received score_mode='concat'.*AdditiveAttention"),
+        ({"use_scale": True}, r"received use_scale=True.*scale=<float>"),
+    ],
+)
+def test_keras_attention_arguments_without_a_counterpart_name_the_one_to_use(
+    arguments, message
+):
+    with pytest.raises(ValueError, match=message):
+        DotProductAttention(**arguments)
