@@ -119,6 +119,31 @@ def test_quantization_applies_after_the_swap():
     assert_quantizes_like_keras_hubs(swap_attention(reference), reference, inputs(), 9)
 
 
+def test_the_copy_is_compiled_as_the_original_was():
+    """A user's compile (optimizer config, loss, sampler) survives the swap,
+    not keras-hub's defaults; a model left uncompiled stays so, and `fit`
+    asks for `compile` as the original's does (keras-hub's own tests, the
+    task swapped, check it)."""
+    causal_lm = tiny_causal_lm("llama")
+    sampler = keras_hub.samplers.TopKSampler(k=3)
+    causal_lm.compile(optimizer=keras.optimizers.SGD(0.1), sampler=sampler)
+    swapped = swap_attention(causal_lm)
+    assert isinstance(swapped.optimizer, keras.optimizers.SGD)
+    assert swapped.optimizer is not causal_lm.optimizer
+    assert np.isclose(numpy(swapped.optimizer.learning_rate), 0.1)
+    assert isinstance(swapped.sampler, keras_hub.samplers.TopKSampler)
+    assert swapped.sampler is not sampler and swapped.sampler.k == 3
+    uncompiled = type(causal_lm)(backbone(), preprocessor=None, compile=False)
+    swapped = swap_attention(uncompiled)
+    assert not swapped.compiled
+    x = {"token_ids": np.ones((2, 5), "int32"), "padding_mask": np.ones((2, 5))}
+    with pytest.raises(ValueError, match="compile"):
+        swapped.fit(x, np.ones((2, 5), "int32"), verbose=0)
+    reference = backbone()
+    reference.compile(optimizer="sgd", loss="mse")
+    assert isinstance(swap_attention(reference).optimizer, keras.optimizers.SGD)
+
+
 def test_swapped_class_is_the_constructor_for_keras_hubs_own_tests():
     cls = swapped_class(keras_hub.models.LlamaBackbone)
     assert swapped_class(cls) is cls

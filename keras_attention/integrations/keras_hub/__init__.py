@@ -25,6 +25,7 @@ import pkgutil
 
 from keras_attention.integrations.keras_hub.generation import quantized_cache_class
 from keras_attention.integrations.keras_hub.swap import (
+    compile_like,
     copy_weights,
     swapped_backbone_class,
 )
@@ -105,8 +106,9 @@ def swap_attention(model, **attention_options):
     Returns:
         A new model of the same class (for a backbone, a registered subclass
         of keras-hub's), with the original's weights; a task keeps its
-        preprocessor. Compile it again to train (the optimizer is not
-        copied).
+        preprocessor. It is compiled as the original was: the same loss,
+        metrics and sampler, a new optimizer of the same config (its state
+        is not copied); uncompiled where the original is.
 
     Example:
 
@@ -135,9 +137,13 @@ def swap_attention(model, **attention_options):
     swapped = cls.from_config({**config, "attention_options": attention_options})
     copy_weights(backbone, swapped)
     if model is backbone:
+        compile_like(model, swapped)
         return swapped
     task_config = model.get_config()
-    task_config.update(backbone=swapped, preprocessor=model.preprocessor)
+    # keras-hub's tasks compile themselves when built, with its defaults.
+    task_config.update(
+        backbone=swapped, preprocessor=model.preprocessor, compile=False
+    )
     task_class = getattr(type(model), "keras_hub_task_class", type(model))
     if cls.family.task_class is not None:
         # The family's own task (Qwen 3.5's cache), float or int8 alike.
@@ -147,6 +153,7 @@ def swap_attention(model, **attention_options):
         task_class = quantized_cache_class(task_class)
     task = task_class.from_config(task_config)
     copy_weights(model, task)
+    compile_like(model, task)
     return task
 
 

@@ -20,6 +20,7 @@ import inspect
 import threading
 
 import keras
+import keras_hub
 
 _LOCK = threading.RLock()
 # keras-hub's backbone class -> the swapped subclass of it.
@@ -234,3 +235,20 @@ def copy_weights(source, target):
             )
     for old, new in pairs:
         new.assign(old.value)
+
+
+def compile_like(source, target):
+    """Compiles `target` with the arguments `source` was compiled with (a new
+    optimizer of the same config, the same loss and metrics, and a copy of a
+    `CausalLM`'s sampler); leaves it uncompiled where `source` is."""
+    if not getattr(source, "compiled", False):
+        return
+    # Keras' `compile_from_config` skips models whose `compile` is their own,
+    # as keras-hub's tasks' is: the arguments are passed here.
+    arguments = keras.saving.deserialize_keras_object(source.get_compile_config())
+    sampler = getattr(source, "sampler", None)
+    if sampler is not None:
+        arguments["sampler"] = keras_hub.samplers.deserialize(
+            keras_hub.samplers.serialize(sampler)
+        )
+    target.compile(**arguments)
