@@ -141,9 +141,7 @@ def swap_attention(model, **attention_options):
         return swapped
     task_config = model.get_config()
     # keras-hub's tasks compile themselves when built, with its defaults.
-    task_config.update(
-        backbone=swapped, preprocessor=model.preprocessor, compile=False
-    )
+    task_config.update(backbone=swapped, preprocessor=model.preprocessor, compile=False)
     task_class = getattr(type(model), "keras_hub_task_class", type(model))
     if cls.family.task_class is not None:
         # The family's own task (Qwen 3.5's cache), float or int8 alike.
