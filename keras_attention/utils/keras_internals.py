@@ -141,6 +141,22 @@ def model_strategy(model):
     return getattr(model, MODEL_STRATEGY_ATTRIBUTE, None)
 
 
+# The private attribute `model._compile_config` (every trainer): the
+# arguments `compile` received, which Keras keeps to save them; keras
+# 3.11-3.15. Its public `get_compile_config()` serializes them, which fails
+# for a lambda loss or metric.
+COMPILE_CONFIG_ATTRIBUTE = "_compile_config"
+
+
+def compile_arguments(model):
+    """The arguments `model`'s `compile` received, as a dict; None for a
+    model that is not compiled."""
+    saved = getattr(model, COMPILE_CONFIG_ATTRIBUTE, None)
+    if not getattr(model, "compiled", False) or saved is None:
+        return None
+    return dict(saved.config)
+
+
 # The private attribute `layer._parent_path`: the name scope a layer's
 # variables are created under, taken from the layer being built when it was
 # made; keras 3.15 (the keras-hub integration's release).

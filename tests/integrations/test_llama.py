@@ -15,6 +15,7 @@ from keras_attention.integrations.keras_hub import (  # noqa: E402
     swapped_class,
 )
 from keras_attention.integrations.keras_hub.llama import LlamaAttention  # noqa: E402
+from keras_attention.utils import keras_internals  # noqa: E402
 from tests.integrations.keras_hub_models import (  # noqa: E402
     TINY,
     assert_greedy_tokens_are_keras_hubs,
@@ -126,10 +127,19 @@ def test_the_copy_is_compiled_as_the_original_was():
     task swapped, check it)."""
     causal_lm = tiny_causal_lm("llama")
     sampler = keras_hub.samplers.TopKSampler(k=3)
-    causal_lm.compile(optimizer=keras.optimizers.SGD(0.1), sampler=sampler)
+    accuracy = keras.metrics.SparseCategoricalAccuracy(name="hits")
+    causal_lm.compile(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=lambda y, p: keras.ops.mean(p),  # which no config can rebuild
+        weighted_metrics=[accuracy],
+        sampler=sampler,
+    )
     swapped = swap_attention(causal_lm)
     assert isinstance(swapped.optimizer, keras.optimizers.SGD)
     assert swapped.optimizer is not causal_lm.optimizer
+    assert swapped.loss is causal_lm.loss
+    copied = keras_internals.compile_arguments(swapped)["weighted_metrics"][0]
+    assert copied is not accuracy and copied.name == "hits"
     assert np.isclose(numpy(swapped.optimizer.learning_rate), 0.1)
     assert isinstance(swapped.sampler, keras_hub.samplers.TopKSampler)
     assert swapped.sampler is not sampler and swapped.sampler.k == 3

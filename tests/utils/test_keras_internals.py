@@ -423,3 +423,17 @@ def test_an_internal_is_imported_once_so_a_traced_call_never_imports(monkeypatch
 
     monkeypatch.setattr(keras_internals.importlib, "import_module", imports_again)
     assert keras_internals.get_keras_mask(tensor) is None
+
+
+def test_compile_arguments_are_those_compile_received():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    assert keras_internals.compile_arguments(model) is None
+
+    def loss(y, p):
+        return keras.ops.mean(p)
+
+    optimizer = keras.optimizers.SGD(0.1)
+    model.compile(optimizer=optimizer, loss=loss, metrics=["mae"])
+    arguments = keras_internals.compile_arguments(model)
+    assert arguments["optimizer"] is optimizer and arguments["loss"] is loss
+    assert arguments["metrics"] == ["mae"]

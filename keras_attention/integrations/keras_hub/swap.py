@@ -22,6 +22,8 @@ import threading
 import keras
 import keras_hub
 
+from keras_attention.utils import keras_internals
+
 _LOCK = threading.RLock()
 # keras-hub's backbone class -> the swapped subclass of it.
 _SWAPPED = {}
@@ -238,17 +240,23 @@ def copy_weights(source, target):
 
 
 def compile_like(source, target):
-    """Compiles `target` with the arguments `source` was compiled with (a new
-    optimizer of the same config, the same loss and metrics, and a copy of a
-    `CausalLM`'s sampler); leaves it uncompiled where `source` is."""
-    if not getattr(source, "compiled", False):
+    """Compiles `target` with the arguments `source` was compiled with: a new
+    optimizer, metrics and `CausalLM` sampler of the same configs (they hold
+    the state of the model they serve), the same losses; leaves it
+    uncompiled where `source` is."""
+    arguments = keras_internals.compile_arguments(source)
+    if arguments is None:
         return
-    # Keras' `compile_from_config` skips models whose `compile` is their own,
-    # as keras-hub's tasks' is: the arguments are passed here.
-    arguments = keras.saving.deserialize_keras_object(source.get_compile_config())
+    arguments = keras.tree.map_structure(_fresh, arguments)
     sampler = getattr(source, "sampler", None)
     if sampler is not None:
         arguments["sampler"] = keras_hub.samplers.deserialize(
             keras_hub.samplers.serialize(sampler)
         )
     target.compile(**arguments)
+
+
+def _fresh(value):
+    if isinstance(value, (keras.optimizers.Optimizer, keras.metrics.Metric)):
+        return type(value).from_config(value.get_config())
+    return value
