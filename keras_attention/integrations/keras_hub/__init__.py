@@ -106,9 +106,9 @@ def swap_attention(model, **attention_options):
     Returns:
         A new model of the same class (for a backbone, a registered subclass
         of keras-hub's), with the original's weights; a task keeps its
-        preprocessor. It is compiled as the original was: the same loss,
-        metrics and sampler, a new optimizer of the same config (its state
-        is not copied); uncompiled where the original is.
+        preprocessor. It is compiled as the original was: the same losses,
+        and a new optimizer, metrics and sampler of the same configs (their
+        state is not copied); uncompiled where the original is.
 
     Example:
 
